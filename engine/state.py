@@ -1,0 +1,629 @@
+"""The state of one hand ("mão"): the deal, the turn, every rule of play, and what each seat sees.
+
+``HandState`` follows OpenSpiel's ``State``: ``legal_actions()``, ``apply(action)``,
+``is_terminal()``, ``returns()``, ``clone()``, and ``view(seat)`` for the per-player observation.
+Applying an action validates it completely before changing anything, and returns the ``Event``s
+it caused. ``MatchState`` (engine/match.py) strings hands together up to the target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import movegen
+from engine.actions import (
+    DRAW,
+    TAKE_PILE,
+    Action,
+    AddCards,
+    Discard,
+    Draw,
+    MeldCards,
+    TakePile,
+    action_from_json,
+)
+from engine.cards import NCODES, cards_of, format_many, is_wild_capable, to_str
+from engine.deal import Deal
+from engine.errors import IllegalActionError
+from engine.events import Event
+from engine.melds import Meld, card_values, extend_meld, make_meld
+from engine.rules import CANASTRA, Ruleset
+
+DRAW_PHASE = "draw"
+PLAY_PHASE = "play"
+OVER = "hand_over"
+
+
+def side_of(seat: int) -> int:
+    return seat & 1
+
+
+class HandState:
+    """One hand of Buraco. Seats ``0..players-1``; side 0 is seats 0 and 2, side 1 seats 1 and 3."""
+
+    __slots__ = (
+        "counts",
+        "deal",
+        "dealer",
+        "end_reason",
+        "hand_number",
+        "history",
+        "lone",
+        "melds",
+        "morto_pending",
+        "morto_taken",
+        "morto_to_stock",
+        "mortos",
+        "must_meld",
+        "phase",
+        "pile",
+        "players",
+        "rules",
+        "sizes",
+        "stock",
+        "to_act",
+        "turns",
+        "went_out",
+    )
+
+    def __init__(self, rules: Ruleset, players: int, deal: Deal, dealer: int | None = None,
+                 hand_number: int = 1) -> None:
+        if players not in (2, 4):
+            raise ValueError("Buraco is played by 2 or 4 players")
+        if len(deal.hands) != players:
+            raise ValueError("the deal has a hand per seat")
+        self.rules = rules
+        self.players = players
+        self.deal = deal
+        self.dealer = players - 1 if dealer is None else dealer
+        if not 0 <= self.dealer < players:
+            raise ValueError(f"dealer must be a seat 0..{players - 1}")
+        self.hand_number = hand_number
+        self.counts: list[list[int]] = []
+        for hand in deal.hands:
+            counts = [0] * NCODES
+            for c in hand:
+                counts[c] += 1
+            self.counts.append(counts)
+        self.sizes = [len(h) for h in deal.hands]
+        self.melds: list[list[Meld]] = [[], []]
+        self.pile: list[int] = []
+        self.stock: list[int] = list(reversed(deal.stock))  # the next card to draw is at the end
+        self.mortos: list[tuple[int, ...] | None] = [deal.mortos[0], deal.mortos[1]]
+        self.morto_taken = [False, False]
+        self.morto_to_stock = [False, False]
+        self.morto_pending = [-1, -1]  # seat that took it by discarding and has not played since
+        self.to_act = (self.dealer + 1) % players
+        self.phase = DRAW_PHASE
+        self.must_meld = -1  # closed pile: the card that must be melded at once
+        self.lone = -1  # a one-card pile taken this turn: that card may not be discarded
+        self.went_out = -1
+        self.end_reason = ""
+        self.turns = 1
+        self.history: list[tuple[int, Action]] = []
+
+    # --- OpenSpiel-style basics ------------------------------------------------------------------
+    def current_player(self) -> int:
+        return -1 if self.phase == OVER else self.to_act
+
+    def is_terminal(self) -> bool:
+        return self.phase == OVER
+
+    def returns(self) -> list[int]:
+        """Each seat's side total for the hand (final once terminal)."""
+        totals = [s["total"] for s in self.score()]
+        return [totals[side_of(seat)] for seat in range(self.players)]
+
+    def clone(self) -> HandState:
+        other = HandState.__new__(HandState)
+        other.rules = self.rules
+        other.players = self.players
+        other.deal = self.deal
+        other.dealer = self.dealer
+        other.hand_number = self.hand_number
+        other.counts = [c[:] for c in self.counts]
+        other.sizes = self.sizes[:]
+        other.melds = [self.melds[0][:], self.melds[1][:]]
+        other.pile = self.pile[:]
+        other.stock = self.stock[:]
+        other.mortos = self.mortos[:]
+        other.morto_taken = self.morto_taken[:]
+        other.morto_to_stock = self.morto_to_stock[:]
+        other.morto_pending = self.morto_pending[:]
+        other.to_act = self.to_act
+        other.phase = self.phase
+        other.must_meld = self.must_meld
+        other.lone = self.lone
+        other.went_out = self.went_out
+        other.end_reason = self.end_reason
+        other.turns = self.turns
+        other.history = self.history[:]
+        return other
+
+    # --- facts the rules ask about ------------------------------------------------------------------
+    def hand_of(self, seat: int) -> list[int]:
+        return cards_of(self.counts[seat])
+
+    def morto_available(self, side: int) -> bool:
+        return self.mortos[side] is not None
+
+    def has_canastra_to_go_out(self, side: int, melds: list[Meld] | None = None) -> bool:
+        clean = self.rules.clean_to_go_out
+        for m in self.melds[side] if melds is None else melds:
+            if len(m.cards) >= CANASTRA and (m.wild < 0 or not clean):
+                return True
+        return False
+
+    def may_go_out(self, side: int, melds: list[Meld] | None = None) -> bool:
+        """The side has no morto left to take and holds the canastra the ruleset requires."""
+        return self.mortos[side] is None and self.has_canastra_to_go_out(side, melds)
+
+    # --- legal actions -------------------------------------------------------------------------------
+    def legal_actions(self) -> list[Action]:
+        """Every legal action now, without duplicates, in a stable order."""
+        if self.phase == OVER:
+            return []
+        if self.phase == DRAW_PHASE:
+            out: list[Action] = [DRAW]
+            if self._take_pile_problem() is None:
+                out.append(TAKE_PILE)
+            return out
+        actions: list[Action] = []
+        actions.extend(movegen.meld_actions(self))
+        actions.extend(movegen.add_actions(self))
+        if self.must_meld < 0:
+            counts = self.counts[self.to_act]
+            for code in range(NCODES):
+                if counts[code] and self._discard_problem(code) is None:
+                    actions.append(Discard(code))
+        return actions
+
+    def is_legal(self, action: Action) -> bool:
+        try:
+            self._plan(action)
+        except IllegalActionError:
+            return False
+        return True
+
+    # --- applying ---------------------------------------------------------------------------------
+    def apply(self, action: Action, seat: int | None = None) -> list[Event]:
+        """Validate and apply ``action`` for the seat to act; returns the events it caused.
+
+        Raises ``IllegalActionError`` (and changes nothing) when the rules forbid it.
+        """
+        if self.phase == OVER:
+            raise IllegalActionError("HAND_OVER", "the hand is over")
+        if seat is not None and seat != self.to_act:
+            raise IllegalActionError("NOT_YOUR_TURN", f"it is seat {self.to_act}'s turn, not seat {seat}'s")
+        plan = self._plan(action)
+        actor = self.to_act
+        events = self._do(action, plan)
+        self.history.append((actor, action))
+        return events
+
+    def _plan(self, action: Action) -> Meld | None:
+        """Check ``action`` completely; returns the meld it makes (meld/add) so it is not recomputed."""
+        if self.phase == OVER:
+            raise IllegalActionError("HAND_OVER", "the hand is over")
+        if isinstance(action, Draw):
+            if self.phase != DRAW_PHASE:
+                raise IllegalActionError("WRONG_PHASE", "the player has already drawn this turn")
+            return None
+        if isinstance(action, TakePile):
+            if self.phase != DRAW_PHASE:
+                raise IllegalActionError("WRONG_PHASE", "the player has already drawn this turn")
+            problem = self._take_pile_problem()
+            if problem is not None:
+                raise problem
+            return None
+        if self.phase != PLAY_PHASE:
+            raise IllegalActionError("WRONG_PHASE", "draw from the stock or take the pile first")
+        if isinstance(action, Discard):
+            problem = self._discard_problem(action.card)
+            if problem is not None:
+                raise problem
+            return None
+        if isinstance(action, MeldCards):
+            self._check_holds(action.cards)
+            meld = make_meld(action.cards, self.rules, action.wild_as)
+            self._check_meld_result(action, meld, -1)
+            return meld
+        if isinstance(action, AddCards):
+            side_melds = self.melds[side_of(self.to_act)]
+            if not 0 <= action.meld < len(side_melds):
+                raise IllegalActionError("UNKNOWN_MELD", f"the side has no meld number {action.meld}")
+            self._check_holds(action.cards)
+            meld = extend_meld(side_melds[action.meld], action.cards, self.rules)
+            self._check_meld_result(action, meld, action.meld)
+            return meld
+        raise TypeError(f"not an action: {action!r}")
+
+    def _check_holds(self, cards: tuple[int, ...]) -> None:
+        counts = self.counts[self.to_act]
+        need: dict[int, int] = {}
+        for c in cards:
+            need[c] = need.get(c, 0) + 1
+        for c, n in need.items():
+            if counts[c] < n:
+                have = "does not hold" if counts[c] == 0 else f"holds only {counts[c]} of"
+                raise IllegalActionError("NOT_IN_HAND", f"the player {have} {to_str(c)}")
+
+    def _check_meld_result(self, action: MeldCards | AddCards, meld: Meld, index: int) -> None:
+        """The rules around a meld or addition: the closed pile's top card, and emptying the hand."""
+        if self.must_meld >= 0 and self.must_meld not in action.cards:
+            raise IllegalActionError(
+                "PILE_TOP_REQUIRED",
+                f"the closed pile was taken: {to_str(self.must_meld)} must be melded or added now",
+            )
+        remaining = self.sizes[self.to_act] - len(action.cards)
+        if not self._finishable_after(action, meld, index, remaining):
+            raise IllegalActionError("CANNOT_GO_OUT", self._cannot_go_out_message(remaining))
+
+    def _cannot_go_out_message(self, remaining: int) -> str:
+        side = side_of(self.to_act)
+        if remaining == 0 and self.mortos[side] is None and self.has_canastra_to_go_out(side) \
+                and not self.rules.go_out_by_meld:
+            return "in this ruleset a player goes out only by discarding"
+        need = "a clean canastra" if self.rules.clean_to_go_out else "a canastra"
+        if remaining == 0:
+            return f"this would empty the hand, but the side may not go out yet (it needs its morto and {need})"
+        return (f"this would leave {remaining} card(s) and no legal way to end the turn "
+                f"(the side may not go out yet: it needs its morto and {need})")
+
+    def _finishable_after(self, action: MeldCards | AddCards, meld: Meld, index: int, remaining: int) -> bool:
+        side = side_of(self.to_act)
+        if remaining == 0:
+            if self.mortos[side] is not None:
+                return True  # direct batida: the morto comes into the hand
+            melds = self.melds[side][:]
+            if index < 0:
+                melds.append(meld)
+            else:
+                melds[index] = meld
+            return self.rules.go_out_by_meld and self.may_go_out(side, melds)
+        if remaining >= 2 and (self.lone < 0 or self._holds_other_than(action.cards, self.lone)):
+            return True
+        # a near-empty hand: play it out on a copy (rare, and the hand is tiny)
+        trial = self.clone()
+        trial._do(action, meld)
+        return trial._any_way_to_finish()
+
+    def _holds_other_than(self, removed: tuple[int, ...], card: int) -> bool:
+        """After removing ``removed``, does the hand still hold a card other than ``card``?"""
+        counts = self.counts[self.to_act]
+        kept_same = counts[card] - removed.count(card)
+        return self.sizes[self.to_act] - len(removed) - kept_same > 0
+
+    def _any_way_to_finish(self) -> bool:
+        if self.phase != PLAY_PHASE:
+            return True
+        counts = self.counts[self.to_act]
+        if self.must_meld < 0:
+            for code in range(NCODES):
+                if counts[code] and self._discard_problem(code) is None:
+                    return True
+        return bool(movegen.meld_actions(self, first_only=True) or movegen.add_actions(self, first_only=True))
+
+    def _take_pile_problem(self) -> IllegalActionError | None:
+        if not self.pile:
+            return IllegalActionError("EMPTY_PILE", "the discard pile is empty")
+        if not self.rules.closed_pile and not (self.rules.lone_discard and len(self.pile) == 1):
+            return None  # the hand grows to two cards or more: a discard is always possible
+        trial = self.clone()
+        trial._do(TAKE_PILE, None)
+        if self.rules.closed_pile:
+            if not (movegen.meld_actions(trial, first_only=True) or movegen.add_actions(trial, first_only=True)):
+                return IllegalActionError(
+                    "PILE_TOP_REQUIRED",
+                    f"the pile is closed: it can be taken only to meld its top card "
+                    f"{to_str(self.pile[-1])} at once, and that is not possible",
+                )
+            return None
+        if trial.lone >= 0 and not trial._any_way_to_finish():
+            return IllegalActionError("LONE_DISCARD", "taking this single card would leave no card to discard")
+        return None
+
+    def _discard_problem(self, card: int) -> IllegalActionError | None:
+        seat = self.to_act
+        if not 0 <= card < NCODES or self.counts[seat][card] == 0:
+            return IllegalActionError("NOT_IN_HAND", f"the player does not hold {to_str(card)}")
+        if self.must_meld >= 0:
+            return IllegalActionError(
+                "PILE_TOP_REQUIRED",
+                f"the closed pile was taken: {to_str(self.must_meld)} must be melded or added first",
+            )
+        if card == self.lone:
+            return IllegalActionError(
+                "LONE_DISCARD", f"{to_str(card)} was the only card of the pile: it cannot be discarded this turn"
+            )
+        if self.sizes[seat] > 1:
+            return None
+        side = side_of(seat)
+        if self.mortos[side] is not None:
+            return None  # indirect batida
+        if not self.may_go_out(side):
+            need = "a clean canastra" if self.rules.clean_to_go_out else "a canastra"
+            return IllegalActionError(
+                "CANNOT_GO_OUT", f"discarding the last card would go out, and the side needs its morto and {need}"
+            )
+        if self.rules.no_wild_going_out and self.rules.go_out_by_meld and is_wild_capable(card) \
+                and self._playable(card, side):
+            return IllegalActionError(
+                "WILD_DISCARD", f"{to_str(card)} can still be played: a player may not go out by discarding a wild"
+            )
+        return None
+
+    def _playable(self, card: int, side: int) -> bool:
+        for m in self.melds[side]:
+            try:
+                extend_meld(m, (card,), self.rules)
+            except IllegalActionError:
+                continue
+            return True
+        return False
+
+    # --- mutation (only after the checks) ---------------------------------------------------------
+    def _do(self, action: Action, plan: Meld | None) -> list[Event]:
+        seat = self.to_act
+        side = side_of(seat)
+        counts = self.counts[seat]
+        events: list[Event] = []
+        if isinstance(action, Draw):
+            card = self.stock.pop()
+            counts[card] += 1
+            self.sizes[seat] += 1
+            self.phase = PLAY_PHASE
+            events.append(Event("drew", seat, {"stock_count": len(self.stock)}, {seat: {"card": to_str(card)}}))
+            if not self.stock:
+                self._stock_ran_out(events)
+        elif isinstance(action, TakePile):
+            taken = self.pile
+            self.pile = []
+            for c in taken:
+                counts[c] += 1
+            self.sizes[seat] += len(taken)
+            self.phase = PLAY_PHASE
+            if self.rules.closed_pile:
+                self.must_meld = taken[-1]
+            if len(taken) == 1 and self.rules.lone_discard:
+                self.lone = taken[0]
+            events.append(Event("took_pile", seat, {"cards": format_many(taken)}))
+        elif isinstance(action, Discard):
+            counts[action.card] -= 1
+            self.sizes[seat] -= 1
+            self.pile.append(action.card)
+            events.append(Event("discarded", seat, {"card": to_str(action.card)}))
+            if self.sizes[seat] == 0:
+                if self.mortos[side] is not None:
+                    self._take_morto(seat, direct=False, events=events)
+                else:
+                    self._end(seat, "went_out", events)
+                    return events
+            self._next_turn()
+        else:
+            assert plan is not None and isinstance(action, MeldCards | AddCards)
+            for c in action.cards:
+                counts[c] -= 1
+            self.sizes[seat] -= len(action.cards)
+            self.must_meld = -1
+            if isinstance(action, MeldCards):
+                self.melds[side].append(plan)
+                payload = {"side": side, "meld": len(self.melds[side]) - 1, **plan.to_json(self.rules)}
+                if action.wild_as is not None:
+                    payload["wild_as"] = to_str(action.wild_as)
+                events.append(Event("melded", seat, payload))
+            else:
+                self.melds[side][action.meld] = plan
+                events.append(Event("added", seat, {
+                    "side": side, "meld": action.meld, "added": format_many(action.cards),
+                    **plan.to_json(self.rules),
+                }))
+            if self.sizes[seat] == 0:
+                if self.mortos[side] is not None:
+                    self._take_morto(seat, direct=True, events=events)
+                else:
+                    self._end(seat, "went_out", events)
+        return events
+
+    def _take_morto(self, seat: int, direct: bool, events: list[Event]) -> None:
+        side = side_of(seat)
+        morto = self.mortos[side]
+        assert morto is not None
+        self.mortos[side] = None
+        self.morto_taken[side] = True
+        counts = self.counts[seat]
+        for c in morto:
+            counts[c] += 1
+        self.sizes[seat] += len(morto)
+        if not direct:
+            self.morto_pending[side] = seat
+        events.append(Event("morto_taken", seat, {"side": side, "direct": direct, "count": len(morto)},
+                            {seat: {"cards": format_many(sorted(morto))}}))
+
+    def _stock_ran_out(self, events: list[Event]) -> None:
+        if self.rules.stock_out == "morto_then_end":
+            drawer_side = side_of(self.to_act)
+            for side in (drawer_side, 1 - drawer_side):
+                morto = self.mortos[side]
+                if morto is not None:
+                    self.mortos[side] = None
+                    self.morto_to_stock[side] = True
+                    self.stock = list(reversed(morto))
+                    events.append(Event("morto_to_stock", -1, {"side": side, "stock_count": len(self.stock)}))
+                    return
+        self._end(-1, "stock_exhausted", events)
+
+    def _next_turn(self) -> None:
+        self.to_act = (self.to_act + 1) % self.players
+        self.phase = DRAW_PHASE
+        self.lone = -1
+        self.must_meld = -1
+        self.turns += 1
+        side = side_of(self.to_act)
+        if self.morto_pending[side] == self.to_act:
+            self.morto_pending[side] = -1  # the morto taken by discarding is now played
+
+    def _end(self, seat: int, reason: str, events: list[Event]) -> None:
+        self.phase = OVER
+        self.went_out = seat
+        self.end_reason = reason
+        self.must_meld = -1
+        self.lone = -1
+        events.append(Event("hand_ended", seat, {
+            "reason": reason,
+            "hands": [format_many(self.hand_of(s)) for s in range(self.players)],
+            "score": self.score(),
+        }))
+
+    # --- scoring -------------------------------------------------------------------------------------
+    def score(self) -> list[dict[str, int]]:
+        """Per side: cards, bonus, going_out, hand, morto, total (hand and morto only once over)."""
+        rules = self.rules
+        values = card_values(rules)
+        out = []
+        over = self.phase == OVER
+        for side in (0, 1):
+            cards = sum(m.value(rules) for m in self.melds[side])
+            bonus = sum(m.bonus(rules) for m in self.melds[side])
+            going_out = rules.going_out_bonus if self.went_out >= 0 and side_of(self.went_out) == side else 0
+            hand = 0
+            morto = 0
+            if over:
+                unplayed = self.morto_pending[side] >= 0 and rules.unplayed_morto_penalty
+                for seat in range(side, self.players, 2):
+                    if unplayed and seat == self.morto_pending[side]:
+                        continue  # "paid as if not taken": the untouched morto does not count as hand
+                    counts = self.counts[seat]
+                    hand -= sum(values[c] * counts[c] for c in range(NCODES) if counts[c])
+                if not self.morto_taken[side] or unplayed:
+                    morto = -rules.morto_penalty
+            out.append({"cards": cards, "bonus": bonus, "going_out": going_out, "hand": hand, "morto": morto,
+                        "total": cards + bonus + going_out + hand + morto})
+        return out
+
+    # --- what a seat sees ----------------------------------------------------------------------------
+    def view(self, seat: int | None) -> dict[str, Any]:
+        """Exactly what ``seat`` may see (``None``: a spectator, who sees no hand at all)."""
+        out: dict[str, Any] = {
+            "seat": seat,
+            "players": self.players,
+            "hand_number": self.hand_number,
+            "dealer": self.dealer,
+            "phase": self.phase,
+            "to_act": self.current_player(),
+            "hand_sizes": self.sizes[:],
+            "melds": [[m.to_json(self.rules) for m in side] for side in self.melds],
+            "discard": format_many(self.pile),
+            "stock_count": len(self.stock),
+            "mortos_taken": self.morto_taken[:],
+            "mortos_in_stock": self.morto_to_stock[:],
+            "must_meld": to_str(self.must_meld) if self.must_meld >= 0 else None,
+            "lone_card": to_str(self.lone) if self.lone >= 0 else None,
+            "score": self.score(),
+        }
+        if seat is not None:
+            out["hand"] = format_many(self.hand_of(seat))
+        if self.phase == OVER:
+            out["went_out"] = self.went_out
+            out["end_reason"] = self.end_reason
+            out["hands"] = [format_many(self.hand_of(s)) for s in range(self.players)]
+        return out
+
+    def record_state(self) -> dict[str, Any]:
+        """The whole state in the game-record output form (every hand shown)."""
+        return {
+            "phase": self.phase,
+            "to_act": self.to_act,
+            "hands": [format_many(self.hand_of(s)) for s in range(self.players)],
+            "melds": [[m.to_json(self.rules) for m in side] for side in self.melds],
+            "discard": format_many(self.pile),
+            "stock_count": len(self.stock),
+            "mortos_taken": self.morto_taken[:],
+        }
+
+    def started_event(self) -> Event:
+        """The ``hand_started`` event: each seat sees its own cards; the rest of the deal is secret."""
+        return Event(
+            "hand_started", -1,
+            {"hand_number": self.hand_number, "dealer": self.dealer, "first": (self.dealer + 1) % self.players,
+             "players": self.players, "stock_count": len(self.deal.stock)},
+            {s: {"hand": format_many(sorted(self.deal.hands[s]))} for s in range(self.players)},
+            {"deal": self.deal.to_json()},
+        )
+
+    # --- persistence -----------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """A lossless snapshot (JSON-compatible); ``from_json`` rebuilds an equal state."""
+        return {
+            "rules": self.rules.to_dict(),
+            "players": self.players,
+            "dealer": self.dealer,
+            "hand_number": self.hand_number,
+            "deal": self.deal.to_json(),
+            "hands": [format_many(self.hand_of(s)) for s in range(self.players)],
+            "melds": [[m.state_json() for m in side] for side in self.melds],
+            "pile": format_many(self.pile),
+            "stock": format_many(reversed(self.stock)),
+            "mortos": [None if m is None else format_many(m) for m in self.mortos],
+            "morto_taken": self.morto_taken[:],
+            "morto_to_stock": self.morto_to_stock[:],
+            "morto_pending": self.morto_pending[:],
+            "to_act": self.to_act,
+            "phase": self.phase,
+            "must_meld": self.must_meld,
+            "lone": self.lone,
+            "went_out": self.went_out,
+            "end_reason": self.end_reason,
+            "turns": self.turns,
+            "history": [[seat, a.to_json()] for seat, a in self.history],
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> HandState:
+        from engine.cards import parse_many
+        from engine.rules import Ruleset as _Ruleset
+
+        rules = _Ruleset(**data["rules"]).check()
+        players = int(data["players"])
+        deal = Deal.from_json(data["deal"], rules, players)
+        state = HandState(rules, players, deal, int(data["dealer"]), int(data["hand_number"]))
+        for seat, hand in enumerate(data["hands"]):
+            counts = [0] * NCODES
+            for c in parse_many(hand):
+                counts[c] += 1
+            state.counts[seat] = counts
+            state.sizes[seat] = len(hand)
+        state.melds = [[Meld.from_state_json(m) for m in side] for side in data["melds"]]
+        state.pile = parse_many(data["pile"])
+        state.stock = list(reversed(parse_many(data["stock"])))
+        state.mortos = [None if m is None else tuple(parse_many(m)) for m in data["mortos"]]
+        state.morto_taken = [bool(x) for x in data["morto_taken"]]
+        state.morto_to_stock = [bool(x) for x in data["morto_to_stock"]]
+        state.morto_pending = [int(x) for x in data["morto_pending"]]
+        state.to_act = int(data["to_act"])
+        state.phase = str(data["phase"])
+        state.must_meld = int(data["must_meld"])
+        state.lone = int(data["lone"])
+        state.went_out = int(data["went_out"])
+        state.end_reason = str(data["end_reason"])
+        state.turns = int(data["turns"])
+        state.history = [(int(seat), action_from_json(a)) for seat, a in data["history"]]
+        return state
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HandState) and self.to_json() == other.to_json()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"HandState(hand {self.hand_number}, {self.phase}, seat {self.to_act} to act, "
+                f"stock {len(self.stock)}, pile {len(self.pile)})")
+
+
+def total_cards(state: HandState) -> int:
+    """Every card the hand holds anywhere (for invariant checks)."""
+    return (sum(state.sizes) + sum(len(m.cards) for side in state.melds for m in side) + len(state.pile)
+            + len(state.stock) + sum(len(m) for m in state.mortos if m is not None))
+
+
+__all__ = ["DRAW_PHASE", "OVER", "PLAY_PHASE", "HandState", "side_of", "total_cards"]
