@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from engine.state import HandState
 
 
+_Seen = set[tuple[int, ...]]
+
+
 def _wild_types(counts: list[int]) -> list[int]:
     out = [JOKER] if counts[JOKER] else []
     out.extend(t * 13 + 1 for t in range(4) if counts[t * 13 + 1])
@@ -139,7 +142,6 @@ def meld_actions(state: HandState, first_only: bool = False) -> list[MeldCards]:
 
 def add_actions(state: HandState, first_only: bool = False) -> list[AddCards]:
     """Every legal addition to the side's melds for the seat to act."""
-    rules = state.rules
     counts = state.counts[state.to_act]
     wilds = _wild_types(counts)
     side_melds = state.melds[state.to_act & 1]
@@ -147,22 +149,8 @@ def add_actions(state: HandState, first_only: bool = False) -> list[AddCards]:
     for index, meld in enumerate(side_melds):
         seen: set[tuple[int, ...]] = set()
 
-        def consider(cards: list[int], index: int = index, meld: Meld = meld, seen: set[tuple[int, ...]] = seen) -> bool:
-            if not cards or not _fits(counts, cards):
-                return False
-            cards_t = tuple(sorted(cards))
-            if cards_t in seen:
-                return False
-            seen.add(cards_t)
-            try:
-                result = extend_meld(meld, cards_t, rules)
-            except IllegalActionError:
-                return False
-            action = AddCards(index, cards_t)
-            if _accept(state, action, result, index):
-                out.append(action)
-                return first_only
-            return False
+        def consider(cards: list[int], index: int = index, meld: Meld = meld, seen: _Seen = seen) -> bool:
+            return _consider_add(state, counts, meld, index, cards, seen, out) and first_only
 
         if meld.is_sequence:
             suit = meld.suit
@@ -218,3 +206,23 @@ def add_actions(state: HandState, first_only: bool = False) -> list[AddCards]:
                         return out
     return out
 
+
+
+def _consider_add(state: HandState, counts: list[int], meld: Meld, index: int, cards: list[int],
+                  seen: set[tuple[int, ...]], out: list[AddCards]) -> bool:
+    """Record the addition of ``cards`` to meld ``index`` if legal; True when it was recorded."""
+    if not cards or not _fits(counts, cards):
+        return False
+    cards_t = tuple(sorted(cards))
+    if cards_t in seen:
+        return False
+    seen.add(cards_t)
+    try:
+        result = extend_meld(meld, cards_t, state.rules)
+    except IllegalActionError:
+        return False
+    action = AddCards(index, cards_t)
+    if _accept(state, action, result, index):
+        out.append(action)
+        return True
+    return False
