@@ -73,7 +73,9 @@ class MatchState:
 
     def _hand_finished(self) -> list[Event]:
         assert self.hand is not None
-        score = self.hand.score()
+        return self._record_hand(self.hand.score())
+
+    def _record_hand(self, score: list[dict[str, int]]) -> list[Event]:
         self.hand_scores.append(score)
         for side in (0, 1):
             self.totals[side] += score[side]["total"]
@@ -130,3 +132,55 @@ class MatchState:
         return isinstance(other, MatchState) and self.to_json() == other.to_json()
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def action_of(event: Event) -> Action | None:
+    """The player's action an event records (``None`` for consequences such as ``morto_taken``)."""
+    from engine.actions import DRAW, TAKE_PILE, Discard, add_action, meld_action
+    from engine.cards import parse, parse_many
+
+    p = event.public
+    if event.type == "drew":
+        return DRAW
+    if event.type == "took_pile":
+        return TAKE_PILE
+    if event.type == "discarded":
+        return Discard(parse(p["card"]))
+    if event.type == "melded":
+        wild_as = p.get("wild_as")
+        return meld_action(parse_many(p["cards"]), None if wild_as is None else parse(wild_as))
+    if event.type == "added":
+        return add_action(int(p["meld"]), parse_many(p["added"]))
+    return None
+
+
+def rebuild(rules: Ruleset, players: int, first_dealer: int, log: list[Event]) -> MatchState:
+    """Replay an authoritative event log into the match it describes.
+
+    Every action is applied again through the rules, and the events it causes must equal the ones
+    logged: a log that was tampered with, or written by different rules, is refused.
+    """
+    match = MatchState(rules, players, first_dealer)
+    expected: list[dict[str, Any]] = []
+    for event in log:
+        if expected:
+            if event.to_json() != expected[0]:
+                raise ValueError(f"the log diverges from the rules at {event.type}: {event.to_json()}")
+            expected.pop(0)
+            continue
+        if event.type == "hand_started":
+            deal = Deal.from_json(event.secret["deal"], rules, players)
+            started = match.start_hand(deal=deal)
+            if started.to_json() != event.to_json():
+                raise ValueError("the log's hand_started does not match the deal it carries")
+            continue
+        action = action_of(event)
+        if action is None:
+            raise ValueError(f"unexpected {event.type} event in the log")
+        produced = match.apply(action, event.seat)
+        if produced[0].to_json() != event.to_json():
+            raise ValueError(f"the log diverges from the rules at {event.type}")
+        expected = [e.to_json() for e in produced[1:]]
+    if expected:
+        raise ValueError("the log ends in the middle of an action's consequences")
+    return match

@@ -268,7 +268,6 @@ def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: i
                 continue
             if not wilds:
                 if want_slot:
-                    problem = "wild_as was given but the meld has no wild"
                     continue
                 if _popcount(mask) >= MIN_MELD and is_run(mask):
                     key = (0, ace_low, 0)
@@ -285,6 +284,8 @@ def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: i
                 if best is None or key < best[0]:
                     best = (key, Meld.sequence(suit, mask, wild, slot))
     if best is None:
+        if want_slot and not suit_twos and not foreign_wilds:
+            raise _invalid("wild_as was given but the meld has no wild")
         if want_slot:
             raise _invalid("the wild cannot stand for the card wild_as names in this sequence")
         raise _invalid(problem)

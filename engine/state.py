@@ -225,6 +225,7 @@ class HandState:
             return None
         if isinstance(action, MeldCards):
             self._check_holds(action.cards)
+            self._check_pile_top(action.cards)
             meld = make_meld(action.cards, self.rules, action.wild_as)
             self._check_meld_result(action, meld, -1)
             return meld
@@ -233,6 +234,7 @@ class HandState:
             if not 0 <= action.meld < len(side_melds):
                 raise IllegalActionError("UNKNOWN_MELD", f"the side has no meld number {action.meld}")
             self._check_holds(action.cards)
+            self._check_pile_top(action.cards)
             meld = extend_meld(side_melds[action.meld], action.cards, self.rules)
             self._check_meld_result(action, meld, action.meld)
             return meld
@@ -248,13 +250,16 @@ class HandState:
                 have = "does not hold" if counts[c] == 0 else f"holds only {counts[c]} of"
                 raise IllegalActionError("NOT_IN_HAND", f"the player {have} {to_str(c)}")
 
-    def _check_meld_result(self, action: MeldCards | AddCards, meld: Meld, index: int) -> None:
-        """The rules around a meld or addition: the closed pile's top card, and emptying the hand."""
-        if self.must_meld >= 0 and self.must_meld not in action.cards:
+    def _check_pile_top(self, cards: tuple[int, ...]) -> None:
+        if self.must_meld >= 0 and self.must_meld not in cards:
             raise IllegalActionError(
                 "PILE_TOP_REQUIRED",
                 f"the closed pile was taken: {to_str(self.must_meld)} must be melded or added now",
             )
+
+    def _check_meld_result(self, action: MeldCards | AddCards, meld: Meld, index: int) -> None:
+        """The rules around a meld or addition: the closed pile's top card, and emptying the hand."""
+        self._check_pile_top(action.cards)
         remaining = self.sizes[self.to_act] - len(action.cards)
         if not self._finishable_after(action, meld, index, remaining):
             raise IllegalActionError("CANNOT_GO_OUT", self._cannot_go_out_message(remaining))
