@@ -84,7 +84,7 @@ class MatchState:
             return []
         self.winner = winner
         return [Event("match_ended", -1, {"winner_side": winner, "totals": self.totals[:],
-                                          "hands": self.hands_played})]
+                                          "hands_played": self.hands_played})]
 
     def decide(self) -> int:
         """The winning side after the hands so far, or -1 when another hand must be played."""

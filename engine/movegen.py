@@ -158,9 +158,12 @@ def add_actions(state: HandState, first_only: bool = False) -> list[AddCards]:
             nat = meld.mask
             nlo = (nat & -nat).bit_length() - 1
             nhi = nat.bit_length() - 1
-            new_wilds = [] if meld.wild >= 0 else wilds
+            # the meld's own wild 2 may drop into its natural place and free the meld for a new wild
+            home = meld.wild == slot_card(suit, TWO) and not nat >> TWO & 1
+            if home:
+                avail |= 1 << TWO
             # the final run spans [lo, hi] around the naturals; every slot of it that is not natural
-            # yet is filled from the hand, except at most one: the wild's
+            # yet is filled from the hand, except at most one: the wild's (and slot 2 when it goes home)
             inner = [s for s in range(nlo, nhi + 1) if not nat >> s & 1]
             inner_missing = sum(1 for s in inner if not avail >> s & 1)
             low: list[int] = []
@@ -185,13 +188,18 @@ def add_actions(state: HandState, first_only: bool = False) -> list[AddCards]:
                         continue
                     holes: list[int] = [x for x in fill if not avail >> x & 1] if missing else [0, *fill]
                     for hole in holes:
-                        naturals = _slots_cards(suit, [x for x in fill if x != hole])
-                        if (not hole or meld.wild >= 0) and consider(naturals):
-                            return out
-                        if hole:
-                            for w in new_wilds:
-                                if consider([*naturals, w]):
-                                    return out
+                        slots = [x for x in fill if x != hole]
+                        variants = [slots]
+                        if home and TWO in slots:
+                            variants.append([x for x in slots if x != TWO])  # the meld's 2 fills it
+                        for chosen in variants:
+                            naturals = _slots_cards(suit, chosen)
+                            if (not hole or meld.wild >= 0) and consider(naturals):
+                                return out
+                            if hole:
+                                for w in wilds:
+                                    if consider([*naturals, w]):
+                                        return out
         else:
             rank = meld.group_rank
             per_suit = [counts[s * 13 + rank - 1] for s in range(4)]

@@ -80,7 +80,7 @@ def test_a_legal_record_through_the_real_command(tmp_path: pathlib.Path) -> None
 def test_an_illegal_action_exits_3_with_the_state_before_it(tmp_path: pathlib.Path) -> None:
     rec = simple_record()
     rec["actions"].append({"seat": 1, "do": "draw"})
-    status, out, err = run(rec, tmp_path)
+    status, out, _ = run(rec, tmp_path)
     assert status == EXIT_ILLEGAL
     data = json.loads(out)
     assert data["ok"] is False

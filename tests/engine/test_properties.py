@@ -1,0 +1,206 @@
+"""Property tests: random legal play in every preset and both table sizes.
+
+Checked after every action: every card is accounted for; every meld on the table is valid; views
+and filtered events never show a seat a card it may not see (and do not change when hidden cards
+change); the actions ``legal_actions`` lists all apply, and random meld and add attempts are legal
+exactly when listed; the event log rebuilds an equal match.
+"""
+
+import random
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.actions import Action, AddCards, Discard, MeldCards
+from engine.cards import JOKER, is_two, rank_of, suit_of, to_str
+from engine.errors import IllegalActionError
+from engine.events import Event
+from engine.match import MatchState, rebuild
+from engine.melds import Meld, extend_meld, is_run, make_meld, slot_card
+from engine.rules import CANASTRA, MIN_MELD, PRESETS
+from engine.state import HandState, side_of, total_cards
+
+PRESET_NAMES = sorted(PRESETS)
+
+# card-bearing fields an event may show to everyone
+PUBLIC_CARD_FIELDS = {"took_pile": {"cards"}, "melded": {"cards", "wild_as"}, "added": {"cards", "added"},
+                      "discarded": {"card"}, "hand_ended": {"hands"}}
+# card-bearing fields only the acting seat may see
+PRIVATE_CARD_FIELDS = {"drew": {"card"}, "morto_taken": {"cards"}, "hand_started": {"hand"}}
+VIEW_KEYS = {"seat", "players", "hand_number", "dealer", "phase", "to_act", "hand_sizes", "melds", "discard",
+             "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score"}
+
+
+def check_meld(m: Meld, state: HandState) -> None:
+    rules = state.rules
+    assert len(m.cards) >= MIN_MELD
+    wilds = [c for c in m.cards if c == JOKER or is_two(c)]
+    if m.is_sequence:
+        natural_two = slot_card(m.suit, 2) if m.mask >> 2 & 1 else -1
+        assert len([w for w in wilds if w != natural_two]) + (wilds.count(natural_two) - 1 if natural_two in wilds
+                                                               else 0) <= 1
+        lo = (m.mask | (1 << m.wild_slot if m.wild >= 0 else 0))
+        span = [s for s in range(15) if lo >> s & 1]
+        assert span == list(range(span[0], span[-1] + 1)), "a sequence is a run"
+        assert all(suit_of(c) == m.suit for c in m.cards if c != m.wild)
+        if not rules.ace_to_ace:
+            assert not (m.mask >> 1 & 1 and m.mask >> 14 & 1)
+        assert not (m.wild >= 0 and is_two(m.wild) and suit_of(m.wild) == m.suit and m.wild_slot == 2)
+    else:
+        assert rules.groups
+        assert m.wild < 0 or m.cards[-1] == m.wild
+        naturals = [c for c in m.cards if c != m.wild] if m.wild >= 0 else list(m.cards)
+        assert len({rank_of(c) for c in naturals}) == 1 and len(naturals) >= 2
+        assert len(wilds) <= 1 or m.group_rank == 2
+
+
+def check_event(event: Event, players: int) -> None:
+    for seat in [None, *range(players)]:
+        shown = event.for_seat(seat)
+        for key in PRIVATE_CARD_FIELDS.get(event.type, set()):
+            if key in shown:
+                assert seat is not None and (seat == event.seat or event.type == "hand_started")
+        allowed = PUBLIC_CARD_FIELDS.get(event.type, set()) | (
+            PRIVATE_CARD_FIELDS.get(event.type, set()) if seat is not None else set())
+        for key in ("card", "cards", "hand", "hands", "added", "deal", "stock", "mortos", "wild_as"):
+            if key in shown:
+                assert key in allowed, (event.type, key, seat)
+    assert "deal" not in event.public and "stock" not in event.public and "mortos" not in event.public
+
+
+def hidden_swap(state: HandState, viewer: int | None) -> HandState | None:
+    """A copy where a card hidden from ``viewer`` (another hand's) is swapped with a stock card."""
+    others = [s for s in range(state.players) if s != viewer and state.sizes[s]]
+    if not others or not state.stock:
+        return None
+    other = others[0]
+    hand = state.hand_of(other)
+    for stock_at, card in enumerate(state.stock):
+        for mine in hand:
+            if mine != card:
+                copy = state.clone()
+                copy.counts[other][mine] -= 1
+                copy.counts[other][card] += 1
+                copy.stock[stock_at] = mine
+                return copy
+    return None
+
+
+def attempts(state: HandState, rng: random.Random) -> list[Action]:
+    """Meld and add attempts built around the hand's cards, legal or not."""
+    hand = state.hand_of(state.to_act)
+    out: list[Action] = []
+    for _ in range(12):
+        anchor = rng.choice(hand)
+        if anchor != JOKER and rng.random() < 0.5:
+            pool = [c for c in hand if c != JOKER and suit_of(c) == suit_of(anchor) and
+                    abs(rank_of(c) - rank_of(anchor)) <= 4]
+        else:
+            pool = [c for c in hand if rank_of(c) == rank_of(anchor)]
+        pool += [c for c in hand if c == JOKER or is_two(c)]
+        k = rng.randint(1, min(len(pool), 8))
+        cards = tuple(sorted(rng.sample(pool, k)))
+        if len(cards) >= 3:
+            out.append(MeldCards(cards))
+        melds = state.melds[side_of(state.to_act)]
+        if melds:
+            out.append(AddCards(rng.randrange(len(melds)), cards))
+    return out
+
+
+def outcome(state: HandState, action: Action) -> Any:
+    """What an action makes, so that equal moves written differently compare equal."""
+    if isinstance(action, MeldCards):
+        return ("meld", action.cards, make_meld(action.cards, state.rules, action.wild_as))
+    if isinstance(action, AddCards):
+        m = state.melds[side_of(state.to_act)][action.meld]
+        return ("add", action.meld, action.cards, extend_meld(m, action.cards, state.rules))
+    return action
+
+
+def check_state(state: HandState, rng: random.Random, events: list[Event]) -> None:
+    assert total_cards(state) == state.rules.deck_size
+    assert sum(state.counts[s][c] for s in range(state.players) for c in range(53)) == sum(state.sizes)
+    for side in state.melds:
+        for m in side:
+            check_meld(m, state)
+    for e in events:
+        check_event(e, state.players)
+    for viewer in [None, *range(state.players)]:
+        view = state.view(viewer)
+        expected = VIEW_KEYS | ({"hand"} if viewer is not None else set()) | (
+            {"went_out", "end_reason", "hands"} if state.is_terminal() else set())
+        assert set(view) == expected
+        if viewer is not None:
+            assert view["hand"] == [to_str(c) for c in state.hand_of(viewer)]
+        if not state.is_terminal():
+            twin = hidden_swap(state, viewer)
+            if twin is not None:
+                assert twin.view(viewer) == view, "a view depends on a hidden card"
+    if state.is_terminal():
+        return
+    legal = state.legal_actions()
+    assert legal, "a player must always have a legal action"
+    assert len(legal) == len(set(legal)), "legal_actions has duplicates"
+    for action in rng.sample(legal, min(len(legal), 6)):
+        trial = state.clone()
+        trial.apply(action, trial.to_act)
+    if state.phase == "play":
+        listed = {outcome(state, a) for a in legal if isinstance(a, MeldCards | AddCards)}
+        for action in attempts(state, rng):
+            try:
+                result = outcome(state, action)
+            except IllegalActionError:
+                result = None
+            legal_now = state.is_legal(action)
+            assert legal_now == (result in listed), (action, legal_now)
+        discards = {a.card for a in legal if isinstance(a, Discard)}
+        for card in set(state.hand_of(state.to_act)):
+            assert state.is_legal(Discard(card)) == (card in discards)
+
+
+def play(name: str, players: int, seed: int, checks: bool = True) -> None:
+    rng = random.Random(seed)
+    rules = PRESETS[name]
+    match = MatchState(rules, players, first_dealer=rng.randrange(players))
+    log = [match.start_hand(seed=seed)]
+    assert match.hand is not None
+    state = match.hand
+    check_event(log[0], players)
+    steps = 0
+    while not state.is_terminal():
+        legal = state.legal_actions()
+        if state.phase == "draw":
+            action = rng.choice(legal)
+        else:
+            melds = [a for a in legal if not isinstance(a, Discard)]
+            action = rng.choice(melds) if melds and rng.random() < 0.7 else rng.choice(legal)
+        events = match.apply(action, state.to_act)
+        log.extend(events)
+        if isinstance(action, AddCards) and not state.is_terminal():
+            m = state.melds[side_of(state.to_act)][action.meld] if state.phase == "play" else None
+            if m is not None and m.is_sequence and m.wild >= 0 and is_two(m.wild) and suit_of(m.wild) == m.suit:
+                assert m.mask >> 2 & 1 or not is_run(m.mask | 1 << 2), "after an addition a wild 2 goes home"
+        steps += 1
+        if checks and (steps % 3 == 0 or state.sizes[state.to_act] <= 3 or state.is_terminal()):
+            check_state(state, rng, events)
+    assert rebuild(rules, players, match.first_dealer, log) == match
+    score = state.score()
+    assert all(s["total"] == s["cards"] + s["bonus"] + s["going_out"] + s["hand"] + s["morto"] for s in score)
+    for side in (0, 1):
+        canastras = [m for m in state.melds[side] if len(m.cards) >= CANASTRA]
+        if state.went_out >= 0 and side_of(state.went_out) == side:
+            assert canastras and score[side]["going_out"] == rules.going_out_bonus
+
+
+@settings(max_examples=30)
+@given(name=st.sampled_from(PRESET_NAMES), players=st.sampled_from([2, 4]), seed=st.integers(0, 2**32))
+def test_random_legal_play_keeps_every_invariant(name: str, players: int, seed: int) -> None:
+    play(name, players, seed)
+
+
+def test_every_preset_and_table_size_at_least_once() -> None:
+    for name in PRESET_NAMES:
+        for players in (2, 4):
+            play(name, players, seed=hash((name, players)) % 1000, checks=False)
