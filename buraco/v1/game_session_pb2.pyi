@@ -860,7 +860,7 @@ class ExportRecordsResponse(_message.Message):
         """The game record: JSON accepted by `python -m engine.replay`."""
         seed: _builtins.str
         """The revealed shuffle seed (hex) and the commitment sent when the hand started:
-        hex(sha256(seed || table name || hand number)), see docs/contracts.md.
+        lowercase hex of sha256("{seed}|{table name}|{hand number}"), see docs/contracts.md.
         """
         commitment: _builtins.str
         def __init__(
@@ -1340,7 +1340,9 @@ class HandStarted(_message.Message):
     hand_number: _builtins.int
     dealer: _builtins.int
     deal_commitment: _builtins.str
-    """hex(sha256(seed || table name || hand number)); the seed is revealed in HandEnded."""
+    """lowercase hex of sha256("{seed}|{table name}|{hand number}") (docs/contracts.md); the seed
+    (64 lowercase hex digits) is revealed in HandEnded.
+    """
     to_act: _builtins.int
     """The seat that acts first."""
     stock_count: _builtins.int

@@ -109,13 +109,13 @@ def run_env(target_metadata: MetaData) -> None:
         version_table_schema=schema,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
-        include_name=_only_own_tables(target_metadata, config.attributes["service"]),
+        include_name=own_tables(target_metadata, config.attributes["service"]),
     )
     with environment.begin_transaction():
         environment.run_migrations()
 
 
-def _only_own_tables(metadata: MetaData, service: str) -> Any:
+def own_tables(metadata: MetaData, service: str) -> Any:
     """Autogenerate looks only at the service's own tables (others may share the database)."""
 
     def include(name: str | None, type_: str, _parent: Any) -> bool:
