@@ -394,8 +394,11 @@ class DrawRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     EXPECTED_SEQ_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     expected_seq: _builtins.int
+    """REQUIRED. The last sequence number the client saw; a stale one is FAILED_PRECONDITION."""
     def __init__(
         self,
         *,
@@ -441,8 +444,11 @@ class TakeDiscardRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     EXPECTED_SEQ_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     expected_seq: _builtins.int
+    """REQUIRED. The last sequence number the client saw; a stale one is FAILED_PRECONDITION."""
     def __init__(
         self,
         *,
@@ -488,8 +494,11 @@ class MeldRequest(_message.Message):
     CARDS_FIELD_NUMBER: _builtins.int
     WILD_AS_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     expected_seq: _builtins.int
+    """REQUIRED. The last sequence number the client saw; a stale one is FAILED_PRECONDITION."""
     wild_as: _builtins.str
     """OPTIONAL. The card the meld's wild stands for, when that is ambiguous."""
     @_builtins.property
@@ -543,8 +552,11 @@ class AddToMeldRequest(_message.Message):
     MELD_FIELD_NUMBER: _builtins.int
     CARDS_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     expected_seq: _builtins.int
+    """REQUIRED. The last sequence number the client saw; a stale one is FAILED_PRECONDITION."""
     meld: _builtins.int
     """REQUIRED. The index of the side's meld, counted from 0 in the order they were laid down."""
     @_builtins.property
@@ -597,8 +609,11 @@ class DiscardRequest(_message.Message):
     EXPECTED_SEQ_FIELD_NUMBER: _builtins.int
     CARD_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     expected_seq: _builtins.int
+    """REQUIRED. The last sequence number the client saw; a stale one is FAILED_PRECONDITION."""
     card: _builtins.str
     """REQUIRED. A card from the caller's hand."""
     def __init__(
@@ -644,7 +659,9 @@ class LeaveTableRequest(_message.Message):
     TABLE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -900,7 +917,9 @@ class ProposeAnnulmentRequest(_message.Message):
     TABLE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -944,7 +963,9 @@ class VoteAnnulmentRequest(_message.Message):
     PROPOSAL_ID_FIELD_NUMBER: _builtins.int
     APPROVE_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     proposal_id: _builtins.str
     """REQUIRED. The proposal voted on."""
     approve: _builtins.bool
@@ -988,7 +1009,9 @@ class SendChatRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     text: _builtins.str
     """REQUIRED. 1 to 200 characters."""
     def __init__(
@@ -1035,7 +1058,9 @@ class MuteChatRequest(_message.Message):
     PLAYER_FIELD_NUMBER: _builtins.int
     MUTED_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     player: _builtins.str
     """REQUIRED. The participant to mute: `players/{player}`."""
     muted: _builtins.bool

@@ -224,6 +224,7 @@ class CreateTicketRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     TICKET_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     @_builtins.property
     def ticket(self) -> Global___Ticket:
         """REQUIRED. `preferences` and optionally `party`."""
@@ -269,7 +270,9 @@ class CancelTicketRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `tickets/{ticket}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -291,7 +294,9 @@ class ConfirmTicketRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `tickets/{ticket}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -312,6 +317,7 @@ class WatchTicketRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `tickets/{ticket}`."""
     def __init__(
         self,
         *,
@@ -369,6 +375,7 @@ class CreatePartyRequest(_message.Message):
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -388,6 +395,7 @@ class GetPartyRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `parties/{party}`."""
     def __init__(
         self,
         *,
@@ -409,7 +417,9 @@ class InviteToPartyRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     PLAYER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `parties/{party}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     player: _builtins.str
     """REQUIRED. `players/{player}`."""
     def __init__(
@@ -434,7 +444,9 @@ class JoinPartyRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `parties/{party}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -456,7 +468,9 @@ class LeavePartyRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `parties/{party}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -600,6 +614,7 @@ class CreateLobbyTableRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     LOBBY_TABLE_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     @_builtins.property
     def lobby_table(self) -> Global___LobbyTable:
         """REQUIRED. `options`."""
@@ -624,6 +639,7 @@ class GetLobbyTableRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     def __init__(
         self,
         *,
@@ -651,6 +667,7 @@ class ListLobbyTablesRequest(_message.Message):
     page_size: _builtins.int
     """OPTIONAL. Default 20, maximum 100."""
     page_token: _builtins.str
+    """OPTIONAL. The `next_page_token` of the previous page."""
     preset: _builtins.str
     """OPTIONAL filters; unset fields match anything."""
     players: _builtins.int
@@ -707,6 +724,7 @@ class UpdateLobbyTableRequest(_message.Message):
     LOBBY_TABLE_FIELD_NUMBER: _builtins.int
     UPDATE_MASK_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     @_builtins.property
     def lobby_table(self) -> Global___LobbyTable:
         """REQUIRED. `name` and the new `options`."""
@@ -738,7 +756,9 @@ class SitDownRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     SEAT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     seat: _builtins.int
     """OPTIONAL. The seat; unset: the first free one."""
     def __init__(
@@ -765,7 +785,9 @@ class StandUpRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -787,7 +809,9 @@ class LeaveLobbyTableRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -810,7 +834,9 @@ class InviteToTableRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     PLAYER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     player: _builtins.str
     """REQUIRED. `players/{player}`."""
     def __init__(
@@ -836,7 +862,9 @@ class FillWithBotsRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     LEVEL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     level: _common_pb2.BotLevel.ValueType
     """OPTIONAL. Default MEDIUM."""
     def __init__(
@@ -862,8 +890,11 @@ class SetReadyRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     READY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     ready: _builtins.bool
+    """REQUIRED. True: ready for the next match; false: not."""
     def __init__(
         self,
         *,
@@ -886,7 +917,9 @@ class StartMatchRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -908,7 +941,9 @@ class RequestRematchRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -929,6 +964,7 @@ class WatchLobbyTableRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `lobbyTables/{lobby_table}`."""
     def __init__(
         self,
         *,

@@ -78,6 +78,7 @@ class RecordMatchRequest(_message.Message):
     ANNULLED_FIELD_NUMBER: _builtins.int
     END_TIME_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     match_id: _builtins.str
     """REQUIRED. The match id; recording is idempotent on it."""
     annulled: _builtins.bool
@@ -282,6 +283,7 @@ class ListXpEventsRequest(_message.Message):
     page_size: _builtins.int
     """OPTIONAL. Default 20, maximum 100."""
     page_token: _builtins.str
+    """OPTIONAL. The `next_page_token` of the previous page."""
     def __init__(
         self,
         *,
@@ -444,7 +446,9 @@ class BatchGetRatingsRequest(_message.Message):
     PRESET_FIELD_NUMBER: _builtins.int
     PLAYERS_FIELD_NUMBER: _builtins.int
     preset: _builtins.str
+    """REQUIRED. A ruleset preset name."""
     players: _builtins.int
+    """REQUIRED. 2 or 4."""
     @_builtins.property
     def player_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """REQUIRED. 1 to 1000 distinct `players/{player}`."""
@@ -496,11 +500,15 @@ class ListRatingHistoryRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     player: _builtins.str
+    """REQUIRED. `players/{player}`."""
     preset: _builtins.str
+    """REQUIRED. A ruleset preset name."""
     players: _builtins.int
+    """REQUIRED. 2 or 4."""
     page_size: _builtins.int
     """OPTIONAL. Default 20, maximum 100."""
     page_token: _builtins.str
+    """OPTIONAL. The `next_page_token` of the previous page."""
     def __init__(
         self,
         *,
@@ -681,8 +689,11 @@ class ListLeaderboardEntriesRequest(_message.Message):
     page_size: _builtins.int
     """OPTIONAL. Default 100, maximum 500."""
     page_token: _builtins.str
+    """OPTIONAL. The `next_page_token` of the previous page."""
     @_builtins.property
-    def leaderboard(self) -> Global___Leaderboard: ...
+    def leaderboard(self) -> Global___Leaderboard:
+        """REQUIRED. Which leaderboard."""
+
     def __init__(
         self,
         *,
@@ -740,7 +751,9 @@ class GetLeaderboardRankRequest(_message.Message):
     player: _builtins.str
     """REQUIRED. `players/{player}`."""
     @_builtins.property
-    def leaderboard(self) -> Global___Leaderboard: ...
+    def leaderboard(self) -> Global___Leaderboard:
+        """REQUIRED. Which leaderboard."""
+
     def __init__(
         self,
         *,
@@ -769,7 +782,9 @@ class ListLeaderboardNeighborsRequest(_message.Message):
     """OPTIONAL. Entries above and below; default 5 each, maximum 50."""
     after: _builtins.int
     @_builtins.property
-    def leaderboard(self) -> Global___Leaderboard: ...
+    def leaderboard(self) -> Global___Leaderboard:
+        """REQUIRED. Which leaderboard."""
+
     def __init__(
         self,
         *,

@@ -244,6 +244,7 @@ class CreateTournamentRequest(_message.Message):
     TOURNAMENT_ID_FIELD_NUMBER: _builtins.int
     TOURNAMENT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     tournament_id: _builtins.str
     """OPTIONAL. The id; generated when empty."""
     @_builtins.property
@@ -271,6 +272,7 @@ class GetTournamentRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `tournaments/{tournament}`."""
     def __init__(
         self,
         *,
@@ -294,6 +296,7 @@ class ListTournamentsRequest(_message.Message):
     page_size: _builtins.int
     """OPTIONAL. Default 20, maximum 100."""
     page_token: _builtins.str
+    """OPTIONAL. The `next_page_token` of the previous page."""
     state: Global___Tournament.State.ValueType
     """OPTIONAL. Only tournaments in this state."""
     def __init__(
@@ -342,7 +345,9 @@ class CancelTournamentRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `tournaments/{tournament}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     reason: _builtins.str
     """REQUIRED. Why."""
     def __init__(
@@ -370,6 +375,7 @@ class RegisterRequest(_message.Message):
     tournament: _builtins.str
     """REQUIRED. `tournaments/{tournament}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     partner: _builtins.str
     """REQUIRED for pairs tournaments: the partner, `players/{player}`; the entry is complete when
     the partner registers naming the caller.
@@ -396,7 +402,9 @@ class UnregisterRequest(_message.Message):
     TOURNAMENT_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     tournament: _builtins.str
+    """REQUIRED. `tournaments/{tournament}`."""
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     def __init__(
         self,
         *,
@@ -423,6 +431,7 @@ class ListEntrantsRequest(_message.Message):
     page_size: _builtins.int
     """OPTIONAL. Default 50, maximum 500."""
     page_token: _builtins.str
+    """OPTIONAL. The `next_page_token` of the previous page."""
     def __init__(
         self,
         *,
@@ -509,9 +518,11 @@ class ListStandingsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     parent: _builtins.str
+    """REQUIRED. The parent resource's name."""
     page_size: _builtins.int
     """OPTIONAL. Default 50, maximum 500."""
     page_token: _builtins.str
+    """OPTIONAL. The `next_page_token` of the previous page."""
     def __init__(
         self,
         *,
@@ -679,6 +690,7 @@ class ReportMatchResultRequest(_message.Message):
     OUTCOMES_FIELD_NUMBER: _builtins.int
     MATCH_SCORES_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     tournament: _builtins.str
     """REQUIRED. `tournaments/{tournament}`."""
     match_id: _builtins.str
@@ -729,6 +741,7 @@ class WatchTournamentRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """REQUIRED. `tournaments/{tournament}`."""
     def __init__(
         self,
         *,

@@ -247,6 +247,7 @@ class CreateAccountRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     PLAYER_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     player: _builtins.str
     """REQUIRED. `players/{player}`."""
     def __init__(
@@ -275,6 +276,7 @@ class ListTransfersRequest(_message.Message):
     page_size: _builtins.int
     """OPTIONAL. Default 50, maximum 500."""
     page_token: _builtins.str
+    """OPTIONAL. The `next_page_token` of the previous page."""
     def __init__(
         self,
         *,
@@ -352,6 +354,7 @@ class HoldBetsRequest(_message.Message):
     """REQUIRED. Idempotency key."""
     match_id: _builtins.str
     tournament: _builtins.str
+    """REQUIRED. `tournaments/{tournament}`."""
     @_builtins.property
     def stakes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Stake]:
         """REQUIRED. One stake per player, distinct players, 1 to 4 for a match, any number (at most
@@ -449,8 +452,10 @@ class SettleRequest(_message.Message):
     OUTCOMES_FIELD_NUMBER: _builtins.int
     PRIZES_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     match_id: _builtins.str
     tournament: _builtins.str
+    """REQUIRED. `tournaments/{tournament}`."""
     @_builtins.property
     def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PlayerOutcome]:
         """REQUIRED for a match: every staking player's outcome. Winners split the pot less the cut."""
@@ -517,8 +522,10 @@ class VoidRequest(_message.Message):
     PENALISED_PLAYERS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     match_id: _builtins.str
     tournament: _builtins.str
+    """REQUIRED. `tournaments/{tournament}`."""
     reason: _builtins.str
     """OPTIONAL. Why, recorded on the transfers."""
     @_builtins.property
@@ -573,6 +580,7 @@ class ExpireHoldsRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     MATCH_ID_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     match_id: _builtins.str
     """OPTIONAL. Only this match's holds; empty: every hold past its expiry."""
     def __init__(
@@ -638,6 +646,7 @@ class GrantRequest(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     NOTE_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     player: _builtins.str
     """REQUIRED. `players/{player}`."""
     amount_chips: _builtins.int
@@ -672,6 +681,7 @@ class AdminCorrectionRequest(_message.Message):
     AMOUNT_CHIPS_FIELD_NUMBER: _builtins.int
     NOTE_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """REQUIRED. Idempotency key (docs/contracts.md)."""
     account: _builtins.str
     """REQUIRED. `accounts/{account}` to correct."""
     amount_chips: _builtins.int
