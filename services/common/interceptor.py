@@ -23,6 +23,7 @@ clients answer by reconnecting (to another replica) with their last sequence num
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -97,6 +98,7 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}  # type: ignore[type-arg]
         self._stream_tasks: set[asyncio.Task[Any]] = set()
         self._ending: set[asyncio.Task[Any]] = set()
+        self._waiting: set[asyncio.Task[Any]] = set()
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -220,19 +222,32 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             started = time.perf_counter()
             code, message = "OK", ""
             key: str | None = None
+            iterator: Any = None
             task = asyncio.current_task()
+            assert task is not None  # grpc.aio runs every call in a task of its own
             try:
                 identity = self._begin(method, context)
                 self.stream_limiter.acquire(identity.principal)
                 key = identity.principal
                 streams_open.inc()
-                if task is not None:
-                    self._stream_tasks.add(task)
+                self._stream_tasks.add(task)
                 if request is UNDECODABLE:
                     raise InvalidArgumentError("request", "could not be decoded as the method's message")
                 result = inner(request, context)
                 if hasattr(result, "__aiter__"):
-                    async for item in result:
+                    iterator = result.__aiter__()
+                    while True:
+                        if task in self._ending:
+                            raise UnavailableError(SHUTDOWN_MESSAGE)
+                        # Only a stream waiting for its next item is cancelled by end_streams();
+                        # one whose message is being sent sees _ending when it comes back here.
+                        self._waiting.add(task)
+                        try:
+                            item = await iterator.__anext__()
+                        except StopAsyncIteration:
+                            break
+                        finally:
+                            self._waiting.discard(task)
                         yield item
                 else:
                     for item in result:
@@ -242,7 +257,7 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 code = _code_name(context)
                 raise
             except asyncio.CancelledError:
-                if task is None or task not in self._ending:
+                if task not in self._ending:
                     code = "CANCELLED"
                     raise
                 task.uncancel()
@@ -253,12 +268,14 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 code = code_.name
                 await self._fail(context, error)
             finally:
+                if iterator is not None and hasattr(iterator, "aclose"):
+                    with contextlib.suppress(Exception):
+                        await iterator.aclose()
                 if key is not None:
                     self.stream_limiter.release(key)
                     streams_open.dec()
-                if task is not None:
-                    self._stream_tasks.discard(task)
-                    self._ending.discard(task)
+                self._stream_tasks.discard(task)
+                self._ending.discard(task)
                 self._finish(method, code, started, message)
 
         return behaviour
@@ -268,7 +285,8 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         tasks = list(self._stream_tasks)
         for task in tasks:
             self._ending.add(task)
-            task.cancel()
+            if task in self._waiting:
+                task.cancel()
         return len(tasks)
 
 

@@ -40,6 +40,8 @@ class Probe(TournamentApi):
         super().__init__(deps)
         self.started = asyncio.Event()
         self.release = asyncio.Event()
+        self.stream_closed = asyncio.Event()
+        self.streams_closed = 0
 
     async def GetTournament(
         self, request: tournament_pb2.GetTournamentRequest, context: Any
@@ -65,8 +67,15 @@ class Probe(TournamentApi):
     async def WatchTournament(
         self, request: tournament_pb2.WatchTournamentRequest, context: Any
     ) -> AsyncIterator[tournament_pb2.TournamentUpdate]:
-        yield tournament_pb2.TournamentUpdate(tournament=tournament_pb2.Tournament(name=request.name))
-        await asyncio.Event().wait()  # a live stream with nothing more to say
+        if request.name == "tournaments/firehose":  # never waits for news: always sending
+            while True:
+                yield tournament_pb2.TournamentUpdate(tournament=tournament_pb2.Tournament(name=request.name))
+        try:
+            yield tournament_pb2.TournamentUpdate(tournament=tournament_pb2.Tournament(name=request.name))
+            await asyncio.Event().wait()  # a live stream with nothing more to say
+        finally:
+            self.streams_closed += 1
+            self.stream_closed.set()
 
 
 class Harness:
@@ -279,7 +288,8 @@ async def test_rate_limit_per_caller(tmp_path: Path) -> None:
 
 async def test_open_streams_per_caller_are_bounded(tmp_path: Path) -> None:
     config = make_config("tournament", tmp_path, max_streams_per_caller=2)
-    async with running(probe_spec([]), config) as server, grpc.aio.insecure_channel(server.address) as ch:
+    probes: list[Probe] = []
+    async with running(probe_spec(probes), config) as server, grpc.aio.insecure_channel(server.address) as ch:
         minter = dev_minter(config)
         stub = tournament_pb2_grpc.TournamentServiceStub(ch)
         alice = bearer(minter.mint(Kind.PLAYER, "alice"))
@@ -294,11 +304,9 @@ async def test_open_streams_per_caller_are_bounded(tmp_path: Path) -> None:
         bob = stub.WatchTournament(request, metadata=bearer(minter.mint(Kind.PLAYER, "bob")))
         assert (await read(bob)).tournament.name == "tournaments/t"
         open_streams[0].cancel()
-        # a freed slot can be used again (the server sees the cancellation asynchronously)
-        for _ in range(200):
-            if server.pipeline.stream_limiter.open("players/alice") < 2:
-                break
-            await asyncio.sleep(0.01)
+        # The server releases the slot in the same step that closes the handler's generator.
+        await probes[0].stream_closed.wait()
+        assert server.pipeline.stream_limiter.open("players/alice") == 1
         again = stub.WatchTournament(request, metadata=alice)
         assert (await read(again)).tournament.name == "tournaments/t"
         for stream in (open_streams[1], bob, again):
@@ -365,4 +373,17 @@ async def test_graceful_stop_finishes_calls_ends_streams_and_refuses_new_calls(h
 
     harness.probe.release.set()
     assert (await slow).name == "tournaments/slow"
+    await stopping
+
+
+async def test_graceful_stop_also_ends_streams_that_are_busy_sending(harness: Harness) -> None:
+    stream = harness.stub.WatchTournament(
+        tournament_pb2.WatchTournamentRequest(name="tournaments/firehose"), metadata=harness.token()
+    )
+    await stream.read()
+    stopping = harness.server.stop(grace=30)
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        while await stream.read() is not grpc.aio.EOF:
+            pass
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
     await stopping
