@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc.aio import EOF  # type: ignore[attr-defined]
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -383,7 +384,7 @@ async def test_graceful_stop_also_ends_streams_that_are_busy_sending(harness: Ha
     await stream.read()
     stopping = harness.server.stop(grace=30)
     with pytest.raises(grpc.aio.AioRpcError) as ended:
-        while await stream.read() is not grpc.aio.EOF:
+        while await stream.read() is not EOF:
             pass
     assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
     await stopping
