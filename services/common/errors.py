@@ -15,7 +15,8 @@ else that escapes a handler becomes INTERNAL with a fixed message, the traceback
     ├── PermissionDeniedError   PERMISSION_DENIED  acting for someone else, wrong identity kind
     ├── UnauthenticatedError    UNAUTHENTICATED    missing, bad, expired token
     ├── ResourceExhaustedError  RESOURCE_EXHAUSTED rate limit, too many streams
-    ├── UnavailableError        UNAVAILABLE        shutting down, not the owner (redirect)
+    ├── UnavailableError        UNAVAILABLE        shutting down
+    │   └── NotOwnerError                          this replica does not own the resource (redirect)
     └── UnimplementedError      UNIMPLEMENTED      an RPC not built yet
 """
 
@@ -26,6 +27,9 @@ from collections.abc import Sequence
 import grpc
 
 Metadata = Sequence[tuple[str, str | bytes]]
+
+#: Trailing metadata of a redirect: `host:port` of the replica that owns the resource.
+OWNER_ADDRESS_HEADER = "buraco-owner-address"
 
 
 class ServiceError(Exception):
@@ -85,6 +89,40 @@ class ResourceExhaustedError(ServiceError):
 
 class UnavailableError(ServiceError):
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class NotOwnerError(UnavailableError):
+    """This replica does not own the resource (a game table): tell the caller where the owner is.
+
+    The status is UNAVAILABLE with the trailing metadata `buraco-owner-address` (when an owner is
+    known) and the rich status details (`grpc-status-details-bin`, a google.rpc.Status) holding a
+    `buraco.v1.NotOwnerDetails`. See docs/contracts.md, "Table ownership and redirects".
+    """
+
+    def __init__(
+        self, resource: str, owner_address: str = "", *, epoch: int = 0, retry_after_ms: int = 0
+    ) -> None:
+        from google.protobuf import any_pb2
+        from google.rpc import status_pb2
+
+        from buraco.v1 import common_pb2
+
+        message = (
+            f"{resource} is owned by the replica at {owner_address}"
+            if owner_address
+            else f"{resource} has no owner at the moment; retry in {retry_after_ms} ms"
+        )
+        details = common_pb2.NotOwnerDetails(
+            resource=resource, owner_address=owner_address, epoch=epoch, retry_after_ms=retry_after_ms
+        )
+        packed = any_pb2.Any()
+        packed.Pack(details)
+        status = status_pb2.Status(code=self.code.value[0], message=message, details=[packed])
+        metadata: list[tuple[str, str | bytes]] = [("grpc-status-details-bin", status.SerializeToString())]
+        if owner_address:
+            metadata.append((OWNER_ADDRESS_HEADER, owner_address))
+        super().__init__(message, metadata=metadata)
+        self.details = details
 
 
 class UnimplementedError(ServiceError):

@@ -22,7 +22,7 @@ from services.common import logs
 from services.common.auth import Kind, Minter, current_identity
 from services.common.client import act_for, channel
 from services.common.config import Config
-from services.common.errors import NotFoundError
+from services.common.errors import NotFoundError, NotOwnerError
 from services.common.server import Deps, Server, ServiceSpec
 from services.tournament.api import TournamentApi
 from services.tournament.service import SPEC as TOURNAMENT
@@ -53,6 +53,8 @@ class Probe(TournamentApi):
             await self.release.wait()
         elif request.name == "tournaments/boom":
             raise RuntimeError("secret detail")
+        elif request.name == "tournaments/elsewhere":
+            raise NotOwnerError("tables/t1", "10.1.2.3:50052", epoch=7)
         elif request.name == "tournaments/missing":
             raise NotFoundError("tournaments/missing does not exist")
         elif request.name == "tournaments/rid":
@@ -231,6 +233,25 @@ async def test_domain_errors_map_to_their_status(harness: Harness) -> None:
         await harness.get("tournaments/missing")
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
     assert info.value.details() == "tournaments/missing does not exist"
+
+
+async def test_a_replica_that_does_not_own_the_table_says_where_the_owner_is(harness: Harness) -> None:
+    from grpc_status import rpc_status
+
+    from buraco.v1 import common_pb2
+
+    call = harness.stub.GetTournament(
+        tournament_pb2.GetTournamentRequest(name="tournaments/elsewhere"), metadata=harness.token()
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert ("buraco-owner-address", "10.1.2.3:50052") in pairs(info.value.trailing_metadata())
+    status = await rpc_status.aio.from_call(call)  # type: ignore[attr-defined]
+    assert status is not None
+    details = common_pb2.NotOwnerDetails()
+    assert status.details[0].Unpack(details)
+    assert (details.resource, details.owner_address, details.epoch) == ("tables/t1", "10.1.2.3:50052", 7)
 
 
 async def test_unexpected_errors_are_internal_with_a_fixed_message(
