@@ -53,7 +53,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("BURACO_PORT", "per service: 50051..50055", "gRPC port; 0 picks a free port"),
     _s(
         "BURACO_METRICS_PORT",
-        "9100 + last digit of the port",
+        "9100 + last digit of the default port (9101..9105)",
         "Prometheus `/metrics` port; 0 picks a free port",
     ),
     _s("BURACO_METRICS_ENABLED", "true", "serve Prometheus metrics"),
