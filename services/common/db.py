@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import MetaData, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import StaticPool
 
 from services.common.config import normalise_database_url
 
@@ -48,8 +48,8 @@ def engine_for(url: str, *, schema: str | None = None, **kwargs: Any) -> AsyncEn
         memory = database in ("", ":memory:")
         if not memory:
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-        if memory:
-            kwargs.setdefault("poolclass", NullPool)
+        if memory:  # one shared connection, or every session would see a new empty database
+            kwargs.setdefault("poolclass", StaticPool)
         engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
 
         @event.listens_for(engine.sync_engine, "connect")

@@ -65,6 +65,8 @@ class ServiceSpec:
     register: Callable[[grpc.aio.Server, Deps], None]
     #: The service's Alembic folder.
     migrations: Path
+    #: Whether the service calls other services (then production needs BURACO_JWT_PRIVATE_KEY).
+    calls_others: bool = False
     #: Extra server interceptors, after the pipeline.
     interceptors: Sequence[grpc.aio.ServerInterceptor] = field(default=())  # type: ignore[type-arg]
 
@@ -78,6 +80,8 @@ class Server:
         self.verifier: Verifier
         self.minter: Minter | None
         self.verifier, self.minter = keys_from_config(config)
+        if spec.calls_others and self.minter is None:
+            raise ConfigError(f"BURACO_JWT_PRIVATE_KEY: required, {spec.name} calls other services")
         self.metrics = Metrics(spec.name)
         self.pipeline = Pipeline(
             service=spec.name,

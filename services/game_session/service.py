@@ -11,4 +11,5 @@ SPEC = ServiceSpec(
     grpc_services=(game_session_pb2.DESCRIPTOR.services_by_name["GameSessionService"].full_name,),
     register=api.register,
     migrations=Path(__file__).parent / "migrations",
+    calls_others=True,
 )

@@ -11,4 +11,5 @@ SPEC = ServiceSpec(
     grpc_services=(tournament_pb2.DESCRIPTOR.services_by_name["TournamentService"].full_name,),
     register=api.register,
     migrations=Path(__file__).parent / "migrations",
+    calls_others=True,
 )

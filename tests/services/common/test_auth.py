@@ -133,3 +133,30 @@ def test_local_mode_generates_and_trusts_dev_keys(tmp_path: Path) -> None:
     verifier, minter = keys_from_config(config)
     assert minter is not None
     assert verifier.verify(minter.mint(Kind.ADMIN, "root")).kind is Kind.ADMIN
+
+
+def test_services_that_call_others_need_a_private_key_in_production(tmp_path: Path) -> None:
+    from services.common.server import Server
+    from services.matchmaking.service import SPEC as MATCHMAKING
+    from services.wallet.service import SPEC as WALLET
+
+    key = ed25519.Ed25519PrivateKey.generate()
+    public = tmp_path / "trusted.pem"
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    config = Config(
+        service="matchmaking", env="production", jwt_public_keys=public, dev_keys_dir=tmp_path / "x"
+    )
+    with pytest.raises(ConfigError, match="BURACO_JWT_PRIVATE_KEY"):
+        Server(MATCHMAKING, config)
+    assert Server(WALLET, replace(config, service="wallet")).minter is None  # the wallet calls no one
+    private = tmp_path / "matchmaking.pem"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    assert Server(MATCHMAKING, replace(config, jwt_private_key=private)).minter is not None
