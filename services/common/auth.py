@@ -25,7 +25,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -188,14 +188,39 @@ def ensure_dev_keys(directory: Path) -> tuple[Path, Path]:
 class Verifier:
     """Checks tokens: signature (by `kid`), expiry, audience, and the claims above."""
 
-    def __init__(self, keys: Mapping[str, PublicKey], *, audience: str, leeway: float = 10.0) -> None:
+    def __init__(
+        self,
+        keys: Mapping[str, PublicKey],
+        *,
+        audience: str,
+        leeway: float = 10.0,
+        cache_size: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if not keys:
             raise ConfigError("no public key to verify tokens with")
         self._keys = dict(keys)
         self._audience = audience
         self._leeway = leeway
+        # Verified tokens by their exact text, with their expiry: a signature check costs far more
+        # than a gRPC call's own overhead, and clients reuse a token for many calls.
+        self._verified: dict[str, tuple[Identity, float]] = {}
+        self._cache_size = cache_size
+        self._clock = clock
 
     def verify(self, token: str) -> Identity:
+        cached = self._verified.get(token)
+        if cached is not None:
+            if self._clock() < cached[1] + self._leeway:
+                return cached[0]
+            del self._verified[token]
+        identity, expiry = self._verify(token)
+        if len(self._verified) >= self._cache_size:
+            del self._verified[next(iter(self._verified))]  # the oldest entry
+        self._verified[token] = (identity, expiry)
+        return identity
+
+    def _verify(self, token: str) -> tuple[Identity, float]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -210,14 +235,15 @@ class Verifier:
                 algorithms=[algorithm_for(key)],
                 audience=self._audience,
                 leeway=self._leeway,
-                options={"require": ["exp", "sub", "aud"]},
+                options={"require": ["exp", "sub", "aud"], "verify_exp": False},
             )
-        except jwt.ExpiredSignatureError:
-            raise UnauthenticatedError("token expired") from None
         except jwt.InvalidAudienceError:
             raise UnauthenticatedError("token not meant for this audience") from None
         except jwt.PyJWTError as error:
             raise UnauthenticatedError(f"invalid token: {error}") from None
+        expiry = claims["exp"]
+        if not isinstance(expiry, int | float) or self._clock() >= expiry + self._leeway:
+            raise UnauthenticatedError("token expired")
         try:
             kind = Kind(str(claims.get("kind")))
         except ValueError:
@@ -226,12 +252,13 @@ class Verifier:
         if not isinstance(subject, str) or not NAME_PATTERN.fullmatch(subject):
             raise UnauthenticatedError("token has no valid `sub` claim")
         ip = claims.get("ip")
-        return Identity(
+        identity = Identity(
             kind=kind,
             name=subject,
             token_id=str(claims.get("jti", "")),
             client_ip=ip if isinstance(ip, str) and ip else None,
         )
+        return identity, float(expiry)
 
     def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> Identity:
         """The identity of a call from its metadata: the bearer token and `buraco-act-for`."""

@@ -160,3 +160,27 @@ def test_services_that_call_others_need_a_private_key_in_production(tmp_path: Pa
         )
     )
     assert Server(MATCHMAKING, replace(config, jwt_private_key=private)).minter is not None
+
+
+def test_verified_tokens_are_cached_until_they_expire(tmp_path: Path) -> None:
+    private, public = ensure_dev_keys(tmp_path)
+    now = [1_000_000.0]
+    verifier = Verifier(
+        parse_public_keys(public.read_bytes()), audience="buraco", leeway=10, clock=lambda: now[0]
+    )
+    key = load_private_key(private)
+    token = jwt.encode(
+        {"sub": "alice", "kind": "player", "aud": "buraco", "exp": 1_000_060},
+        key,
+        algorithm="EdDSA",
+        headers={"kid": key_id(key.public_key())},
+    )
+    first = verifier.verify(token)
+    assert verifier.verify(token) is first  # from the cache
+    now[0] += 65  # past exp, within the leeway
+    assert verifier.verify(token) is first
+    now[0] += 10  # past exp + leeway: the cached token is refused
+    with pytest.raises(UnauthenticatedError, match="expired"):
+        verifier.verify(token)
+    with pytest.raises(UnauthenticatedError, match="expired"):
+        verifier.verify(token)  # and stays refused once out of the cache
