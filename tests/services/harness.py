@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
+from services.common.auth import Minter, ensure_dev_keys, load_private_key
 from services.common.config import Config
 from services.common.server import Server, ServiceSpec
 
@@ -44,9 +44,10 @@ def make_config(service: str, tmp_path: Path, **overrides: Any) -> Config:
     return replace(base, **overrides)
 
 
-def dev_minter(config: Config) -> Minter:
-    private_path, _ = ensure_dev_keys(config.dev_keys_dir)
-    return Minter(load_private_key(private_path), audience=config.jwt_audience)
+def dev_minter(keys_dir: Path, audience: str = "buraco") -> Minter:
+    """Mints tokens with the dev key pair in `keys_dir` (made if missing), as local mode trusts."""
+    private_path, _ = ensure_dev_keys(keys_dir)
+    return Minter(load_private_key(private_path), audience=audience)
 
 
 @contextlib.asynccontextmanager
@@ -148,11 +149,3 @@ def health_status(address: str, service: str = "") -> int:
             health_pb2.HealthCheckRequest(service=service), timeout=10
         )
         return int(reply.status)
-
-
-def process_minter(tmp_path: Path) -> Minter:
-    private_path, _ = ensure_dev_keys(tmp_path / "dev-keys")
-    return Minter(load_private_key(private_path), audience="buraco")
-
-
-__all__ = ["Kind", "ServiceProcess", "bearer", "dev_minter", "health_status", "make_config", "running"]

@@ -19,7 +19,6 @@ from tests.services.harness import (
     dev_minter,
     health_status,
     make_config,
-    process_minter,
     running,
     service_process,
 )
@@ -31,7 +30,7 @@ async def check_unbuilt_rpcs_are_unimplemented(
     """Each RPC not built yet answers UNIMPLEMENTED, naming itself and the issue that builds it."""
     config = make_config(spec.name, tmp_path)
     async with running(spec, config) as server, grpc.aio.insecure_channel(server.address) as channel:
-        metadata = bearer(dev_minter(config).mint(Kind.SERVICE, "probe"))
+        metadata = bearer(dev_minter(config.dev_keys_dir).mint(Kind.SERVICE, "probe"))
         for name in unbuilt:
             method = service.methods_by_name[name]
             request = symbol_database.Default().GetSymbol(method.input_type.full_name)()
@@ -74,7 +73,7 @@ def check_service_process(
             listed = {s.name for reply in replies for s in reply.list_services_response.service}
         assert service.full_name in listed
         seen = fuzz_service(
-            process, service, process_minter(tmp_path), examples=examples, invariant=invariant
+            process, service, dev_minter(tmp_path / "dev-keys"), examples=examples, invariant=invariant
         )
         assert "UNAUTHENTICATED" in seen and sum(seen.values()) == examples
         assert process.terminate() == 0

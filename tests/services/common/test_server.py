@@ -116,7 +116,7 @@ async def harness(config: Config) -> AsyncIterator[Harness]:
     probes: list[Probe] = []
     async with running(probe_spec(probes), config) as server:
         probe = probes[0]
-        minter = dev_minter(config)
+        minter = dev_minter(config.dev_keys_dir)
         probe.address, probe.token = server.address, minter.mint(Kind.SERVICE, "tournament")
         async with grpc.aio.insecure_channel(server.address) as aio_channel:
             yield Harness(server, probe, minter, aio_channel)
@@ -296,7 +296,7 @@ async def test_oversized_requests_are_refused(harness: Harness, config: Config) 
 async def test_rate_limit_per_caller(tmp_path: Path) -> None:
     config = make_config("tournament", tmp_path, rate_limit_per_second=0.01, rate_limit_burst=3)
     async with running(probe_spec([]), config) as server, grpc.aio.insecure_channel(server.address) as ch:
-        minter = dev_minter(config)
+        minter = dev_minter(config.dev_keys_dir)
         harness = Harness(server, Probe.__new__(Probe), minter, ch)
         for _ in range(3):
             await harness.get("tournaments/t")
@@ -312,7 +312,7 @@ async def test_open_streams_per_caller_are_bounded(tmp_path: Path) -> None:
     config = make_config("tournament", tmp_path, max_streams_per_caller=2)
     probes: list[Probe] = []
     async with running(probe_spec(probes), config) as server, grpc.aio.insecure_channel(server.address) as ch:
-        minter = dev_minter(config)
+        minter = dev_minter(config.dev_keys_dir)
         stub = tournament_pb2_grpc.TournamentServiceStub(ch)
         alice = bearer(minter.mint(Kind.PLAYER, "alice"))
         request = tournament_pb2.WatchTournamentRequest(name="tournaments/t")
@@ -358,7 +358,7 @@ async def test_request_id_is_returned_and_follows_the_call_across_services(harne
 async def test_metrics_count_calls_by_method_and_code(tmp_path: Path) -> None:
     config = make_config("tournament", tmp_path, metrics_enabled=True)
     async with running(probe_spec([]), config) as server, grpc.aio.insecure_channel(server.address) as ch:
-        harness = Harness(server, Probe.__new__(Probe), dev_minter(config), ch)
+        harness = Harness(server, Probe.__new__(Probe), dev_minter(config.dev_keys_dir), ch)
         await harness.get("tournaments/t")
         await code_of(harness.get("tournaments/missing"))
         await code_of(harness.get("tournaments/t", ()))
