@@ -1,0 +1,17 @@
+"""What every service shares: configuration, errors, auth, logging, metrics, persistence, the server.
+
+Modules (each small, each importable on its own):
+    config       settings from environment variables, with defaults, failing fast
+    errors       the error family and the one error-to-status table
+    auth         JWT identities (player, service, admin), key loading, dev keys, token minting
+    logs         structured JSON logs with the request id of the call
+    metrics      Prometheus metrics per method and status code
+    ratelimit    per-caller token buckets and stream counters
+    interceptor  the server pipeline: request id, auth, limits, metrics, error mapping, shutdown
+    validation   request checks that name the field
+    db           SQLAlchemy async engine and sessions (SQLite, PostgreSQL)
+    migrations   one Alembic history per service
+    idempotency  request id + request hash -> stored response
+    server       ServiceSpec, Server (boot, health, reflection, graceful stop) and main()
+    client       outbound channels carrying a service token and the request id
+"""

@@ -1,0 +1,339 @@
+"""Who is calling: JWT identities, key loading, dev keys and token minting.
+
+Every call carries `authorization: Bearer <JWT>`. The token is signed with an asymmetric key
+(Ed25519 by default; ECDSA P-256 and RSA are accepted) whose id is the token header's `kid`, and
+carries these claims:
+
+    sub   the caller's id: a player id, a service name or an admin's name ([a-z0-9][a-z0-9_-]{0,62})
+    kind  "player" (through a gateway), "service" or "admin"
+    aud   the configured audience (BURACO_JWT_AUDIENCE)
+    exp   expiry (required), iat, jti
+    ip    optional: the player's address, as the gateway saw it (signed, so a player cannot forge it)
+
+A service or admin may act for a player by adding the metadata `buraco-act-for: players/{player}`;
+the identity then carries `acting_for`, the call log records it, and `Identity.player` is that
+player. A player may only name themselves there (anything else is PERMISSION_DENIED).
+
+Handlers read the caller with `current_identity()`, never from a request body.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from services.common.config import Config, ConfigError
+from services.common.errors import PermissionDeniedError, UnauthenticatedError
+
+PublicKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey | rsa.RSAPublicKey
+PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+ACT_FOR_HEADER = "buraco-act-for"
+DEV_PRIVATE_KEY = "dev-private.pem"
+DEV_PUBLIC_KEY = "dev-public.pem"
+
+
+class Kind(StrEnum):
+    PLAYER = "player"
+    SERVICE = "service"
+    ADMIN = "admin"
+
+
+_COLLECTION = {Kind.PLAYER: "players", Kind.SERVICE: "services", Kind.ADMIN: "admins"}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The authenticated caller of one call."""
+
+    kind: Kind
+    name: str
+    token_id: str = ""
+    client_ip: str | None = None
+    #: The player id a service or admin acts for (from `buraco-act-for`), else None.
+    acting_for: str | None = None
+
+    @property
+    def principal(self) -> str:
+        """The caller as a resource name: `players/alice`, `services/matchmaking`, `admins/bob`."""
+        return f"{_COLLECTION[self.kind]}/{self.name}"
+
+    @property
+    def player(self) -> str | None:
+        """The player id the call is about: the caller if a player, else the one acted for."""
+        return self.name if self.kind is Kind.PLAYER else self.acting_for
+
+    def require_kind(self, *kinds: Kind) -> None:
+        if self.kind not in kinds:
+            allowed = " or ".join(k.value for k in kinds)
+            raise PermissionDeniedError(f"this call needs a {allowed} identity, not {self.kind.value}")
+
+    def require_player(self) -> str:
+        """The player the call is about; PERMISSION_DENIED when there is none."""
+        player = self.player
+        if player is None:
+            raise PermissionDeniedError(f"{self.principal} must act for a player ({ACT_FOR_HEADER})")
+        return player
+
+    def check_may_act_for(self, player: str) -> None:
+        """Players may only act on themselves; services and admins on anyone."""
+        if self.kind is Kind.PLAYER and player != self.name:
+            raise PermissionDeniedError(f"players/{self.name} may not act for players/{player}")
+
+
+_current: contextvars.ContextVar[Identity] = contextvars.ContextVar("buraco_identity")
+
+
+def current_identity() -> Identity:
+    """The caller of the call being handled (set by the server pipeline)."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise UnauthenticatedError("no authenticated caller") from None
+
+
+def current_identity_or_none() -> Identity | None:
+    return _current.get(None)
+
+
+def set_current_identity(identity: Identity) -> contextvars.Token[Identity]:
+    return _current.set(identity)
+
+
+def reset_current_identity(token: contextvars.Token[Identity]) -> None:
+    _current.reset(token)
+
+
+def key_id(key: PublicKey) -> str:
+    """A key's id: the first 16 hex digits of the SHA-256 of its SubjectPublicKeyInfo."""
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(der).hexdigest()[:16]
+
+
+def algorithm_for(key: PublicKey | PrivateKey) -> str:
+    if isinstance(key, ed25519.Ed25519PublicKey | ed25519.Ed25519PrivateKey):
+        return "EdDSA"
+    if isinstance(key, ec.EllipticCurvePublicKey | ec.EllipticCurvePrivateKey):
+        if key.curve.name != "secp256r1":
+            raise ConfigError(f"ECDSA keys must use P-256, not {key.curve.name}")
+        return "ES256"
+    return "RS256"
+
+
+def parse_public_keys(pem: bytes, source: str = "keys") -> dict[str, PublicKey]:
+    """Every PEM public key in `pem`, by key id."""
+    keys: dict[str, PublicKey] = {}
+    blocks = re.findall(rb"-----BEGIN PUBLIC KEY-----.*?-----END PUBLIC KEY-----", pem, re.S)
+    for block in blocks:
+        key = serialization.load_pem_public_key(block)
+        if not isinstance(key, ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey | rsa.RSAPublicKey):
+            raise ConfigError(f"{source}: unsupported key type {type(key).__name__}")
+        algorithm_for(key)
+        keys[key_id(key)] = key
+    if not keys:
+        raise ConfigError(f"{source}: no PEM public key found")
+    return keys
+
+
+def load_private_key(path: Path) -> PrivateKey:
+    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(key, ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise ConfigError(f"{path}: unsupported private key type {type(key).__name__}")
+    algorithm_for(key)
+    return key
+
+
+def ensure_dev_keys(directory: Path) -> tuple[Path, Path]:
+    """Local mode's key pair (Ed25519), generated once into `directory`; (private, public) paths."""
+    private_path, public_path = directory / DEV_PRIVATE_KEY, directory / DEV_PUBLIC_KEY
+    if private_path.exists() and public_path.exists():
+        return private_path, public_path
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ed25519.Ed25519PrivateKey.generate()
+    private_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    # Several local processes may start at once: write aside, then rename into place.
+    suffix = f".{os.getpid()}.{uuid.uuid4().hex}"
+    tmp_private, tmp_public = Path(f"{private_path}{suffix}"), Path(f"{public_path}{suffix}")
+    tmp_private.write_bytes(private_pem)
+    tmp_private.chmod(0o600)
+    tmp_public.write_bytes(public_pem)
+    if private_path.exists() and public_path.exists():  # another process won the race
+        tmp_private.unlink()
+        tmp_public.unlink()
+        return private_path, public_path
+    tmp_public.replace(public_path)
+    tmp_private.replace(private_path)
+    return private_path, public_path
+
+
+class Verifier:
+    """Checks tokens: signature (by `kid`), expiry, audience, and the claims above."""
+
+    def __init__(
+        self,
+        keys: Mapping[str, PublicKey],
+        *,
+        audience: str,
+        leeway: float = 10.0,
+        cache_size: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not keys:
+            raise ConfigError("no public key to verify tokens with")
+        self._keys = dict(keys)
+        self._audience = audience
+        self._leeway = leeway
+        # Verified tokens by their exact text, with their expiry: a signature check costs far more
+        # than a gRPC call's own overhead, and clients reuse a token for many calls.
+        self._verified: dict[str, tuple[Identity, float]] = {}
+        self._cache_size = cache_size
+        self._clock = clock
+
+    def verify(self, token: str) -> Identity:
+        cached = self._verified.get(token)
+        if cached is not None:
+            if self._clock() < cached[1] + self._leeway:
+                return cached[0]
+            del self._verified[token]
+        identity, expiry = self._verify(token)
+        if len(self._verified) >= self._cache_size:
+            del self._verified[next(iter(self._verified))]  # the oldest entry
+        self._verified[token] = (identity, expiry)
+        return identity
+
+    def _verify(self, token: str) -> tuple[Identity, float]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise UnauthenticatedError("malformed token") from None
+        key = self._keys.get(str(header.get("kid", "")))
+        if key is None:
+            raise UnauthenticatedError("token signed with an unknown key")
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key=key,
+                algorithms=[algorithm_for(key)],
+                audience=self._audience,
+                leeway=self._leeway,
+                options={"require": ["exp", "sub", "aud"], "verify_exp": False},
+            )
+        except jwt.InvalidAudienceError:
+            raise UnauthenticatedError("token not meant for this audience") from None
+        except jwt.PyJWTError as error:
+            raise UnauthenticatedError(f"invalid token: {error}") from None
+        expiry = claims["exp"]
+        if not isinstance(expiry, int | float) or self._clock() >= expiry + self._leeway:
+            raise UnauthenticatedError("token expired")
+        try:
+            kind = Kind(str(claims.get("kind")))
+        except ValueError:
+            raise UnauthenticatedError("token has no valid `kind` claim") from None
+        subject = claims["sub"]
+        if not isinstance(subject, str) or not NAME_PATTERN.fullmatch(subject):
+            raise UnauthenticatedError("token has no valid `sub` claim")
+        ip = claims.get("ip")
+        identity = Identity(
+            kind=kind,
+            name=subject,
+            token_id=str(claims.get("jti", "")),
+            client_ip=ip if isinstance(ip, str) and ip else None,
+        )
+        return identity, float(expiry)
+
+    def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> Identity:
+        """The identity of a call from its metadata: the bearer token and `buraco-act-for`."""
+        authorization = act_for = None
+        for key, value in metadata:
+            if key == "authorization" and isinstance(value, str):
+                authorization = value
+            elif key == ACT_FOR_HEADER and isinstance(value, str):
+                act_for = value
+        if authorization is None:
+            raise UnauthenticatedError("missing `authorization: Bearer <token>` metadata")
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise UnauthenticatedError("authorization metadata must be `Bearer <token>`")
+        identity = self.verify(token.strip())
+        if act_for is None:
+            return identity
+        player = act_for.removeprefix("players/")
+        if not act_for.startswith("players/") or not NAME_PATTERN.fullmatch(player):
+            raise PermissionDeniedError(f"{ACT_FOR_HEADER} must be `players/{{player}}`")
+        identity.check_may_act_for(player)
+        if identity.kind is Kind.PLAYER:
+            return identity
+        return Identity(identity.kind, identity.name, identity.token_id, identity.client_ip, player)
+
+
+class Minter:
+    """Signs tokens with a private key (services for their own calls; `buraco token` locally)."""
+
+    def __init__(self, key: PrivateKey, *, audience: str) -> None:
+        self._key = key
+        self._algorithm = algorithm_for(key)
+        self._kid = key_id(key.public_key())
+        self._audience = audience
+
+    def mint(self, kind: Kind, name: str, *, ttl: float = 3600.0, client_ip: str | None = None) -> str:
+        if not NAME_PATTERN.fullmatch(name):
+            raise ValueError(f"{name!r} is not a valid name ([a-z0-9][a-z0-9_-]{{0,62}})")
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "sub": name,
+            "kind": kind.value,
+            "aud": self._audience,
+            "iat": now,
+            "exp": now + int(ttl),
+            "jti": uuid.uuid4().hex,
+        }
+        if client_ip:
+            claims["ip"] = client_ip
+        return jwt.encode(claims, self._key, algorithm=self._algorithm, headers={"kid": self._kid})
+
+
+def keys_from_config(config: Config) -> tuple[Verifier, Minter | None]:
+    """The verifier and (when a private key is available) the minter a service runs with.
+
+    Local mode generates (once) and trusts a dev key pair under BURACO_DEV_KEYS_DIR, besides any
+    configured keys. Production uses only the configured keys and refuses the dev key.
+    """
+    keys: dict[str, PublicKey] = {}
+    private: PrivateKey | None = None
+    if config.jwt_public_keys is not None:
+        keys.update(parse_public_keys(config.jwt_public_keys.read_bytes(), "BURACO_JWT_PUBLIC_KEYS"))
+    if config.jwt_private_key is not None:
+        private = load_private_key(config.jwt_private_key)
+    dev_private_path = config.dev_keys_dir / DEV_PRIVATE_KEY
+    if config.local:
+        dev_private_path, dev_public_path = ensure_dev_keys(config.dev_keys_dir)
+        keys.update(parse_public_keys(dev_public_path.read_bytes(), str(dev_public_path)))
+        if private is None:
+            private = load_private_key(dev_private_path)
+    elif dev_private_path.exists():
+        dev_kid = key_id(load_private_key(dev_private_path).public_key())
+        own_kid = key_id(private.public_key()) if private is not None else None
+        if dev_kid in keys or dev_kid == own_kid:
+            raise ConfigError("the local dev key may not be used when BURACO_ENV=production")
+    verifier = Verifier(keys, audience=config.jwt_audience, leeway=config.jwt_leeway_seconds)
+    minter = Minter(private, audience=config.jwt_audience) if private is not None else None
+    return verifier, minter

@@ -1,0 +1,133 @@
+"""Outbound calls: channels that carry a bearer token and the current request id.
+
+Inside a service, `deps.clients.wallet` (and `.ranking`, `.game_session`, `.matchmaking`,
+`.tournament`) is a stub on a shared channel to that service's configured address; every call
+carries a fresh service token of this service and the `x-request-id` of the call being handled.
+To act for a player, add `metadata=act_for("alice")` to the call.
+
+Outside a service (tests, the CLI), `channel(address, token=...)` gives the same behaviour with a
+fixed token or a token function.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from buraco.v1 import (
+    game_session_pb2_grpc,
+    matchmaking_pb2_grpc,
+    ranking_pb2_grpc,
+    tournament_pb2_grpc,
+    wallet_pb2_grpc,
+)
+from services.common import logs
+from services.common.auth import ACT_FOR_HEADER, Kind, Minter
+from services.common.config import Config
+
+
+def act_for(player: str) -> tuple[tuple[str, str], ...]:
+    """Metadata for a service or admin call made on behalf of `player` (an id, not a name)."""
+    return ((ACT_FOR_HEADER, f"players/{player}"),)
+
+
+if TYPE_CHECKING:
+    _UnaryUnary = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
+    _UnaryStream = grpc.aio.UnaryStreamClientInterceptor[Any, Any]
+else:  # not generic at run time
+    _UnaryUnary = grpc.aio.UnaryUnaryClientInterceptor
+    _UnaryStream = grpc.aio.UnaryStreamClientInterceptor
+
+
+class _Outbound(_UnaryUnary, _UnaryStream):
+    def __init__(self, token: Callable[[], str | None]) -> None:
+        self._token = token
+
+    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*(details.metadata or ()))
+        token = self._token()
+        if token is not None and "authorization" not in metadata:
+            metadata["authorization"] = f"Bearer {token}"
+        if logs.REQUEST_ID_HEADER not in metadata:
+            metadata[logs.REQUEST_ID_HEADER] = logs.request_id_var.get() or logs.new_request_id()
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+        )
+
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        return await continuation(self._details(client_call_details), request)
+
+    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        return await continuation(self._details(client_call_details), request)
+
+
+def channel(
+    address: str,
+    *,
+    token: str | Callable[[], str | None] | None = None,
+    options: list[tuple[str, Any]] | None = None,
+) -> grpc.aio.Channel:
+    """An insecure channel (TLS ends at the mesh or the gateway) that authenticates every call."""
+    source: Callable[[], str | None] = (lambda: token) if isinstance(token, str) or token is None else token
+    interceptors: Any = [_Outbound(source)]  # grpc-stubs leaves client interceptors untyped
+    return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+
+
+class ServiceTokens:
+    """This service's own token, re-minted a minute before it expires."""
+
+    def __init__(self, minter: Minter, service: str, ttl: float = 600.0) -> None:
+        self._minter, self._service, self._ttl = minter, service, ttl
+        self._token: str | None = None
+        self._expires = 0.0
+
+    def __call__(self) -> str:
+        now = time.monotonic()
+        if self._token is None or now > self._expires - 60:
+            self._token = self._minter.mint(Kind.SERVICE, self._service.replace("_", "-"), ttl=self._ttl)
+            self._expires = now + self._ttl
+        return self._token
+
+
+class Clients:
+    """Lazy channels and stubs to the other services."""
+
+    def __init__(self, config: Config, minter: Minter | None) -> None:
+        self._config = config
+        self._tokens: Callable[[], str | None] = (
+            ServiceTokens(minter, config.service) if minter is not None else (lambda: None)
+        )
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def channel(self, service: str) -> grpc.aio.Channel:
+        if service not in self._channels:
+            self._channels[service] = channel(self._config.addresses[service], token=self._tokens)
+        return self._channels[service]
+
+    @property
+    def matchmaking(self) -> matchmaking_pb2_grpc.MatchmakingServiceAsyncStub:
+        return matchmaking_pb2_grpc.MatchmakingServiceStub(self.channel("matchmaking"))
+
+    @property
+    def game_session(self) -> game_session_pb2_grpc.GameSessionServiceAsyncStub:
+        return game_session_pb2_grpc.GameSessionServiceStub(self.channel("game_session"))
+
+    @property
+    def wallet(self) -> wallet_pb2_grpc.WalletServiceAsyncStub:
+        return wallet_pb2_grpc.WalletServiceStub(self.channel("wallet"))
+
+    @property
+    def ranking(self) -> ranking_pb2_grpc.RankingServiceAsyncStub:
+        return ranking_pb2_grpc.RankingServiceStub(self.channel("ranking"))
+
+    @property
+    def tournament(self) -> tournament_pb2_grpc.TournamentServiceAsyncStub:
+        return tournament_pb2_grpc.TournamentServiceStub(self.channel("tournament"))
+
+    async def close(self) -> None:
+        for open_channel in self._channels.values():
+            await open_channel.close(None)
+        self._channels.clear()

@@ -1,0 +1,126 @@
+"""One Alembic migration history per service, run by command and (in local mode) at start.
+
+A service's `migrations/` folder holds `env.py` (two lines: call `run_env`), `script.py.mako`
+and `versions/`. The version table is `alembic_version_<service>`, so histories never mix even
+in a shared database. Commands (`python -m services.<service> ...`):
+
+    migrate [REVISION]       upgrade to REVISION (default head)
+    downgrade REVISION       downgrade to REVISION (`base` removes every table)
+    revision -m MESSAGE      new empty migration (`--autogenerate` diffs models.py and the database)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.environment import EnvironmentContext
+from sqlalchemy import MetaData, text
+from sqlalchemy.engine import Connection
+
+from services.common.db import Database
+
+
+def alembic_config(service: str, migrations: Path, database: Database) -> AlembicConfig:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(migrations))
+    config.set_main_option("path_separator", "os")
+    config.set_main_option("version_locations", str(migrations / "versions"))
+    config.set_main_option("sqlalchemy.url", database.url.replace("%", "%%"))
+    # Files are v0001_slug.py, v0002_...: revision ids are zero-padded sequence numbers.
+    config.set_main_option("file_template", "v%%(rev)s_%%(slug)s")
+    config.attributes["service"] = service
+    config.attributes["schema"] = database.schema
+    return config
+
+
+async def _run(database: Database, config: AlembicConfig, action: Any, *args: Any, **kwargs: Any) -> None:
+    async with database.engine.begin() as connection:
+        if database.schema and database.dialect == "postgresql":
+            await connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"'))
+            await connection.execute(text(f'SET search_path TO "{database.schema}"'))
+
+        def run(sync_connection: Connection) -> None:
+            config.attributes["connection"] = sync_connection
+            action(config, *args, **kwargs)
+
+        await connection.run_sync(run)
+
+
+async def upgrade(service: str, migrations: Path, database: Database, revision: str = "head") -> None:
+    await _run(database, alembic_config(service, migrations, database), command.upgrade, revision)
+
+
+async def downgrade(service: str, migrations: Path, database: Database, revision: str) -> None:
+    await _run(database, alembic_config(service, migrations, database), command.downgrade, revision)
+
+
+async def current(service: str, migrations: Path, database: Database) -> str | None:
+    """The revision the database is at (None: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    async with database.engine.connect() as connection:
+
+        def read(sync_connection: Connection) -> str | None:
+            context = MigrationContext.configure(
+                sync_connection,
+                opts={"version_table": version_table(service), "version_table_schema": database.schema},
+            )
+            return context.get_current_revision()
+
+        return await connection.run_sync(read)
+
+
+def revision(service: str, migrations: Path, database: Database, message: str, autogenerate: bool) -> None:
+    """Writes a new migration file (autogenerate needs the database at head)."""
+    import asyncio
+
+    config = alembic_config(service, migrations, database)
+    numbers = [int(p.name[1:5]) for p in (migrations / "versions").glob("v[0-9][0-9][0-9][0-9]_*.py")]
+    rev_id = f"{max(numbers, default=0) + 1:04d}"
+    if autogenerate:
+        asyncio.run(
+            _run(database, config, command.revision, message=message, autogenerate=True, rev_id=rev_id)
+        )
+    else:
+        command.revision(config, message=message, rev_id=rev_id)
+
+
+def version_table(service: str) -> str:
+    return f"alembic_version_{service}"
+
+
+def run_env(target_metadata: MetaData) -> None:
+    """The body of every service's `migrations/env.py` (online mode on the given connection)."""
+    from alembic import context as alembic_context
+
+    environment: EnvironmentContext = alembic_context  # type: ignore[assignment]
+    config = environment.config
+    connection: Connection | None = config.attributes.get("connection")
+    if connection is None:
+        raise RuntimeError("run migrations with `python -m services.<service> migrate`")
+    schema = config.attributes.get("schema")
+    environment.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        version_table=version_table(config.attributes["service"]),
+        version_table_schema=schema,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+        include_name=own_tables(target_metadata, config.attributes["service"]),
+    )
+    with environment.begin_transaction():
+        environment.run_migrations()
+
+
+def own_tables(metadata: MetaData, service: str) -> Any:
+    """Autogenerate looks only at the service's own tables (others may share the database)."""
+
+    def include(name: str | None, type_: str, _parent: Any) -> bool:
+        if type_ == "table":
+            return name is not None and (name in metadata.tables or name.startswith(f"{service}_"))
+        return True
+
+    return include

@@ -1,0 +1,62 @@
+"""Per-caller limits: a token bucket of calls and a cap on open streams.
+
+Both are in-process (per replica) and bounded in memory: the least recently seen callers are
+forgotten past `max_callers`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from services.common.errors import ResourceExhaustedError
+
+
+class RateLimiter:
+    """Token buckets by caller key: `rate` tokens a second, at most `burst` saved up."""
+
+    def __init__(self, *, max_callers: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._max = max_callers
+        self._clock = clock
+
+    def take(self, key: str, rate: float, burst: int) -> None:
+        """Spend one token of `key`'s bucket, or raise RESOURCE_EXHAUSTED."""
+        now = self._clock()
+        tokens, last = self._buckets.pop(key, (float(burst), now))
+        tokens = min(float(burst), tokens + (now - last) * rate)
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            wait = (1.0 - tokens) / rate
+            raise ResourceExhaustedError(
+                f"rate limit: at most {rate:g} calls a second; retry in {wait:.2f} s",
+                metadata=(("retry-after-ms", str(max(1, int(wait * 1000)))),),
+            )
+        self._buckets[key] = (tokens - 1.0, now)
+        while len(self._buckets) > self._max:
+            self._buckets.popitem(last=False)
+
+
+class StreamLimiter:
+    """Counts open streams by caller key."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: dict[str, int] = {}
+
+    def acquire(self, key: str) -> None:
+        count = self._open.get(key, 0)
+        if count >= self.limit:
+            raise ResourceExhaustedError(f"at most {self.limit} open streams per caller")
+        self._open[key] = count + 1
+
+    def release(self, key: str) -> None:
+        count = self._open.get(key, 0) - 1
+        if count <= 0:
+            self._open.pop(key, None)
+        else:
+            self._open[key] = count
+
+    def open(self, key: str) -> int:
+        return self._open.get(key, 0)

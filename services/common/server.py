@@ -1,0 +1,255 @@
+"""Service boot: the gRPC server with health, reflection, the pipeline, metrics and the database.
+
+A service describes itself with a `ServiceSpec` and its `__main__.py` calls `main(SPEC)`:
+
+    python -m services.wallet               # serve (same as `serve`)
+    python -m services.wallet migrate       # upgrade its database to head
+    python -m services.wallet downgrade base
+    python -m services.wallet revision -m "add accounts" [--autogenerate]
+
+Serving: read the configuration (exit 2 on a bad value), set up logs, keys and the database, run
+the migrations when BURACO_MIGRATE_ON_START, bind, mark every service SERVING in `grpc.health.v1`,
+log one `listening` line (JSON, with the address and the metrics port), then wait for SIGTERM or
+SIGINT. Stopping (`Server.stop`): health NOT_SERVING, refuse new calls, end open streams with
+UNAVAILABLE, let in-flight calls finish for up to BURACO_SHUTDOWN_GRACE_SECONDS, close the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from services.common import config as config_module
+from services.common import logs, migrations
+from services.common.auth import Minter, Verifier, keys_from_config
+from services.common.client import Clients
+from services.common.config import Config, ConfigError
+from services.common.db import Database
+from services.common.interceptor import Limits, Pipeline
+from services.common.metrics import Metrics
+
+log = logging.getLogger("buraco.server")
+
+SEND_MESSAGE_BYTES = 16 << 20
+
+
+@dataclass
+class Deps:
+    """What a servicer gets: no module globals, everything explicit."""
+
+    config: Config
+    db: Database
+    clients: Clients
+    minter: Minter | None
+    log: logging.Logger
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    #: Package name under services/ and key of config.DEFAULT_PORTS: "wallet", "game_session", ...
+    name: str
+    #: Full names of the gRPC services served, e.g. ("buraco.v1.WalletService",).
+    grpc_services: tuple[str, ...]
+    #: Adds the servicer(s) to the server.
+    register: Callable[[grpc.aio.Server, Deps], None]
+    #: The service's Alembic folder.
+    migrations: Path
+    #: Whether the service calls other services (then production needs BURACO_JWT_PRIVATE_KEY).
+    calls_others: bool = False
+    #: Extra server interceptors, after the pipeline.
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = field(default=())  # type: ignore[type-arg]
+
+
+class Server:
+    """One running service. `start()`, then `wait()` or `stop()`."""
+
+    def __init__(self, spec: ServiceSpec, config: Config) -> None:
+        self.spec = spec
+        self.config = config
+        self.verifier: Verifier
+        self.minter: Minter | None
+        self.verifier, self.minter = keys_from_config(config)
+        if spec.calls_others and self.minter is None:
+            raise ConfigError(f"BURACO_JWT_PRIVATE_KEY: required, {spec.name} calls other services")
+        self.metrics = Metrics(spec.name)
+        self.pipeline = Pipeline(
+            service=spec.name,
+            verifier=self.verifier,
+            metrics=self.metrics,
+            limits=Limits(
+                rate_per_second=config.rate_limit_per_second,
+                burst=config.rate_limit_burst,
+                service_rate_per_second=config.service_rate_limit_per_second,
+                max_streams_per_caller=config.max_streams_per_caller,
+            ),
+        )
+        self.db = Database(config.database_url, schema=config.database_schema)
+        self.clients = Clients(config, self.minter)
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self.port = 0
+        self.metrics_port: int | None = None
+        self._server: grpc.aio.Server | None = None
+        self._stopped = asyncio.Event()
+        self._stopping: asyncio.Task[None] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self.config.migrate_on_start:
+            await migrations.upgrade(self.spec.name, self.spec.migrations, self.db)
+        server = grpc.aio.server(
+            interceptors=[self.pipeline, *self.spec.interceptors],
+            options=[
+                ("grpc.max_receive_message_length", self.config.max_message_bytes),
+                ("grpc.max_send_message_length", SEND_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        deps = Deps(
+            self.config, self.db, self.clients, self.minter, logging.getLogger(f"buraco.{self.spec.name}")
+        )
+        self.spec.register(server, deps)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        if self.config.reflection:
+            reflection.enable_server_reflection(
+                (
+                    *self.spec.grpc_services,
+                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                    reflection.SERVICE_NAME,
+                ),
+                server,
+            )
+        self.port = server.add_insecure_port(self.config.address)
+        if self.port == 0:
+            raise OSError(f"could not bind {self.config.address}")
+        await server.start()
+        self._server = server
+        for name in ("", *self.spec.grpc_services):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.config.metrics_enabled:
+            self.metrics_port = self.metrics.serve(self.config.host, self.config.metrics_port)
+        log.info(
+            "listening",
+            extra={
+                "fields": {
+                    "address": self.address,
+                    "port": self.port,
+                    "metrics_port": self.metrics_port,
+                    "env": self.config.env,
+                }
+            },
+        )
+
+    def stop(self, grace: float | None = None) -> asyncio.Task[None]:
+        """Begin a graceful stop (idempotent); await the returned task for it to finish."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(
+                self._stop(self.config.shutdown_grace_seconds if grace is None else grace)
+            )
+        return self._stopping
+
+    async def _stop(self, grace: float) -> None:
+        log.info("shutting down", extra={"fields": {"grace_seconds": grace}})
+        await self.health.enter_graceful_shutdown()
+        self.pipeline.draining = True
+        server = self._server
+        try:
+            if server is not None:
+                stopping = asyncio.ensure_future(server.stop(grace))
+                ended = self.pipeline.end_streams()
+                await stopping
+                log.info("stopped", extra={"fields": {"streams_ended": ended}})
+        finally:
+            await self.clients.close()
+            await self.db.dispose()
+            self.metrics.close()
+            self._stopped.set()
+
+    async def wait(self) -> None:
+        await self._stopped.wait()
+
+
+async def serve(spec: ServiceSpec, config: Config) -> None:
+    """Run until SIGTERM or SIGINT, then stop gracefully."""
+    server = Server(spec, config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.stop)
+    try:
+        await server.start()
+    except BaseException:
+        await server.stop(0)
+        raise
+    await server.wait()
+
+
+def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m services.{spec.name}")
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("serve", help="serve (the default)")
+    up = commands.add_parser("migrate", help="upgrade the database")
+    up.add_argument("revision", nargs="?", default="head")
+    down = commands.add_parser("downgrade", help="downgrade the database")
+    down.add_argument("revision")
+    new = commands.add_parser("revision", help="write a new migration")
+    new.add_argument("-m", "--message", required=True)
+    new.add_argument("--autogenerate", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        config = config_module.load(spec.name)
+    except ConfigError as error:
+        print(f"configuration error: {error}", file=sys.stderr)
+        return 2
+    logs.configure(spec.name, config.log_level)
+    command = args.command or "serve"
+    if command == "serve":
+        try:
+            asyncio.run(serve(spec, config))
+        except ConfigError as error:
+            print(f"configuration error: {error}", file=sys.stderr)
+            return 2
+        return 0
+    return (
+        asyncio.run(_database_command(spec, config, args))
+        if command != "revision"
+        else _revision(spec, config, args)
+    )
+
+
+async def _database_command(spec: ServiceSpec, config: Config, args: Any) -> int:
+    db = Database(config.database_url, schema=config.database_schema)
+    try:
+        if args.command == "migrate":
+            await migrations.upgrade(spec.name, spec.migrations, db, args.revision)
+        else:
+            await migrations.downgrade(spec.name, spec.migrations, db, args.revision)
+        revision = await migrations.current(spec.name, spec.migrations, db)
+        log.info("database migrated", extra={"fields": {"revision": revision, "url": _safe_url(db.url)}})
+    finally:
+        await db.dispose()
+    return 0
+
+
+def _revision(spec: ServiceSpec, config: Config, args: Any) -> int:
+    db = Database(config.database_url, schema=config.database_schema)
+    migrations.revision(spec.name, spec.migrations, db, args.message, args.autogenerate)
+    return 0
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,1 @@
+"""Game sessions: authoritative tables hosting the rules engine, per-player event streams."""

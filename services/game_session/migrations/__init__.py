@@ -1,0 +1,1 @@
+"""Alembic history of the game-session service."""

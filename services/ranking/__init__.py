@@ -1,0 +1,1 @@
+"""Ranking: XP and levels, skill ratings and leaderboards."""

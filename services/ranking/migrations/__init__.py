@@ -1,0 +1,1 @@
+"""Alembic history of the ranking service."""

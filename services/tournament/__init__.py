@@ -1,0 +1,1 @@
+"""Tournaments: elimination and Swiss events with buy-ins and prizes."""

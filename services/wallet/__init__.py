@@ -1,0 +1,1 @@
+"""Wallet: the double-entry chips ledger, escrowed bets, settlement and refunds."""

@@ -1,0 +1,71 @@
+"""Every service's migrations run up and down on SQLite and PostgreSQL, and match its models."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection
+
+from services.common import migrations
+from services.common.db import Database
+from services.common.server import ServiceSpec
+from services.game_session.service import SPEC as GAME_SESSION
+from services.matchmaking.service import SPEC as MATCHMAKING
+from services.ranking.service import SPEC as RANKING
+from services.tournament.service import SPEC as TOURNAMENT
+from services.wallet.service import SPEC as WALLET
+from tests.conftest import DatabaseTarget
+
+SPECS = [MATCHMAKING, GAME_SESSION, WALLET, RANKING, TOURNAMENT]
+
+
+def _models(spec: ServiceSpec) -> object:
+    import importlib
+
+    return importlib.import_module(f"services.{spec.name}.models")
+
+
+async def _tables(db: Database) -> set[str]:
+    async with db.engine.connect() as connection:
+        return set(await connection.run_sync(lambda c: inspect(c).get_table_names()))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+async def test_migrations_up_down_and_up_again(spec: ServiceSpec, database: Database) -> None:
+    metadata = _models(spec).metadata  # type: ignore[attr-defined]
+    own = set(metadata.tables)
+    assert own and all(name.startswith(f"{spec.name}_") for name in own)
+
+    await migrations.upgrade(spec.name, spec.migrations, database)
+    assert await migrations.current(spec.name, spec.migrations, database) is not None
+    assert own <= await _tables(database)
+
+    def diff(connection: Connection) -> list[object]:
+        opts = {"compare_type": True, "include_name": migrations.own_tables(metadata, spec.name)}
+        return list(compare_metadata(MigrationContext.configure(connection, opts=opts), metadata))
+
+    async with database.engine.connect() as connection:
+        assert await connection.run_sync(diff) == [], "models.py and the migrations disagree"
+
+    await migrations.downgrade(spec.name, spec.migrations, database, "base")
+    assert await migrations.current(spec.name, spec.migrations, database) is None
+    assert not own & await _tables(database)
+
+    await migrations.upgrade(spec.name, spec.migrations, database)
+    assert own <= await _tables(database)
+
+
+async def test_services_share_a_database_without_mixing_histories(db_target: DatabaseTarget) -> None:
+    database = db_target.database()
+    try:
+        for spec in SPECS:
+            await migrations.upgrade(spec.name, spec.migrations, database)
+        await migrations.downgrade(WALLET.name, WALLET.migrations, database, "base")
+        assert await migrations.current(WALLET.name, WALLET.migrations, database) is None
+        assert await migrations.current(RANKING.name, RANKING.migrations, database) is not None
+        tables = await _tables(database)
+        assert "wallet_idempotency_keys" not in tables and "ranking_idempotency_keys" in tables
+    finally:
+        await database.dispose()
