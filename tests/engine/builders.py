@@ -8,6 +8,7 @@ whole deck is always accounted for.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from engine.actions import Action, action_from_json
 from engine.cards import NCODES, counts_of, deck, parse, parse_many
@@ -55,6 +56,8 @@ def position(
     used: list[int] = [c for h in hand_cards for c in h]
     for side, side_melds in enumerate(melds):
         for m in side_melds:
+            text: str
+            wild_as: str | None
             text, wild_as = (m, None) if isinstance(m, str) else m
             mc = cards(text)
             meld_objs[side].append(make_meld(mc, r, None if wild_as is None else parse(wild_as)))
@@ -65,10 +68,10 @@ def position(
     used.extend(top)
     given_mortos: list[list[int] | None] = []
     if mortos is not None:
-        for m in mortos:
-            given_mortos.append(None if m is None else cards(m))
-            if m is not None:
-                used.extend(cards(m))
+        for morto in mortos:
+            given_mortos.append(None if morto is None else cards(morto))
+            if morto is not None:
+                used.extend(cards(morto))
     rest = counts_of(deck(r.jokers))
     for c in used:
         rest[c] -= 1
@@ -95,7 +98,7 @@ def position(
     return state
 
 
-def act(state: HandState, seat: int, **action: object) -> list[object]:
+def act(state: HandState, seat: int, **action: object) -> list[dict[str, Any]]:
     """Apply one action written as in a record: ``act(s, 0, do="meld", cards=["4H", "5H", "6H"])``."""
     return [e.for_seat(None) for e in state.apply(to_action(action), seat)]
 

@@ -5,7 +5,7 @@ import pytest
 from engine.cards import parse
 from engine.errors import IllegalActionError
 from engine.melds import Meld, extend_meld, make_meld
-from engine.rules import preset
+from engine.rules import Ruleset, preset
 from tests.engine.builders import cards
 
 FECHADO = preset("fechado")
@@ -14,7 +14,7 @@ SUJO = preset("aberto_sujo")
 V = preset("buraco_2005")
 
 
-def meld(text: str, rules=FECHADO, wild_as: str | None = None) -> Meld:
+def meld(text: str, rules: Ruleset = FECHADO, wild_as: str | None = None) -> Meld:
     return make_meld(cards(text), rules, None if wild_as is None else parse(wild_as))
 
 
@@ -22,18 +22,18 @@ def shown(m: Meld) -> str:
     return " ".join(m.to_json(FECHADO)["cards"])
 
 
-def refused(text: str, rules=FECHADO, wild_as: str | None = None) -> str:
+def refused(text: str, rules: Ruleset = FECHADO, wild_as: str | None = None) -> str:
     with pytest.raises(IllegalActionError) as e:
         meld(text, rules, wild_as)
     assert e.value.code == "INVALID_MELD"
     return e.value.message
 
 
-def add(m: Meld, text: str, rules=FECHADO) -> Meld:
+def add(m: Meld, text: str, rules: Ruleset = FECHADO) -> Meld:
     return extend_meld(m, cards(text), rules)
 
 
-def add_refused(m: Meld, text: str, rules=FECHADO) -> str:
+def add_refused(m: Meld, text: str, rules: Ruleset = FECHADO) -> str:
     with pytest.raises(IllegalActionError) as e:
         add(m, text, rules)
     assert e.value.code == "INVALID_ADD"

@@ -1,5 +1,7 @@
 """The morto, going out, the end of the stock, and hand scoring."""
 
+from typing import Any
+
 import pytest
 
 from engine.actions import DRAW, Discard
@@ -23,8 +25,8 @@ def refuse(state: HandState, seat: int, code: str, **action: object) -> str:
     return e.value.message
 
 
-def types(events: list[object]) -> list[str]:
-    return [e["type"] for e in events]  # type: ignore[index]
+def types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
 
 
 # --- taking the morto ------------------------------------------------------------------------------
@@ -134,17 +136,20 @@ def test_aberto_sujo_still_takes_the_morto_by_melding() -> None:
 
 
 def test_wild_going_out_discard_rule() -> None:
-    base = dict(phase="play", morto_taken=(True, True), mortos=[None, None])
-    s = position("buraco_2005", ["JK", "3S 4S 8D"], melds=[[CLEAN, "5H 6H 7H"], []], **base)
+    def base(name: str, melds: list[str]) -> HandState:
+        return position(name, ["JK", "3S 4S 8D"], melds=[melds, []], phase="play", morto_taken=(True, True),
+                        mortos=[None, None])
+
+    s = base("buraco_2005", [CLEAN, "5H 6H 7H"])
     refuse(s, 0, "WILD_DISCARD", do="discard", card="JK")
     act(s, 0, do="add", meld=1, cards=["JK"])  # playing it goes out instead
     assert s.is_terminal()
     # a wild that fits nowhere may be discarded to go out
-    s = position("buraco_2005", ["JK", "3S 4S 8D"], melds=[["4S 5S 6S JK 8S 9S 10S"], []], **base)
+    s = base("buraco_2005", ["4S 5S 6S JK 8S 9S 10S"])
     act(s, 0, do="discard", card="JK")
     assert s.is_terminal()
     # other rulesets have no such rule
-    s = position("fechado_sujo", ["JK", "3S 4S 8D"], melds=[[CLEAN, "5H 6H 7H"], []], **base)
+    s = base("fechado_sujo", [CLEAN, "5H 6H 7H"])
     act(s, 0, do="discard", card="JK")
     assert s.is_terminal()
 
