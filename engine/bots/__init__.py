@@ -1,0 +1,11 @@
+"""Bots: players that see only ``view(seat)`` and the legal actions of the moment.
+
+``make_bot(kind, seed)`` builds one (``"random"`` or ``"heuristic"``); ``bot.choose(view, legal)``
+returns the next action; ``bot.choose_discard(view, legal)`` the discard the bot would make (used by
+the game-session service when a player's time runs out).
+"""
+
+from engine.bots.base import Bot, make_bot
+from engine.bots.random_bot import RandomBot
+
+__all__ = ["Bot", "RandomBot", "make_bot"]
