@@ -22,7 +22,7 @@ from engine.actions import (
     TakePile,
     action_from_json,
 )
-from engine.cards import NCODES, cards_of, format_many, is_wild_capable, to_str
+from engine.cards import CARD_STR, NCODES, cards_of, format_many, is_wild_capable, to_str
 from engine.deal import Deal
 from engine.errors import IllegalActionError
 from engine.events import Event
@@ -30,6 +30,7 @@ from engine.melds import Meld, card_values, extend_meld, make_meld
 from engine.rules import CANASTRA, Ruleset
 
 DRAW_PHASE = "draw"
+DISCARDS = tuple(Discard(code) for code in range(NCODES))
 PLAY_PHASE = "play"
 OVER = "hand_over"
 
@@ -173,9 +174,11 @@ class HandState:
         actions.extend(movegen.add_actions(self))
         if self.must_meld < 0:
             counts = self.counts[self.to_act]
-            for code in range(NCODES):
-                if counts[code] and self._discard_problem(code) is None:
-                    actions.append(Discard(code))
+            if self.sizes[self.to_act] > 1 and self.lone < 0:
+                actions.extend([DISCARDS[code] for code in range(NCODES) if counts[code]])
+            else:
+                actions.extend([DISCARDS[code] for code in range(NCODES)
+                                if counts[code] and self._discard_problem(code) is None])
         return actions
 
     def is_legal(self, action: Action) -> bool:
@@ -226,7 +229,8 @@ class HandState:
         if isinstance(action, MeldCards):
             self._check_holds(action.cards)
             self._check_pile_top(action.cards)
-            meld = make_meld(action.cards, self.rules, action.wild_as)
+            made = movegen.placed(action.cards, self.rules, action.wild_as)
+            meld = made if made is not None else make_meld(action.cards, self.rules, action.wild_as)
             self._check_meld_result(action, meld, -1)
             return meld
         if isinstance(action, AddCards):
@@ -235,7 +239,8 @@ class HandState:
                 raise IllegalActionError("UNKNOWN_MELD", f"the side has no meld number {action.meld}")
             self._check_holds(action.cards)
             self._check_pile_top(action.cards)
-            meld = extend_meld(side_melds[action.meld], action.cards, self.rules)
+            made = movegen.extended(side_melds[action.meld], action.cards, self.rules)
+            meld = made if made is not None else extend_meld(side_melds[action.meld], action.cards, self.rules)
             self._check_meld_result(action, meld, action.meld)
             return meld
         raise TypeError(f"not an action: {action!r}")
@@ -314,19 +319,38 @@ class HandState:
             return IllegalActionError("EMPTY_PILE", "the discard pile is empty")
         if not self.rules.closed_pile and not (self.rules.lone_discard and len(self.pile) == 1):
             return None  # the hand grows to two cards or more: a discard is always possible
-        trial = self.clone()
-        trial._do(TAKE_PILE, None)
-        if self.rules.closed_pile:
-            if not (movegen.meld_actions(trial, first_only=True) or movegen.add_actions(trial, first_only=True)):
-                return IllegalActionError(
-                    "PILE_TOP_REQUIRED",
-                    f"the pile is closed: it can be taken only to meld its top card "
-                    f"{to_str(self.pile[-1])} at once, and that is not possible",
-                )
+        # try the take in place and undo it (cheaper than a copy of the whole state)
+        seat, pile = self.to_act, self.pile
+        counts = self.counts[seat]
+        for c in pile:
+            counts[c] += 1
+        self.sizes[seat] += len(pile)
+        self.pile = []
+        self.phase = PLAY_PHASE
+        self.must_meld = pile[-1] if self.rules.closed_pile else -1
+        self.lone = pile[0] if len(pile) == 1 and self.rules.lone_discard else -1
+        try:
+            if self.rules.closed_pile:
+                ok = bool(movegen.meld_actions(self, first_only=True) or movegen.add_actions(self, first_only=True))
+            else:
+                ok = self.lone < 0 or self._any_way_to_finish()
+        finally:
+            for c in pile:
+                counts[c] -= 1
+            self.sizes[seat] -= len(pile)
+            self.pile = pile
+            self.phase = DRAW_PHASE
+            self.must_meld = -1
+            self.lone = -1
+        if ok:
             return None
-        if trial.lone >= 0 and not trial._any_way_to_finish():
-            return IllegalActionError("LONE_DISCARD", "taking this single card would leave no card to discard")
-        return None
+        if self.rules.closed_pile:
+            return IllegalActionError(
+                "PILE_TOP_REQUIRED",
+                f"the pile is closed: it can be taken only to meld its top card "
+                f"{to_str(pile[-1])} at once, and that is not possible",
+            )
+        return IllegalActionError("LONE_DISCARD", "taking this single card would leave no card to discard")
 
     def _discard_problem(self, card: int) -> IllegalActionError | None:
         seat = self.to_act
@@ -359,13 +383,7 @@ class HandState:
         return None
 
     def _playable(self, card: int, side: int) -> bool:
-        for m in self.melds[side]:
-            try:
-                extend_meld(m, (card,), self.rules)
-            except IllegalActionError:
-                continue
-            return True
-        return False
+        return any(movegen.extended(m, (card,), self.rules) is not None for m in self.melds[side])
 
     # --- mutation (only after the checks) ---------------------------------------------------------
     def _do(self, action: Action, plan: Meld | None) -> list[Event]:
@@ -488,8 +506,11 @@ class HandState:
         out = []
         over = self.phase == OVER
         for side in (0, 1):
-            cards = sum(m.value(rules) for m in self.melds[side])
-            bonus = sum(m.bonus(rules) for m in self.melds[side])
+            cards = bonus = 0
+            for m in self.melds[side]:
+                facts = m._facts_for(rules)
+                bonus += facts[1]
+                cards += facts[2]
             going_out = rules.going_out_bonus if self.went_out >= 0 and side_of(self.went_out) == side else 0
             hand = 0
             morto = 0
@@ -509,6 +530,7 @@ class HandState:
     # --- what a seat sees ----------------------------------------------------------------------------
     def view(self, seat: int | None) -> dict[str, Any]:
         """Exactly what ``seat`` may see (``None``: a spectator, who sees no hand at all)."""
+        rules = self.rules
         out: dict[str, Any] = {
             "seat": seat,
             "players": self.players,
@@ -517,8 +539,8 @@ class HandState:
             "phase": self.phase,
             "to_act": self.current_player(),
             "hand_sizes": self.sizes[:],
-            "melds": [[m.to_json(self.rules) for m in side] for side in self.melds],
-            "discard": format_many(self.pile),
+            "melds": [[m.to_json(rules) for m in side] for side in self.melds],
+            "discard": [CARD_STR[c] for c in self.pile],
             "stock_count": len(self.stock),
             "mortos_taken": self.morto_taken[:],
             "mortos_in_stock": self.morto_to_stock[:],
@@ -527,7 +549,8 @@ class HandState:
             "score": self.score(),
         }
         if seat is not None:
-            out["hand"] = format_many(self.hand_of(seat))
+            counts = self.counts[seat]
+            out["hand"] = [CARD_STR[c] for c in range(NCODES) for _ in range(counts[c])]
         if self.phase == OVER:
             out["went_out"] = self.went_out
             out["end_reason"] = self.end_reason
