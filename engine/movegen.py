@@ -100,13 +100,24 @@ class _Context:
         return True
 
 
-def meld_actions(state: HandState, first_only: bool = False) -> list[MeldCards]:
+def plays(state: HandState, first_only: bool = False) -> list[MeldCards | AddCards]:
+    """Every legal new meld and addition (or just the first one found, with ``first_only``)."""
+    ctx = _Context(state, first_only)
+    out: list[MeldCards | AddCards] = []
+    out.extend(meld_actions(state, first_only, ctx))
+    if out and first_only:
+        return out
+    out.extend(add_actions(state, first_only, ctx))
+    return out
+
+
+def meld_actions(state: HandState, first_only: bool = False, ctx: _Context | None = None) -> list[MeldCards]:
     """Every legal new meld for the seat to act."""
     out: list[MeldCards] = []
     if state.sizes[state.to_act] < 3:
         return out
     rules = state.rules
-    ctx = _Context(state, first_only)
+    ctx = ctx or _Context(state, first_only)
     counts = ctx.counts
     must = ctx.must
     wilds = ctx.wilds
@@ -195,13 +206,13 @@ def meld_actions(state: HandState, first_only: bool = False) -> list[MeldCards]:
     return out
 
 
-def add_actions(state: HandState, first_only: bool = False) -> list[AddCards]:
+def add_actions(state: HandState, first_only: bool = False, ctx: _Context | None = None) -> list[AddCards]:
     """Every legal addition to the side's melds for the seat to act."""
     out: list[AddCards] = []
     melds = state.melds[state.to_act & 1]
     if not melds:
         return out
-    ctx = _Context(state, first_only)
+    ctx = ctx or _Context(state, first_only)
     counts = ctx.counts
     wilds = ctx.wilds
     must = ctx.must

@@ -22,12 +22,13 @@ from engine.actions import (
     TakePile,
     action_from_json,
 )
-from engine.cards import CARD_STR, NCODES, cards_of, format_many, is_wild_capable, to_str
+from engine.cards import NCODES, cards_of, format_many, is_wild_capable, to_str
 from engine.deal import Deal
 from engine.errors import IllegalActionError
 from engine.events import Event
 from engine.melds import Meld, card_values, extend_meld, make_meld
 from engine.rules import CANASTRA, Ruleset
+from engine.view import View
 
 DRAW_PHASE = "draw"
 DISCARDS = tuple(Discard(code) for code in range(NCODES))
@@ -64,8 +65,33 @@ class HandState:
         "stock",
         "to_act",
         "turns",
+        "version",
         "went_out",
     )
+
+    rules: Ruleset
+    players: int
+    deal: Deal
+    dealer: int
+    hand_number: int
+    counts: list[list[int]]
+    sizes: list[int]
+    melds: list[list[Meld]]
+    pile: list[int]
+    stock: list[int]
+    mortos: list[tuple[int, ...] | None]
+    morto_taken: list[bool]
+    morto_to_stock: list[bool]
+    morto_pending: list[int]
+    to_act: int
+    phase: str
+    must_meld: int
+    lone: int
+    went_out: int
+    end_reason: str
+    turns: int
+    history: list[tuple[int, Action]]
+    version: int
 
     def __init__(self, rules: Ruleset, players: int, deal: Deal, dealer: int | None = None,
                  hand_number: int = 1) -> None:
@@ -80,17 +106,17 @@ class HandState:
         if not 0 <= self.dealer < players:
             raise ValueError(f"dealer must be a seat 0..{players - 1}")
         self.hand_number = hand_number
-        self.counts: list[list[int]] = []
+        self.counts = []
         for hand in deal.hands:
             counts = [0] * NCODES
             for c in hand:
                 counts[c] += 1
             self.counts.append(counts)
         self.sizes = [len(h) for h in deal.hands]
-        self.melds: list[list[Meld]] = [[], []]
-        self.pile: list[int] = []
-        self.stock: list[int] = list(reversed(deal.stock))  # the next card to draw is at the end
-        self.mortos: list[tuple[int, ...] | None] = [deal.mortos[0], deal.mortos[1]]
+        self.melds = [[], []]
+        self.pile = []
+        self.stock = list(reversed(deal.stock))  # the next card to draw is at the end
+        self.mortos = [deal.mortos[0], deal.mortos[1]]
         self.morto_taken = [False, False]
         self.morto_to_stock = [False, False]
         self.morto_pending = [-1, -1]  # seat that took it by discarding and has not played since
@@ -101,7 +127,8 @@ class HandState:
         self.went_out = -1
         self.end_reason = ""
         self.turns = 1
-        self.history: list[tuple[int, Action]] = []
+        self.history = []
+        self.version = 0  # counts the changes; a view is valid for one version
 
     # --- OpenSpiel-style basics ------------------------------------------------------------------
     def current_player(self) -> int:
@@ -139,6 +166,7 @@ class HandState:
         other.end_reason = self.end_reason
         other.turns = self.turns
         other.history = self.history[:]
+        other.version = self.version
         return other
 
     # --- facts the rules ask about ------------------------------------------------------------------
@@ -170,8 +198,7 @@ class HandState:
                 out.append(TAKE_PILE)
             return out
         actions: list[Action] = []
-        actions.extend(movegen.meld_actions(self))
-        actions.extend(movegen.add_actions(self))
+        actions.extend(movegen.plays(self))
         if self.must_meld < 0:
             counts = self.counts[self.to_act]
             if self.sizes[self.to_act] > 1 and self.lone < 0:
@@ -312,7 +339,7 @@ class HandState:
             for code in range(NCODES):
                 if counts[code] and self._discard_problem(code) is None:
                     return True
-        return bool(movegen.meld_actions(self, first_only=True) or movegen.add_actions(self, first_only=True))
+        return bool(movegen.plays(self, first_only=True))
 
     def _take_pile_problem(self) -> IllegalActionError | None:
         if not self.pile:
@@ -331,7 +358,7 @@ class HandState:
         self.lone = pile[0] if len(pile) == 1 and self.rules.lone_discard else -1
         try:
             if self.rules.closed_pile:
-                ok = bool(movegen.meld_actions(self, first_only=True) or movegen.add_actions(self, first_only=True))
+                ok = bool(movegen.plays(self, first_only=True))
             else:
                 ok = self.lone < 0 or self._any_way_to_finish()
         finally:
@@ -387,6 +414,7 @@ class HandState:
 
     # --- mutation (only after the checks) ---------------------------------------------------------
     def _do(self, action: Action, plan: Meld | None) -> list[Event]:
+        self.version += 1
         seat = self.to_act
         side = side_of(seat)
         counts = self.counts[seat]
@@ -528,34 +556,12 @@ class HandState:
         return out
 
     # --- what a seat sees ----------------------------------------------------------------------------
-    def view(self, seat: int | None) -> dict[str, Any]:
-        """Exactly what ``seat`` may see (``None``: a spectator, who sees no hand at all)."""
-        rules = self.rules
-        out: dict[str, Any] = {
-            "seat": seat,
-            "players": self.players,
-            "hand_number": self.hand_number,
-            "dealer": self.dealer,
-            "phase": self.phase,
-            "to_act": self.current_player(),
-            "hand_sizes": self.sizes[:],
-            "melds": [[m.to_json(rules) for m in side] for side in self.melds],
-            "discard": [CARD_STR[c] for c in self.pile],
-            "stock_count": len(self.stock),
-            "mortos_taken": self.morto_taken[:],
-            "mortos_in_stock": self.morto_to_stock[:],
-            "must_meld": to_str(self.must_meld) if self.must_meld >= 0 else None,
-            "lone_card": to_str(self.lone) if self.lone >= 0 else None,
-            "score": self.score(),
-        }
-        if seat is not None:
-            counts = self.counts[seat]
-            out["hand"] = [CARD_STR[c] for c in range(NCODES) for _ in range(counts[c])]
-        if self.phase == OVER:
-            out["went_out"] = self.went_out
-            out["end_reason"] = self.end_reason
-            out["hands"] = [format_many(self.hand_of(s)) for s in range(self.players)]
-        return out
+    def view(self, seat: int | None) -> View:
+        """Exactly what ``seat`` may see (``None``: a spectator, who sees no hand at all).
+
+        A read-only mapping computed lazily (``engine/view.py``); ``view(seat).to_dict()`` is a plain dict.
+        """
+        return View(self, seat)
 
     def record_state(self) -> dict[str, Any]:
         """The whole state in the game-record output form (every hand shown)."""
