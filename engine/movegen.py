@@ -22,9 +22,6 @@ from engine.rules import Ruleset
 if TYPE_CHECKING:
     from engine.state import HandState
 
-_Seen = set[tuple[int, ...]]
-
-
 # Placement is a pure function of (cards, ruleset): memoised, since the same hands are examined
 # again and again within a turn and across turns. Failures are cached as None.
 @lru_cache(maxsize=1 << 16)
@@ -43,25 +40,6 @@ def extended(meld: Meld, cards: tuple[int, ...], rules: Ruleset) -> Meld | None:
         return None
 
 
-def _wild_types(counts: list[int]) -> list[int]:
-    out = [JOKER] if counts[JOKER] else []
-    out.extend(t * 13 + 1 for t in range(4) if counts[t * 13 + 1])
-    return out
-
-
-# the slot bits a natural card fills: an ace both ends, any other card its rank
-_SLOT_BITS = tuple((1 << ACE | 1 << HIGH_ACE) if c % 13 == 0 else 1 << (c % 13 + 1) for c in range(52))
-
-
-def _suit_masks(counts: list[int]) -> list[int]:
-    """Per suit, the slots (1..14) the hand can fill with a natural card."""
-    masks = [0, 0, 0, 0]
-    for c in range(52):
-        if counts[c]:
-            masks[c // 13] |= _SLOT_BITS[c]
-    return masks
-
-
 def _fits(counts: list[int], cards: tuple[int, ...]) -> bool:
     prev = -1
     run = 0
@@ -73,180 +51,136 @@ def _fits(counts: list[int], cards: tuple[int, ...]) -> bool:
     return True
 
 
-class _Context:
-    """What every candidate of one call shares: the hand, and the cheap acceptance test."""
+# --- the hand's possible melds, memoised by the part of the hand each one depends on -------------
+#
+# A sequence of suit s depends only on the hand's cards of suit s and its wild cards (jokers and
+# 2s); a group of rank r on its cards of rank r and its wilds; an addition on the meld and the same
+# part of the hand. Those parts change little from one call to the next (a draw or a discard
+# touches one suit), so each is computed once and looked up afterwards.
 
-    __slots__ = ("counts", "first_only", "masks", "must", "simple_from", "size", "state", "wilds")
-
-    def __init__(self, state: HandState, first_only: bool) -> None:
-        self.state = state
-        self.counts = state.counts[state.to_act]
-        self.size = state.sizes[state.to_act]
-        self.must = state.must_meld
-        self.first_only = first_only
-        # a move that keeps two cards or more always leaves a legal discard, unless a lone card
-        # taken from the pile is involved: then ask the state
-        self.simple_from = 2 if state.lone < 0 else 10**9
-        self.masks = _suit_masks(self.counts)
-        self.wilds = _wild_types(self.counts)
-
-    def accept(self, action: MeldCards | AddCards, meld: Meld, index: int) -> bool:
-        if self.size - len(action.cards) >= self.simple_from:
-            return True
-        try:
-            self.state._check_meld_result(action, meld, index)
-        except IllegalActionError:
-            return False
-        return True
+MeldCandidate = tuple[MeldCards, Meld]
+AddCandidate = tuple[tuple[int, ...], Meld]
+_WILD_CODES = (JOKER, 1, 14, 27, 40)
 
 
-def plays(state: HandState, first_only: bool = False) -> list[MeldCards | AddCards]:
-    """Every legal new meld and addition (or just the first one found, with ``first_only``)."""
-    ctx = _Context(state, first_only)
-    out: list[MeldCards | AddCards] = []
-    out.extend(meld_actions(state, first_only, ctx))
-    if out and first_only:
-        return out
-    out.extend(add_actions(state, first_only, ctx))
-    return out
+def _partial_counts(cards: tuple[int, ...], first: int, step: int, wild_counts: tuple[int, ...]) -> list[int]:
+    counts = [0] * 53
+    for i, n in enumerate(cards):
+        counts[first + i * step] = n
+    for code, n in zip(_WILD_CODES, wild_counts, strict=True):
+        counts[code] = n
+    return counts
 
 
-def meld_actions(state: HandState, first_only: bool = False, ctx: _Context | None = None) -> list[MeldCards]:
-    """Every legal new meld for the seat to act."""
-    out: list[MeldCards] = []
-    if state.sizes[state.to_act] < 3:
-        return out
-    rules = state.rules
-    ctx = ctx or _Context(state, first_only)
-    counts = ctx.counts
-    must = ctx.must
-    wilds = ctx.wilds
-    seen: set[tuple[tuple[int, ...], int | None]] = set()
-    # a natural card that must be melded (closed pile) narrows the search to its suit and rank
-    must_natural = must >= 0 and must != JOKER and must % 13 != 1
+def _present_wilds(counts: list[int]) -> list[int]:
+    return [c for c in _WILD_CODES if counts[c]]
 
-    def consider(cards: list[int], wild_slot: int, suit: int) -> bool:
-        """Record the meld these cards make (the wild at ``wild_slot``); True to stop early."""
-        cards_t = tuple(sorted(cards))
-        if must >= 0 and must not in cards_t:
-            return False
-        if not _fits(counts, cards_t):
-            return False
-        meld = placed(cards_t, rules, None)
-        if meld is None:
-            return False
-        wild_as: int | None = None
-        if wild_slot and meld.wild_slot != wild_slot:
-            wild_as = slot_card(suit, wild_slot)
-            meld = placed(cards_t, rules, wild_as)
-            if meld is None or meld.wild_slot != wild_slot:
-                return False
-        key = (cards_t, wild_as)
-        if key in seen:
-            return False
-        seen.add(key)
-        action = MeldCards(cards_t, wild_as)
-        if ctx.accept(action, meld, -1):
-            out.append(action)
-            return first_only
-        return False
 
-    # sequences: an interval of slots, natural everywhere but at most one slot (the wild's)
-    need = 3 if not wilds else 2  # natural cards a run needs at least
-    for suit in range(4):
-        avail = ctx.masks[suit]
-        if avail.bit_count() < need or (must_natural and must // 13 != suit):
+@lru_cache(maxsize=1 << 14)
+def suit_melds(rules: Ruleset, suit: int, suit_counts: tuple[int, ...],
+               wild_counts: tuple[int, ...]) -> tuple[MeldCandidate, ...]:
+    """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
+    at most one slot, the wild's), each with the meld it makes."""
+    counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
+    wilds = _present_wilds(counts)
+    avail = 0
+    for rank, n in enumerate(suit_counts, start=1):
+        if n:
+            avail |= (1 << ACE | 1 << HIGH_ACE) if rank == ACE else 1 << rank
+    out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
+    two_aces = suit_counts[0] >= 2
+    for lo in range(1, 13):
+        if not avail >> lo & 1 and (not wilds or not avail >> (lo + 1) & 1):
+            continue  # a run starts with a natural card, or with the wild just before one
+        missing = 0
+        for hi in range(lo, 15):
+            if not avail >> hi & 1 or (hi == HIGH_ACE and lo == ACE and not two_aces):
+                if missing:
+                    break
+                missing = hi
+            if hi - lo < 2:
+                continue
+            cards = [slot_card(suit, x) for x in range(lo, hi + 1)]
+            if not missing:
+                _add_meld_candidate(out, counts, rules, cards, 0, suit)
+                holes = range(lo, hi + 1)
+            else:
+                holes = range(missing, missing + 1)
+            for hole in holes if wilds else ():
+                naturals = cards[:hole - lo] + cards[hole - lo + 1:]
+                for w in wilds:
+                    _add_meld_candidate(out, counts, rules, [*naturals, w], hole, suit)
+    return tuple(out.values())
+
+
+@lru_cache(maxsize=1 << 14)
+def rank_melds(rules: Ruleset, rank: int, rank_counts: tuple[int, ...],
+               wild_counts: tuple[int, ...]) -> tuple[MeldCandidate, ...]:
+    """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
+    counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
+    wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
+    out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
+    for pick in product(*(range(n + 1) for n in rank_counts)):
+        k = sum(pick)
+        if k < 2:
             continue
-        two_aces = counts[suit * 13] >= 2
-        for lo in range(1, 13):
-            if not avail >> lo & 1 and (not wilds or not avail >> (lo + 1) & 1):
-                continue  # a run starts with a natural card, or with the wild just before one
-            missing = 0
-            for hi in range(lo, 15):
-                if not avail >> hi & 1 or (hi == HIGH_ACE and lo == ACE and not two_aces):
-                    if missing:
-                        break
-                    missing = hi
-                if hi - lo < 2:
-                    continue
-                cards = [slot_card(suit, x) for x in range(lo, hi + 1)]
-                if not missing:
-                    if consider(cards, 0, suit):
-                        return out
-                    holes = range(lo, hi + 1)
-                else:
-                    holes = range(missing, missing + 1)
-                if not wilds:
-                    continue
-                for hole in holes:
-                    naturals = cards[:hole - lo] + cards[hole - lo + 1:]
-                    for w in wilds:
-                        if consider([*naturals, w], hole, suit):
-                            return out
-    # groups: any multiset of one rank (2 naturals at least), with at most one wild
-    if rules.groups:
-        ranks = [ACE, *range(3, 14)] + ([TWO] if rules.groups_of_twos else [])
-        if must_natural:
-            ranks = [must % 13 + 1]
-        for rank in ranks:
-            per_suit = [counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank]]
-            if sum(per_suit) < 2 or (sum(per_suit) < 3 and not wilds):
-                continue
-            group_wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else wilds
-            for pick in product(*(range(n + 1) for n in per_suit)):
-                k = sum(pick)
-                if k < 2:
-                    continue
-                naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
-                if k >= 3 and consider(naturals, 0, -1):
-                    return out
-                for w in group_wilds:
-                    if consider([*naturals, w], 0, -1):
-                        return out
-    return out
+        naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
+        if k >= 3:
+            _add_meld_candidate(out, counts, rules, naturals, 0, -1)
+        for w in wilds:
+            _add_meld_candidate(out, counts, rules, [*naturals, w], 0, -1)
+    return tuple(out.values())
 
 
-def add_actions(state: HandState, first_only: bool = False, ctx: _Context | None = None) -> list[AddCards]:
-    """Every legal addition to the side's melds for the seat to act."""
-    out: list[AddCards] = []
-    melds = state.melds[state.to_act & 1]
-    if not melds:
-        return out
-    ctx = ctx or _Context(state, first_only)
-    counts = ctx.counts
-    wilds = ctx.wilds
-    must = ctx.must
-    must_natural = must >= 0 and must != JOKER and must % 13 != 1
-    for index, meld in enumerate(melds):
-        seen: _Seen = set()
-        if meld.is_sequence:
-            avail = ctx.masks[meld.suit]
-            if (not avail and not wilds) or (must_natural and must // 13 != meld.suit):
-                continue
-            if _sequence_additions(ctx, meld, index, avail, wilds, seen, out):
-                return out
-        else:
-            rank = meld.group_rank
-            if must_natural and must % 13 + 1 != rank:
-                continue
-            per_suit = [counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank]]
-            if not any(per_suit) and (meld.wild >= 0 or not wilds):
-                continue
-            group_wilds = [] if meld.wild >= 0 else (
-                ([JOKER] if counts[JOKER] else []) if rank == TWO else wilds)
-            for pick in product(*(range(n + 1) for n in per_suit)):
-                naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
-                if naturals and _consider_add(ctx, meld, index, naturals, seen, out):
-                    return out
-                for w in group_wilds:
-                    if _consider_add(ctx, meld, index, [*naturals, w], seen, out):
-                        return out
-    return out
+def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], counts: list[int],
+                        rules: Ruleset, cards: list[int], wild_slot: int, suit: int) -> None:
+    """Record the meld these cards make, with the wild at ``wild_slot`` (0: where the rules put it)."""
+    cards_t = tuple(sorted(cards))
+    if not _fits(counts, cards_t):
+        return
+    meld = placed(cards_t, rules, None)
+    if meld is None:
+        return
+    wild_as: int | None = None
+    if wild_slot and meld.wild_slot != wild_slot:
+        wild_as = slot_card(suit, wild_slot)
+        meld = placed(cards_t, rules, wild_as)
+        if meld is None or meld.wild_slot != wild_slot:
+            return
+    key = (cards_t, wild_as)
+    if key not in out:
+        out[key] = (MeldCards(cards_t, wild_as), meld)
 
 
-def _sequence_additions(ctx: _Context, meld: Meld, index: int, avail: int, wilds: list[int], seen: _Seen,
-                        out: list[AddCards]) -> bool:
-    """Additions to one sequence; True to stop early (``first_only``)."""
+@lru_cache(maxsize=1 << 14)
+def meld_additions(rules: Ruleset, meld: Meld, part: tuple[int, ...],
+                   wild_counts: tuple[int, ...]) -> tuple[AddCandidate, ...]:
+    """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
+    of the group's rank) and its wilds, each with the meld it makes."""
+    out: dict[tuple[int, ...], AddCandidate] = {}
+    if meld.is_sequence:
+        counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
+        avail = 0
+        for rank, n in enumerate(part, start=1):
+            if n:
+                avail |= (1 << ACE | 1 << HIGH_ACE) if rank == ACE else 1 << rank
+        _sequence_additions(rules, counts, meld, avail, _present_wilds(counts), out)
+    else:
+        rank = meld.group_rank
+        counts = _partial_counts(part, rank - 1, 13, wild_counts)
+        wilds = [] if meld.wild >= 0 else (
+            ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts))
+        for pick in product(*(range(n + 1) for n in part)):
+            naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
+            if naturals:
+                _add_addition(out, counts, rules, meld, naturals)
+            for w in wilds:
+                _add_addition(out, counts, rules, meld, [*naturals, w])
+    return tuple(out.values())
+
+
+def _sequence_additions(rules: Ruleset, counts: list[int], meld: Meld, avail: int, wilds: list[int],
+                        out: dict[tuple[int, ...], AddCandidate]) -> None:
     suit = meld.suit
     nat = meld.mask
     nlo = (nat & -nat).bit_length() - 1
@@ -287,33 +221,101 @@ def _sequence_additions(ctx: _Context, meld: Meld, index: int, avail: int, wilds
                     variants.append([x for x in slots if x != TWO])  # the meld's own 2 fills it
                 for chosen in variants:
                     naturals = [slot_card(suit, x) for x in chosen]
-                    if (not hole or meld.wild >= 0) and _consider_add(ctx, meld, index, naturals, seen, out):
-                        return True
+                    if not hole or meld.wild >= 0:
+                        _add_addition(out, counts, rules, meld, naturals)
                     if hole:
                         for w in wilds:
-                            if _consider_add(ctx, meld, index, [*naturals, w], seen, out):
-                                return True
-    return False
+                            _add_addition(out, counts, rules, meld, [*naturals, w])
 
 
-def _consider_add(ctx: _Context, meld: Meld, index: int, cards: list[int], seen: _Seen,
-                  out: list[AddCards]) -> bool:
-    """Record the addition of ``cards`` to meld ``index`` if legal; True to stop early."""
+def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], rules: Ruleset, meld: Meld,
+                  cards: list[int]) -> None:
     if not cards:
-        return False
+        return
     cards_t = tuple(sorted(cards))
-    if cards_t in seen:
-        return False
-    seen.add(cards_t)
-    if ctx.must >= 0 and ctx.must not in cards_t:
-        return False
-    if not _fits(ctx.counts, cards_t):
-        return False
-    result = extended(meld, cards_t, ctx.state.rules)
-    if result is None:
-        return False
-    action = AddCards(index, cards_t)
-    if ctx.accept(action, result, index):
-        out.append(action)
-        return ctx.first_only
-    return False
+    if cards_t in out or not _fits(counts, cards_t):
+        return
+    result = extended(meld, cards_t, rules)
+    if result is not None:
+        out[cards_t] = (cards_t, result)
+
+
+# --- the legal plays of the moment ------------------------------------------------------------------
+
+def plays(state: HandState, first_only: bool = False) -> list[MeldCards | AddCards]:
+    """Every legal new meld and addition for the seat to act (or the first found, ``first_only``).
+
+    The memoised candidates are structurally valid; what depends on the whole state (the closed
+    pile's top card, a hand emptied or nearly emptied, the lone-discard card) is checked here.
+    """
+    seat = state.to_act
+    rules = state.rules
+    counts = state.counts[seat]
+    size = state.sizes[seat]
+    must = state.must_meld
+    must_natural = must >= 0 and must != JOKER and must % 13 != 1
+    # a move that keeps two cards or more always leaves a legal discard, unless a lone card taken
+    # from the pile is involved: then the state decides
+    simple_from = 2 if state.lone < 0 else 1 << 30
+    wild_counts = (counts[JOKER], counts[1], counts[14], counts[27], counts[40])
+    any_wild = any(wild_counts)
+    out: list[MeldCards | AddCards] = []
+
+    def accept(action: MeldCards | AddCards, meld: Meld, index: int) -> bool:
+        if must >= 0 and must not in action.cards:
+            return False
+        if size - len(action.cards) >= simple_from:
+            return True
+        try:
+            state._check_meld_result(action, meld, index)
+        except IllegalActionError:
+            return False
+        return True
+
+    suits = [tuple(counts[0:13]), tuple(counts[13:26]), tuple(counts[26:39]), tuple(counts[39:52])]
+    if size >= 3:
+        for suit in range(4):
+            if must_natural and must // 13 != suit:
+                continue
+            suit_counts = suits[suit]
+            if sum(suit_counts) + any_wild < 3:
+                continue
+            for action, meld in suit_melds(rules, suit, suit_counts, wild_counts):
+                if accept(action, meld, -1):
+                    out.append(action)
+                    if first_only:
+                        return out
+        if rules.groups:
+            by_rank = list(zip(*suits, strict=True))  # per rank, its count in each suit
+            ranks = [must % 13 + 1] if must_natural else _GROUP_RANKS[rules.groups_of_twos]
+            for rank in ranks:
+                rank_counts = by_rank[rank - 1]
+                if sum(rank_counts) + any_wild < 3:
+                    continue
+                for action, meld in rank_melds(rules, rank, rank_counts, wild_counts):
+                    if accept(action, meld, -1):
+                        out.append(action)
+                        if first_only:
+                            return out
+    for index, meld in enumerate(state.melds[seat & 1]):
+        if meld.is_sequence:
+            if must_natural and must // 13 != meld.suit:
+                continue
+            part = suits[meld.suit]
+        else:
+            rank = meld.group_rank
+            if must_natural and must % 13 + 1 != rank:
+                continue
+            part = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+        if not any_wild and not any(part):
+            continue
+        for cards_t, result in meld_additions(rules, meld, part, wild_counts):
+            addition = AddCards(index, cards_t)
+            if accept(addition, result, index):
+                out.append(addition)
+                if first_only:
+                    return out
+    return out
+
+
+_GROUP_RANKS = {False: [ACE, *range(3, 14)], True: [ACE, TWO, *range(3, 14)]}
