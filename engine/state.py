@@ -66,6 +66,7 @@ class HandState:
         "to_act",
         "turns",
         "version",
+        "_legal",
         "went_out",
     )
 
@@ -92,6 +93,7 @@ class HandState:
     turns: int
     history: list[tuple[int, Action]]
     version: int
+    _legal: tuple[int, list[Action], dict[Action, Meld | None]] | None
 
     def __init__(self, rules: Ruleset, players: int, deal: Deal, dealer: int | None = None,
                  hand_number: int = 1) -> None:
@@ -128,7 +130,8 @@ class HandState:
         self.end_reason = ""
         self.turns = 1
         self.history = []
-        self.version = 0  # counts the changes; a view is valid for one version
+        self.version = 0  # counts the changes; a view (and the legal-action memo) is valid for one version
+        self._legal = None
 
     # --- OpenSpiel-style basics ------------------------------------------------------------------
     def current_player(self) -> int:
@@ -143,12 +146,7 @@ class HandState:
         return [totals[side_of(seat)] for seat in range(self.players)]
 
     def clone(self) -> HandState:
-        other = HandState.__new__(HandState)
-        other.rules = self.rules
-        other.players = self.players
-        other.deal = self.deal
-        other.dealer = self.dealer
-        other.hand_number = self.hand_number
+        other = HandState(self.rules, self.players, self.deal, self.dealer, self.hand_number)
         other.counts = [c[:] for c in self.counts]
         other.sizes = self.sizes[:]
         other.melds = [self.melds[0][:], self.melds[1][:]]
@@ -190,23 +188,30 @@ class HandState:
     # --- legal actions -------------------------------------------------------------------------------
     def legal_actions(self) -> list[Action]:
         """Every legal action now, without duplicates, in a stable order."""
-        if self.phase == OVER:
-            return []
-        if self.phase == DRAW_PHASE:
-            out: list[Action] = [DRAW]
-            if self._take_pile_problem() is None:
-                out.append(TAKE_PILE)
-            return out
+        cached = self._legal
+        if cached is not None and cached[0] == self.version:
+            return list(cached[1])
+        plans: dict[Action, Meld | None] = {}
         actions: list[Action] = []
-        actions.extend(movegen.plays(self))
-        if self.must_meld < 0:
-            counts = self.counts[self.to_act]
-            if self.sizes[self.to_act] > 1 and self.lone < 0:
-                actions.extend([DISCARDS[code] for code in range(NCODES) if counts[code]])
-            else:
-                actions.extend([DISCARDS[code] for code in range(NCODES)
-                                if counts[code] and self._discard_problem(code) is None])
-        return actions
+        if self.phase == DRAW_PHASE:
+            actions.append(DRAW)
+            if self._take_pile_problem() is None:
+                actions.append(TAKE_PILE)
+        elif self.phase == PLAY_PHASE:
+            actions.extend(movegen.plays(self, plans=plans))
+            if self.must_meld < 0:
+                counts = self.counts[self.to_act]
+                if self.sizes[self.to_act] > 1 and self.lone < 0:
+                    actions.extend([DISCARDS[code] for code in range(NCODES) if counts[code]])
+                else:
+                    actions.extend([DISCARDS[code] for code in range(NCODES)
+                                    if counts[code] and self._discard_problem(code) is None])
+        for action in actions:
+            if action not in plans:
+                plans[action] = None
+        # remembered for this version of the state, so that applying a listed action skips the checks
+        self._legal = (self.version, actions, plans)
+        return list(actions)
 
     def is_legal(self, action: Action) -> bool:
         try:
@@ -225,7 +230,11 @@ class HandState:
             raise IllegalActionError("HAND_OVER", "the hand is over")
         if seat is not None and seat != self.to_act:
             raise IllegalActionError("NOT_YOUR_TURN", f"it is seat {self.to_act}'s turn, not seat {seat}'s")
-        plan = self._plan(action)
+        cached = self._legal
+        if cached is not None and cached[0] == self.version and action in cached[2]:
+            plan = cached[2][action]  # listed as legal for exactly this state
+        else:
+            plan = self._plan(action)
         actor = self.to_act
         events = self._do(action, plan)
         self.history.append((actor, action))
@@ -413,6 +422,11 @@ class HandState:
         return any(movegen.extended(m, (card,), self.rules) is not None for m in self.melds[side])
 
     # --- mutation (only after the checks) ---------------------------------------------------------
+    def touch(self) -> None:
+        """Declare a change made outside ``apply`` (tests and tools that set positions up by hand)."""
+        self.version += 1
+        self._legal = None
+
     def _do(self, action: Action, plan: Meld | None) -> list[Event]:
         self.version += 1
         seat = self.to_act
