@@ -44,6 +44,7 @@ class HandState:
     """One hand of Buraco. Seats ``0..players-1``; side 0 is seats 0 and 2, side 1 seats 1 and 3."""
 
     __slots__ = (
+        "_legal",
         "counts",
         "deal",
         "dealer",
@@ -66,7 +67,6 @@ class HandState:
         "to_act",
         "turns",
         "version",
-        "_legal",
         "went_out",
     )
 
