@@ -118,6 +118,12 @@ class Tournament(_message.Message):
     POOL_CHIPS_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     CANCEL_REASON_FIELD_NUMBER: _builtins.int
+    HOUSE_CUT_CHIPS_FIELD_NUMBER: _builtins.int
+    PRIZE_POOL_CHIPS_FIELD_NUMBER: _builtins.int
+    TOTAL_ROUNDS_FIELD_NUMBER: _builtins.int
+    CHIPS_SETTLED_FIELD_NUMBER: _builtins.int
+    ACTUAL_START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """OUTPUT_ONLY. `tournaments/{tournament}`."""
     display_name: _builtins.str
@@ -139,6 +145,19 @@ class Tournament(_message.Message):
     """OUTPUT_ONLY. Buy-ins held, the house cut, what is left to pay out."""
     cancel_reason: _builtins.str
     """OUTPUT_ONLY. Why it was cancelled."""
+    house_cut_chips: _builtins.int
+    """OUTPUT_ONLY. Once the prizes are paid: the house's cut of `pool_chips` and what the prizes
+    shared (the two add up to `pool_chips`).
+    """
+    prize_pool_chips: _builtins.int
+    total_rounds: _builtins.int
+    """OUTPUT_ONLY. Rounds the tournament plays (set at the start: log2 of the bracket for single
+    elimination, `swiss_rounds` for Swiss).
+    """
+    chips_settled: _builtins.bool
+    """OUTPUT_ONLY. True once the chips are final: the prizes paid (FINISHED) or every buy-in
+    refunded (CANCELLED); at once for a free tournament.
+    """
     @_builtins.property
     def table_options(self) -> _common_pb2.TableOptions:
         """REQUIRED. Ruleset, 2 or 4 players (4: entrants are pairs), length and target per round;
@@ -163,6 +182,12 @@ class Tournament(_message.Message):
 
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def actual_start_time(self) -> _timestamp_pb2.Timestamp:
+        """OUTPUT_ONLY. When it started (STATE_RUNNING) and when it finished or was cancelled."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -185,10 +210,16 @@ class Tournament(_message.Message):
         pool_chips: _builtins.int = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         cancel_reason: _builtins.str = ...,
+        house_cut_chips: _builtins.int = ...,
+        prize_pool_chips: _builtins.int = ...,
+        total_rounds: _builtins.int = ...,
+        chips_settled: _builtins.bool = ...,
+        actual_start_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "no_show_timeout", b"no_show_timeout", "registration_close_time", b"registration_close_time", "registration_open_time", b"registration_open_time", "start_time", b"start_time", "table_options", b"table_options"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["actual_start_time", b"actual_start_time", "create_time", b"create_time", "end_time", b"end_time", "no_show_timeout", b"no_show_timeout", "registration_close_time", b"registration_close_time", "registration_open_time", b"registration_open_time", "start_time", b"start_time", "table_options", b"table_options"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buy_in_chips", b"buy_in_chips", "cancel_reason", b"cancel_reason", "create_time", b"create_time", "current_round", b"current_round", "display_name", b"display_name", "entrant_count", b"entrant_count", "format", b"format", "max_entrants", b"max_entrants", "min_entrants", b"min_entrants", "name", b"name", "no_show_timeout", b"no_show_timeout", "pool_chips", b"pool_chips", "prizes", b"prizes", "registration_close_time", b"registration_close_time", "registration_open_time", b"registration_open_time", "start_time", b"start_time", "state", b"state", "swiss_rounds", b"swiss_rounds", "table_options", b"table_options"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actual_start_time", b"actual_start_time", "buy_in_chips", b"buy_in_chips", "cancel_reason", b"cancel_reason", "chips_settled", b"chips_settled", "create_time", b"create_time", "current_round", b"current_round", "display_name", b"display_name", "end_time", b"end_time", "entrant_count", b"entrant_count", "format", b"format", "house_cut_chips", b"house_cut_chips", "max_entrants", b"max_entrants", "min_entrants", b"min_entrants", "name", b"name", "no_show_timeout", b"no_show_timeout", "pool_chips", b"pool_chips", "prize_pool_chips", b"prize_pool_chips", "prizes", b"prizes", "registration_close_time", b"registration_close_time", "registration_open_time", b"registration_open_time", "start_time", b"start_time", "state", b"state", "swiss_rounds", b"swiss_rounds", "table_options", b"table_options", "total_rounds", b"total_rounds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -206,12 +237,25 @@ class Entrant(_message.Message):
     ELIMINATED_FIELD_NUMBER: _builtins.int
     WITHDRAWN_FIELD_NUMBER: _builtins.int
     REGISTER_TIME_FIELD_NUMBER: _builtins.int
+    COMPLETE_FIELD_NUMBER: _builtins.int
+    PLACE_FIELD_NUMBER: _builtins.int
+    PRIZE_CHIPS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """OUTPUT_ONLY. `tournaments/{tournament}/entrants/{entrant}`."""
     seed: _builtins.int
     """OUTPUT_ONLY. Seed (1 is the strongest), from ratings at start."""
     eliminated: _builtins.bool
     withdrawn: _builtins.bool
+    complete: _builtins.bool
+    """OUTPUT_ONLY. Every player's buy-in is held (for pairs: both partners have registered, each
+    naming the other). An entry still incomplete when the tournament starts is dropped and its
+    buy-in released.
+    """
+    place: _builtins.int
+    """OUTPUT_ONLY. Once the tournament is finished: the final place (tied entrants share the best
+    place of their span) and the chips its players won.
+    """
+    prize_chips: _builtins.int
     @_builtins.property
     def players(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """OUTPUT_ONLY. One player, or the pair."""
@@ -227,10 +271,13 @@ class Entrant(_message.Message):
         eliminated: _builtins.bool = ...,
         withdrawn: _builtins.bool = ...,
         register_time: _timestamp_pb2.Timestamp | None = ...,
+        complete: _builtins.bool = ...,
+        place: _builtins.int = ...,
+        prize_chips: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["register_time", b"register_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eliminated", b"eliminated", "name", b"name", "players", b"players", "register_time", b"register_time", "seed", b"seed", "withdrawn", b"withdrawn"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete", b"complete", "eliminated", b"eliminated", "name", b"name", "place", b"place", "players", b"players", "prize_chips", b"prize_chips", "register_time", b"register_time", "seed", b"seed", "withdrawn", b"withdrawn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -482,12 +529,15 @@ class Standing(_message.Message):
     POINTS_FIELD_NUMBER: _builtins.int
     TIE_BREAKS_FIELD_NUMBER: _builtins.int
     ELIMINATED_FIELD_NUMBER: _builtins.int
+    PRIZE_CHIPS_FIELD_NUMBER: _builtins.int
     rank: _builtins.int
     entrant: _builtins.str
     """`tournaments/{tournament}/entrants/{entrant}`."""
     points: _builtins.int
     """Match points and the tie-breaks, in the order the tournament service documents."""
     eliminated: _builtins.bool
+    prize_chips: _builtins.int
+    """OUTPUT_ONLY. The chips the entrant's players won (once the prizes are paid)."""
     @_builtins.property
     def players(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -501,10 +551,11 @@ class Standing(_message.Message):
         points: _builtins.int = ...,
         tie_breaks: _abc.Iterable[_builtins.int] | None = ...,
         eliminated: _builtins.bool = ...,
+        prize_chips: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eliminated", b"eliminated", "entrant", b"entrant", "players", b"players", "points", b"points", "rank", b"rank", "tie_breaks", b"tie_breaks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eliminated", b"eliminated", "entrant", b"entrant", "players", b"players", "points", b"points", "prize_chips", b"prize_chips", "rank", b"rank", "tie_breaks", b"tie_breaks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -544,18 +595,30 @@ class ListStandingsResponse(_message.Message):
 
     STANDINGS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TIE_BREAK_NAMES_FIELD_NUMBER: _builtins.int
+    FINAL_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
+    final: _builtins.bool
+    """OUTPUT_ONLY. True when the tournament is finished: the ranks are the final places."""
     @_builtins.property
     def standings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Standing]: ...
+    @_builtins.property
+    def tie_break_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """OUTPUT_ONLY. What `Standing.tie_breaks` hold, in order (docs/tournaments.md): Swiss
+        `buchholz`, `sonneborn_berger`, `points_difference`; none for single elimination.
+        """
+
     def __init__(
         self,
         *,
         standings: _abc.Iterable[Global___Standing] | None = ...,
         next_page_token: _builtins.str = ...,
+        tie_break_names: _abc.Iterable[_builtins.str] | None = ...,
+        final: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "standings", b"standings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["final", b"final", "next_page_token", b"next_page_token", "standings", b"standings", "tie_break_names", b"tie_break_names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -587,23 +650,65 @@ class Pairing(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    class _State:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _StateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[Pairing._State.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        STATE_UNSPECIFIED: Pairing._State.ValueType  # 0
+        STATE_CREATING_TABLE: Pairing._State.ValueType  # 1
+        """Its table is being created in the game-session service."""
+        STATE_PLAYING: Pairing._State.ValueType  # 2
+        """Its table exists; waiting for the players and the result."""
+        STATE_DECIDED: Pairing._State.ValueType  # 3
+        """Decided: a result, a forfeit or a bye."""
+
+    class State(_State, metaclass=_StateEnumTypeWrapper):
+        """Where the match is."""
+
+    STATE_UNSPECIFIED: Pairing.State.ValueType  # 0
+    STATE_CREATING_TABLE: Pairing.State.ValueType  # 1
+    """Its table is being created in the game-session service."""
+    STATE_PLAYING: Pairing.State.ValueType  # 2
+    """Its table exists; waiting for the players and the result."""
+    STATE_DECIDED: Pairing.State.ValueType  # 3
+    """Decided: a result, a forfeit or a bye."""
+
     ENTRANTS_FIELD_NUMBER: _builtins.int
     TABLE_FIELD_NUMBER: _builtins.int
     MATCH_ID_FIELD_NUMBER: _builtins.int
     WINNER_FIELD_NUMBER: _builtins.int
     BYE_FIELD_NUMBER: _builtins.int
     FORFEIT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    SCORES_FIELD_NUMBER: _builtins.int
+    NO_SHOWS_FIELD_NUMBER: _builtins.int
+    NO_SHOW_DEADLINE_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     """`tables/{table}` in the game-session service; empty for a bye."""
     match_id: _builtins.str
     winner: _builtins.str
-    """The winner once known."""
+    """The winner once known; empty when both entrants forfeited."""
     bye: _builtins.bool
     forfeit: _builtins.bool
     """True when the match was decided by a no-show."""
+    state: Global___Pairing.State.ValueType
     @_builtins.property
     def entrants(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The entrants (one for a bye)."""
+
+    @_builtins.property
+    def scores(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The final match scores, in `entrants` order, when the match was played."""
+
+    @_builtins.property
+    def no_shows(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The players (`players/{player}`) who did not show in time."""
+
+    @_builtins.property
+    def no_show_deadline(self) -> _timestamp_pb2.Timestamp:
+        """A player who has not joined the table by then forfeits the match."""
 
     def __init__(
         self,
@@ -614,10 +719,14 @@ class Pairing(_message.Message):
         winner: _builtins.str = ...,
         bye: _builtins.bool = ...,
         forfeit: _builtins.bool = ...,
+        state: Global___Pairing.State.ValueType = ...,
+        scores: _abc.Iterable[_builtins.int] | None = ...,
+        no_shows: _abc.Iterable[_builtins.str] | None = ...,
+        no_show_deadline: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["no_show_deadline", b"no_show_deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bye", b"bye", "entrants", b"entrants", "forfeit", b"forfeit", "match_id", b"match_id", "table", b"table", "winner", b"winner"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bye", b"bye", "entrants", b"entrants", "forfeit", b"forfeit", "match_id", b"match_id", "no_show_deadline", b"no_show_deadline", "no_shows", b"no_shows", "scores", b"scores", "state", b"state", "table", b"table", "winner", b"winner"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -682,6 +791,11 @@ Global___Bracket: _TypeAlias = Bracket  # noqa: Y015
 
 @_typing.final
 class ReportMatchResultRequest(_message.Message):
+    """The game-session service's report of a tournament table's end (its outbox delivers it with the
+    match id as request id). Idempotent on the match id: a match already decided (by an earlier
+    report, a forfeit or the tournament's own reading of the table) is answered OK and unchanged.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int

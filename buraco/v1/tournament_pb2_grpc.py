@@ -157,14 +157,17 @@ class TournamentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportMatchResult(self, request, context):
-        """Reports a tournament table's result. Service only (the game-session service's outbox).
+        """Reports a tournament table's result. Only the game-session service's identity
+        (`services/game-session`, its outbox); idempotent on the match id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WatchTournament(self, request, context):
-        """Streams the tournament: its state now, then every change to it, its bracket and standings.
+        """Streams the tournament: its state now (tournament, bracket, standings), then each of them
+        again whenever it changes; the stream ends after the final state (finished or cancelled,
+        chips settled).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

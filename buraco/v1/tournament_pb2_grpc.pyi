@@ -54,9 +54,14 @@ class TournamentServiceStub:
     GetBracket: _grpc.UnaryUnaryMultiCallable[_tournament_pb2.GetBracketRequest, _tournament_pb2.Bracket]
     """The rounds and their pairings."""
     ReportMatchResult: _grpc.UnaryUnaryMultiCallable[_tournament_pb2.ReportMatchResultRequest, _tournament_pb2.ReportMatchResultResponse]
-    """Reports a tournament table's result. Service only (the game-session service's outbox)."""
+    """Reports a tournament table's result. Only the game-session service's identity
+    (`services/game-session`, its outbox); idempotent on the match id.
+    """
     WatchTournament: _grpc.UnaryStreamMultiCallable[_tournament_pb2.WatchTournamentRequest, _tournament_pb2.TournamentUpdate]
-    """Streams the tournament: its state now, then every change to it, its bracket and standings."""
+    """Streams the tournament: its state now (tournament, bracket, standings), then each of them
+    again whenever it changes; the stream ends after the final state (finished or cancelled,
+    chips settled).
+    """
 
 @_typing.type_check_only
 class TournamentServiceAsyncStub(TournamentServiceStub):
@@ -79,9 +84,14 @@ class TournamentServiceAsyncStub(TournamentServiceStub):
     GetBracket: _aio.UnaryUnaryMultiCallable[_tournament_pb2.GetBracketRequest, _tournament_pb2.Bracket]  # type: ignore[assignment]
     """The rounds and their pairings."""
     ReportMatchResult: _aio.UnaryUnaryMultiCallable[_tournament_pb2.ReportMatchResultRequest, _tournament_pb2.ReportMatchResultResponse]  # type: ignore[assignment]
-    """Reports a tournament table's result. Service only (the game-session service's outbox)."""
+    """Reports a tournament table's result. Only the game-session service's identity
+    (`services/game-session`, its outbox); idempotent on the match id.
+    """
     WatchTournament: _aio.UnaryStreamMultiCallable[_tournament_pb2.WatchTournamentRequest, _tournament_pb2.TournamentUpdate]  # type: ignore[assignment]
-    """Streams the tournament: its state now, then every change to it, its bracket and standings."""
+    """Streams the tournament: its state now (tournament, bracket, standings), then each of them
+    again whenever it changes; the stream ends after the final state (finished or cancelled,
+    chips settled).
+    """
 
 class TournamentServiceServicer(metaclass=_abc_1.ABCMeta):
     """Tournaments."""
@@ -161,7 +171,9 @@ class TournamentServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _tournament_pb2.ReportMatchResultRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_tournament_pb2.ReportMatchResultResponse, _abc.Awaitable[_tournament_pb2.ReportMatchResultResponse]]:
-        """Reports a tournament table's result. Service only (the game-session service's outbox)."""
+        """Reports a tournament table's result. Only the game-session service's identity
+        (`services/game-session`, its outbox); idempotent on the match id.
+        """
 
     @_abc_1.abstractmethod
     def WatchTournament(
@@ -169,6 +181,9 @@ class TournamentServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _tournament_pb2.WatchTournamentRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_tournament_pb2.TournamentUpdate], _abc.AsyncIterator[_tournament_pb2.TournamentUpdate]]:
-        """Streams the tournament: its state now, then every change to it, its bracket and standings."""
+        """Streams the tournament: its state now (tournament, bracket, standings), then each of them
+        again whenever it changes; the stream ends after the final state (finished or cancelled,
+        chips settled).
+        """
 
 def add_TournamentServiceServicer_to_server(servicer: TournamentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
