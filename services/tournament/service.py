@@ -1,15 +1,100 @@
-"""How the tournament service is served: its gRPC services, servicer and migrations."""
+"""How the tournament service is served: its gRPC service, servicer, scheduler and migrations."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from buraco.v1 import tournament_pb2
-from services.common.server import ServiceSpec
-from services.tournament import api
+import grpc
 
-SPEC = ServiceSpec(
-    name="tournament",
-    grpc_services=(tournament_pb2.DESCRIPTOR.services_by_name["TournamentService"].full_name,),
-    register=api.register,
-    migrations=Path(__file__).parent / "migrations",
-    calls_others=True,
-)
+from buraco.v1 import tournament_pb2, tournament_pb2_grpc
+from services.common.idempotency import IdempotencyStore
+from services.common.server import Deps, ServiceSpec
+from services.tournament import api, models
+from services.tournament import settings as settings_module
+from services.tournament.core import Notifier, Tournaments
+from services.tournament.ports import Services
+from services.tournament.progress import Progress
+from services.tournament.records import Clock
+from services.tournament.remote import GrpcServices
+from services.tournament.scheduler import Scheduler
+from services.tournament.settings import TournamentSettings
+
+
+@dataclass
+class Running:
+    """What one served instance is made of (tests reach the scheduler through it)."""
+
+    core: Tournaments
+    progress: Progress
+    scheduler: Scheduler
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def registrar(
+    clock: Clock | None = None,
+    settings: TournamentSettings | None = None,
+    services: Callable[[Deps], Services] | None = None,
+    on_ready: Callable[[Running], None] | None = None,
+) -> Callable[[grpc.aio.Server, Deps], None]:
+    def register(server: grpc.aio.Server, deps: Deps) -> None:
+        chosen = settings if settings is not None else settings_module.load()
+        now = clock or system_clock
+        remote = services(deps) if services is not None else GrpcServices(deps.clients, chosen.call_timeout_seconds)
+        store = IdempotencyStore(
+            models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours), clock=now
+        )
+        core = Tournaments(deps.db, remote, chosen, now, store, Notifier())
+        progress = Progress(core)
+        scheduler = Scheduler(progress)
+        core.wake = scheduler.wake
+        tournament_pb2_grpc.add_TournamentServiceServicer_to_server(api.TournamentApi(deps, core), server)
+        _hook_lifecycle(server, scheduler)
+        if on_ready is not None:
+            on_ready(Running(core, progress, scheduler))
+
+    return register
+
+
+def _hook_lifecycle(server: grpc.aio.Server, scheduler: Scheduler) -> None:
+    """Runs the scheduler while the server serves: started after it, stopped before it (so no
+    step runs once the clients and the database close).
+
+    ServiceSpec has no start/stop hooks, so the server's own methods are wrapped here."""
+    start = server.start
+    stop = server.stop
+
+    async def start_then_scheduler() -> None:
+        await start()
+        scheduler.start()
+
+    async def scheduler_then_stop(grace: float | None) -> None:
+        await scheduler.stop()
+        await stop(grace)
+
+    server.start = start_then_scheduler  # type: ignore[method-assign]
+    server.stop = scheduler_then_stop  # type: ignore[method-assign,assignment]
+
+
+def build_spec(
+    clock: Clock | None = None,
+    settings: TournamentSettings | None = None,
+    services: Callable[[Deps], Services] | None = None,
+    on_ready: Callable[[Running], None] | None = None,
+) -> ServiceSpec:
+    """The service, optionally with an injected clock, settings and other services (tests)."""
+    return ServiceSpec(
+        name="tournament",
+        grpc_services=(tournament_pb2.DESCRIPTOR.services_by_name["TournamentService"].full_name,),
+        register=registrar(clock, settings, services, on_ready),
+        migrations=Path(__file__).parent / "migrations",
+        calls_others=True,
+    )
+
+
+SPEC = build_spec()

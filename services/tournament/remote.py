@@ -1,0 +1,183 @@
+"""`ports.Services` over gRPC: the wallet, ranking and game-session stubs of `deps.clients`, called
+with this service's own token (`services/tournament`), a deadline, and the error mapping of
+`ports` (definitive answers raise `Refused`, transient ones `Unreachable`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from buraco.v1 import common_pb2, game_session_pb2, ranking_pb2, wallet_pb2
+from services.common.client import Clients
+from services.tournament.ports import (
+    Payout,
+    PrizeShare,
+    Refused,
+    TableSeat,
+    TableState,
+    Unreachable,
+)
+
+T = TypeVar("T")
+
+#: Answers that say nothing final about the request: retry it later, with the same request id.
+TRANSIENT = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
+RATINGS_BATCH = 1000
+
+_TABLE_STATES = {
+    game_session_pb2.Table.STATE_WAITING: "waiting",
+    game_session_pb2.Table.STATE_PLAYING: "playing",
+    game_session_pb2.Table.STATE_FINISHED: "finished",
+    game_session_pb2.Table.STATE_CANCELLED: "cancelled",
+}
+
+
+def table_state(table: game_session_pb2.Table) -> TableState:
+    seats = tuple(
+        TableSeat(seat.participant.player.removeprefix("players/"), seat.connected)
+        for seat in sorted(table.seats, key=lambda s: s.seat)
+    )
+    return TableState(table.name, _TABLE_STATES.get(table.state, "unknown"), seats, tuple(table.match_scores))
+
+
+class GrpcServices:
+    def __init__(self, clients: Clients, timeout: float) -> None:
+        self.clients = clients
+        self.timeout = timeout
+
+    async def _call(self, service: str, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as error:
+            kind = Unreachable if error.code() in TRANSIENT else Refused
+            raise kind(service, error.code().name, error.details() or "") from None
+        except (OSError, TimeoutError) as error:  # a channel that cannot even start a call
+            raise Unreachable(service, "UNAVAILABLE", str(error)) from None
+
+    # -- wallet -----------------------------------------------------------------------------------
+
+    async def hold_buy_in(self, request_id: str, tournament: str, player: str, chips: int, ttl_seconds: int) -> None:
+        request = wallet_pb2.HoldBetsRequest(
+            request_id=request_id,
+            tournament=f"tournaments/{tournament}",
+            stakes=[wallet_pb2.Stake(player=f"players/{player}", amount_chips=chips)],
+            hold_ttl=Duration(seconds=ttl_seconds),
+        )
+        await self._call("wallet", lambda: self.clients.wallet.HoldBets(request, timeout=self.timeout))
+
+    async def release_buy_in(self, request_id: str, tournament: str, player: str, reason: str) -> None:
+        request = wallet_pb2.VoidRequest(
+            request_id=request_id, tournament=f"tournaments/{tournament}", players=[f"players/{player}"], reason=reason
+        )
+        await self._call("wallet", lambda: self.clients.wallet.Void(request, timeout=self.timeout))
+
+    async def refund_all(self, request_id: str, tournament: str, reason: str) -> None:
+        request = wallet_pb2.VoidRequest(request_id=request_id, tournament=f"tournaments/{tournament}", reason=reason)
+        await self._call("wallet", lambda: self.clients.wallet.Void(request, timeout=self.timeout))
+
+    async def pay_prizes(self, request_id: str, tournament: str, shares: Sequence[PrizeShare]) -> Payout:
+        request = wallet_pb2.SettleRequest(
+            request_id=request_id,
+            tournament=f"tournaments/{tournament}",
+            prizes=[wallet_pb2.Prize(player=f"players/{s.player}", place=s.place, share_bp=s.share_bp) for s in shares],
+        )
+        reply: wallet_pb2.SettleResponse = await self._call(
+            "wallet", lambda: self.clients.wallet.Settle(request, timeout=self.timeout)
+        )
+        prizes: dict[str, int] = {}
+        for transfer in reply.transfers:
+            account = transfer.credit_account.removeprefix("accounts/")
+            if transfer.reason == wallet_pb2.REASON_CODE_SETTLE and account.startswith("player-"):
+                player = account.removeprefix("player-")
+                prizes[player] = prizes.get(player, 0) + transfer.amount_chips
+        return Payout(reply.pot_chips, reply.house_cut_chips, prizes)
+
+    # -- ranking ----------------------------------------------------------------------------------
+
+    async def ratings(self, players: Sequence[str], preset: str, seats: int) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for start in range(0, len(players), RATINGS_BATCH):
+            batch = list(players[start : start + RATINGS_BATCH])
+            request = ranking_pb2.BatchGetRatingsRequest(
+                player_names=[f"players/{p}" for p in batch], preset=preset, players=seats
+            )
+
+            async def call(r: ranking_pb2.BatchGetRatingsRequest = request) -> ranking_pb2.BatchGetRatingsResponse:
+                reply: ranking_pb2.BatchGetRatingsResponse = await self.clients.ranking.BatchGetRatings(
+                    r, timeout=self.timeout
+                )
+                return reply
+
+            reply = await self._call("ranking", call)
+            if len(reply.ratings) != len(batch):
+                raise Refused("ranking", "INVALID_RESPONSE", f"{len(reply.ratings)} ratings for {len(batch)} players")
+            for player, rating in zip(batch, reply.ratings, strict=True):
+                found[player] = rating.ordinal
+        return found
+
+    # -- game sessions ----------------------------------------------------------------------------
+
+    async def create_table(
+        self,
+        request_id: str,
+        table_id: str,
+        match_id: str,
+        options: bytes,
+        seats: Sequence[str],
+        tournament: str,
+    ) -> TableState:
+        request = game_session_pb2.CreateTableRequest(
+            request_id=request_id,
+            table_id=table_id,
+            table=game_session_pb2.Table(
+                match_id=match_id,
+                options=common_pb2.TableOptions.FromString(options),
+                seats=[
+                    game_session_pb2.Seat(seat=i, participant=common_pb2.Participant(player=f"players/{player}"))
+                    for i, player in enumerate(seats)
+                ],
+                tournament=f"tournaments/{tournament}",
+            ),
+        )
+        try:
+            reply: game_session_pb2.Table = await self._call(
+                "game_session", lambda: self.clients.game_session.CreateTable(request, timeout=self.timeout)
+            )
+        except Refused as refused:
+            if refused.code != "ALREADY_EXISTS":
+                raise
+            # Made by an earlier attempt whose answer is gone (or forgotten): it is ours if it
+            # carries this match id.
+            existing = await self._get(f"tables/{table_id}")
+            if existing.match_id != match_id:
+                raise
+            return table_state(existing)
+        return table_state(reply)
+
+    async def _get(self, table: str) -> game_session_pb2.Table:
+        request = game_session_pb2.GetTableRequest(name=table)
+        reply: game_session_pb2.Table = await self._call(
+            "game_session", lambda: self.clients.game_session.GetTable(request, timeout=self.timeout)
+        )
+        return reply
+
+    async def get_table(self, table: str) -> TableState:
+        return table_state(await self._get(table))
+
+    async def cancel_table(self, request_id: str, table: str, reason: str) -> None:
+        request = game_session_pb2.CancelTableRequest(name=table, request_id=request_id, reason=reason)
+        await self._call("game_session", lambda: self.clients.game_session.CancelTable(request, timeout=self.timeout))
