@@ -80,14 +80,14 @@ class ManualClock:
 
 #: Quick settings for tests: the scheduler wakes often, tables are read on every tick.
 FAST = TournamentSettings(
-    tick_seconds=0.02,
+    tick_seconds=0.5,
     poll_seconds=1.0,
     reconcile_seconds=5.0,
     result_grace_seconds=10.0,
     seeding_wait_seconds=30.0,
     lease_seconds=30.0,
     replica_id="test",
-    watch_poll_seconds=0.2,
+    watch_poll_seconds=0.5,
     call_timeout_seconds=5.0,
     retry_seconds=0.05,
     max_retry_seconds=0.5,

@@ -166,37 +166,35 @@ async def test_only_admins_create_and_cancel(service: TournamentService, platfor
     )
 
 
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [
-        ({"display_name": ""}, "tournament.display_name"),
-        ({"players": 3}, "tournament.table_options.players"),
-        ({"preset": "poker"}, "tournament.table_options.ruleset.preset"),
-        ({"format": 0}, "tournament.format"),
-        ({"format": T.FORMAT_SWISS, "swiss_rounds": 0}, "tournament.swiss_rounds"),
-        ({"format": T.FORMAT_SWISS, "swiss_rounds": 16}, "tournament.swiss_rounds"),
-        ({"swiss_rounds": 3}, "tournament.swiss_rounds"),
-        ({"buy_in_chips": -1}, "tournament.buy_in_chips"),
-        ({"prizes": {1: 5000, 2: 4000}}, "tournament.prizes"),
-        ({"prizes": {}}, "tournament.prizes"),
-        ({"buy_in_chips": 0}, "tournament.prizes"),
-        ({"prizes": {1: 5000, 3: 5000}, "min_entrants": 2}, "tournament.prizes[1].place"),
-        ({"min_entrants": 1}, "tournament.min_entrants"),
-        ({"max_entrants": 1025}, "tournament.max_entrants"),
-        ({"players": 4, "max_entrants": 513}, "tournament.max_entrants"),
-        ({"no_show_seconds": 5}, "tournament.no_show_timeout"),
-    ],
-)
-async def test_bad_definitions_name_the_field(
-    service: TournamentService, change: dict[str, object], field: str
-) -> None:
-    request = tournament_pb2.CreateTournamentRequest(
-        request_id="bad", tournament_id="bad", tournament=definition(service.clock.now, **change)
-    )
-    with pytest.raises(grpc.aio.AioRpcError) as error:
-        await service.stub.CreateTournament(request, metadata=service.as_admin())
-    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert (error.value.details() or "").startswith(f"{field}:"), error.value.details()
+BAD_DEFINITIONS: list[tuple[dict[str, object], str]] = [
+    ({"display_name": ""}, "tournament.display_name"),
+    ({"players": 3}, "tournament.table_options.players"),
+    ({"preset": "poker"}, "tournament.table_options.ruleset.preset"),
+    ({"format": 0}, "tournament.format"),
+    ({"format": T.FORMAT_SWISS, "swiss_rounds": 0}, "tournament.swiss_rounds"),
+    ({"format": T.FORMAT_SWISS, "swiss_rounds": 16}, "tournament.swiss_rounds"),
+    ({"swiss_rounds": 3}, "tournament.swiss_rounds"),
+    ({"buy_in_chips": -1}, "tournament.buy_in_chips"),
+    ({"prizes": {1: 5000, 2: 4000}}, "tournament.prizes"),
+    ({"prizes": {}}, "tournament.prizes"),
+    ({"buy_in_chips": 0}, "tournament.prizes"),
+    ({"prizes": {1: 5000, 3: 5000}, "min_entrants": 2}, "tournament.prizes[1].place"),
+    ({"min_entrants": 1}, "tournament.min_entrants"),
+    ({"max_entrants": 1025}, "tournament.max_entrants"),
+    ({"players": 4, "max_entrants": 513}, "tournament.max_entrants"),
+    ({"no_show_seconds": 5}, "tournament.no_show_timeout"),
+]
+
+
+async def test_bad_definitions_name_the_field(service: TournamentService) -> None:
+    for change, field in BAD_DEFINITIONS:
+        request = tournament_pb2.CreateTournamentRequest(
+            request_id="bad", tournament_id="bad", tournament=definition(service.clock.now, **change)
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await service.stub.CreateTournament(request, metadata=service.as_admin())
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+        assert (error.value.details() or "").startswith(f"{field}:"), error.value.details()
 
 
 async def test_bad_times_and_ids(service: TournamentService) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from buraco.v1 import tournament_pb2
 from services.tournament import prizes
-from tests.services.tournament.fakes import Plan
+from tests.services.tournament.fakes import Plan, quick_result
 from tests.services.tournament.support import (
     Platform,
     TournamentService,
@@ -110,6 +110,7 @@ ELIMINATION_PRIZES = {1: 4000, 2: 2500, 3: 1500, 4: 1000, 5: 500, 6: 300, 7: 200
 async def test_64_entrants_single_elimination_to_the_end(service: TournamentService, platform: Platform) -> None:
     everyone = players("se", 64)
     platform.fund(everyone, 1000)
+    platform.plan_tables(lambda match, seated: Plan(result=quick_result(match)))
     for player in everyone:  # distinct ratings; the seeds must follow them
         platform.ranking.ratings[player] = float(hash(player) % 10_000) / 7
     await service.create("se64", min_entrants=8, prizes=ELIMINATION_PRIZES, buy_in_chips=75)
@@ -153,6 +154,7 @@ async def test_64_entrants_single_elimination_to_the_end(service: TournamentServ
 async def test_32_entrants_swiss_of_5_rounds_to_the_end(service: TournamentService, platform: Platform) -> None:
     everyone = players("sw", 32)
     platform.fund(everyone, 500)
+    platform.plan_tables(lambda match, seated: Plan(result=quick_result(match)))
     structure = {1: 5000, 2: 3000, 3: 2000}
     await service.create("swiss32", format=SWISS, swiss_rounds=5, prizes=structure, buy_in_chips=33, min_entrants=4)
     await service.register_all("swiss32", everyone)
