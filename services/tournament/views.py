@@ -85,14 +85,14 @@ def tournament(row: Any, entrant_count: int) -> tournament_pb2.Tournament:
 
 
 def entrant(tournament_id: str, entry: Entry, eliminated: bool = False) -> tournament_pb2.Entrant:
-    registered = [p for p in entry.players if p.hold_state not in ("failed",)]
+    registered = [p for p in entry.players if p.hold_state != "failed"]
     out = tournament_pb2.Entrant(
         name=entrant_name(tournament_id, entry.id),
         players=[f"players/{p.player}" for p in registered],
         seed=entry.seed or 0,
         eliminated=eliminated,
         withdrawn=entry.state in ("withdrawn", "dropped"),
-        complete=entry.state == "complete" or (entry.state not in ("open", "failed") and entry.seed is not None),
+        complete=entry.state == "complete",
         place=entry.place or 0,
         prize_chips=entry.prize_chips,
     )
