@@ -125,6 +125,19 @@ class Tournaments:
         #: Wakes the scheduler (set by the service once it has one).
         self.wake: Callable[[], None] = lambda: None
 
+    @property
+    def stale_after(self) -> timedelta:
+        """How long a hold or release may be under way in a call before the scheduler finishes it
+        (the call has certainly ended by then)."""
+        return timedelta(seconds=3 * self.settings.call_timeout_seconds)
+
+    def _due_for_intent(self, row: Any, now: datetime) -> datetime:
+        """The tournament's due time once an intent (a hold or release under way) is recorded: no
+        later than when the scheduler must finish it if the call that made it never does."""
+        due = records.aware(row.due_at)
+        finish_by = now + self.stale_after
+        return finish_by if due is None or due > finish_by else due
+
     def changed(self, tournament: str) -> None:
         self.notifier.changed(tournament)
         self.wake()
@@ -364,7 +377,7 @@ class Tournaments:
                             op_started_at=now,
                         )
                         await records.settle_entry_state(session, tournament, entry.id)
-                        await records.bump(session, tournament, now)
+                        await records.bump(session, tournament, now, due_at=self._due_for_intent(row, now))
                         return HoldPlan(entry.id, 1, player, not free)
                 taken = await self._player_entry(session, tournament, partner)
                 if taken is not None:
@@ -406,7 +419,7 @@ class Tournaments:
                         tournament_id=tournament, entrant_id=entrant, position=1, player=partner, hold_state="none"
                     )
                 )
-            await records.bump(session, tournament, now, next_entrant=seq + 1)
+            await records.bump(session, tournament, now, next_entrant=seq + 1, due_at=self._due_for_intent(row, now))
             return HoldPlan(entrant, 0, player, not free)
 
     async def finish_hold(
@@ -520,7 +533,7 @@ class Tournaments:
             if row.buy_in == 0:
                 await records.set_entry(session, tournament, entry.id, state="withdrawn")
                 held = ()
-            await records.bump(session, tournament, now)
+            await records.bump(session, tournament, now, due_at=self._due_for_intent(row, now))
             return ReleasePlan(entry.id, held)
 
     async def finish_release(self, session: AsyncSession, tournament: str, entrant: str, position: int) -> bool:

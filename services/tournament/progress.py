@@ -140,8 +140,7 @@ class Progress:
             )
 
     def _stale(self) -> timedelta:
-        """How long a hold or release may be under way in a call before the scheduler finishes it."""
-        return self._seconds(3 * self.settings.call_timeout_seconds)
+        return self.core.stale_after
 
     async def _ops_started(self, session: AsyncSession, tournament: str) -> list[datetime]:
         p = models.entrant_players
