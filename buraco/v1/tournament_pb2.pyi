@@ -142,7 +142,9 @@ class Tournament(_message.Message):
     entrant_count: _builtins.int
     current_round: _builtins.int
     pool_chips: _builtins.int
-    """OUTPUT_ONLY. Buy-ins held, the house cut, what is left to pay out."""
+    """OUTPUT_ONLY. The buy-ins held: growing during the registration, fixed at the start (the pool
+    the house cut and the prizes come from; see `house_cut_chips` and `prize_pool_chips`).
+    """
     cancel_reason: _builtins.str
     """OUTPUT_ONLY. Why it was cancelled."""
     house_cut_chips: _builtins.int

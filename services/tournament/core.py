@@ -221,7 +221,7 @@ class Tournaments:
                     updated_at=now,
                 )
             )
-            return views.tournament(await records.read(session, tournament), 0)
+            return await self._message(session, await records.read(session, tournament))
 
         try:
             reply = await self.idempotency.run(
@@ -237,17 +237,24 @@ class Tournaments:
         self.changed(tournament)
         return reply
 
-    async def _entrant_count(self, session: AsyncSession, tournament: str) -> int:
-        e = models.entrants
-        count = await session.scalar(
-            select(func.count()).where(e.c.tournament_id == tournament, e.c.state == "complete")
+    async def _message(self, session: AsyncSession, row: Any) -> tournament_pb2.Tournament:
+        """The Tournament message: with the complete entries counted and, until the start, the
+        buy-ins held so far as the pool."""
+        e, p = models.entrants, models.entrant_players
+        complete = await session.scalar(
+            select(func.count()).where(e.c.tournament_id == row.id, e.c.state == "complete")
         )
-        return int(count or 0)
+        message = views.tournament(row, int(complete or 0))
+        if row.total_rounds == 0 and row.buy_in:
+            held = await session.scalar(
+                select(func.count()).where(p.c.tournament_id == row.id, p.c.hold_state == "held")
+            )
+            message.pool_chips = row.buy_in * int(held or 0)
+        return message
 
     async def get(self, tournament: str) -> tournament_pb2.Tournament:
         async with self.db.transaction() as session:
-            row = await records.read(session, tournament)
-            return views.tournament(row, await self._entrant_count(session, tournament))
+            return await self._message(session, await records.read(session, tournament))
 
     async def list_tournaments(
         self, page_size: int, position: dict[str, Any], state: str | None
@@ -266,7 +273,7 @@ class Tournaments:
             page = rows[:page_size]
             out = tournament_pb2.ListTournamentsResponse()
             for row in page:
-                out.tournaments.append(views.tournament(row, await self._entrant_count(session, row.id)))
+                out.tournaments.append(await self._message(session, row))
         if len(rows) > page_size:
             last = page[-1]
             out.next_page_token = encode_page_token({"c": records.at(last.created_at).isoformat(), "i": last.id})
@@ -291,8 +298,7 @@ class Tournaments:
                 due_at=now,
                 failures=0,
             )
-            row = await records.read(session, tournament)
-            return views.tournament(row, await self._entrant_count(session, tournament))
+            return await self._message(session, await records.read(session, tournament))
 
         reply = await self.idempotency.run(
             self.db,
@@ -643,7 +649,7 @@ class Tournaments:
         """The tournament, its bracket and its standings now, read together; True when final."""
         async with self.db.transaction() as session:
             row = await records.read(session, tournament)
-            message = views.tournament(row, await self._entrant_count(session, tournament))
+            message = await self._message(session, row)
             pairing_rows = await records.pairings(session, tournament)
             bracket = views.bracket(tournament, await records.rounds(session, tournament), pairing_rows)
             table = await self._standings(session, row)

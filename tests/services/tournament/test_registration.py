@@ -81,6 +81,10 @@ async def test_the_window_the_buy_in_and_retries(service: TournamentService, pla
     assert platform.balance("caio") == 150 and platform.wallet.held("caio") == 0
     assert await code_of(unregister(service, "cup", "caio", "bye-again")) == grpc.StatusCode.FAILED_PRECONDITION
     await service.register("cup", "duda")
+    cup = await service.stub.GetTournament(
+        tournament_pb2.GetTournamentRequest(name="tournaments/cup"), metadata=service.as_player("eva")
+    )
+    assert (cup.entrant_count, cup.pool_chips) == (3, 300)  # the buy-ins held so far
     listed = await service.entrants("cup")
     assert [(e.players[0], e.withdrawn) for e in listed] == [
         ("players/ana", False),
