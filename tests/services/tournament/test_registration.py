@@ -3,6 +3,7 @@ the wallet or ranking fail or lose their answers; reported results checked and i
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import grpc
@@ -274,4 +275,28 @@ async def test_table_calls_that_fail_are_retried(service: TournamentService, pla
     assert platform.tables.faults.calls[lost] >= 4
     if lost == "GetTable":
         assert match.forfeit and list(match.no_shows) == ["players/tb"]
+    platform.audit()
+
+
+async def test_concurrent_registrations_never_overfill_nor_hold_twice(
+    service: TournamentService, platform: Platform
+) -> None:
+    everyone = players("cc", 24)
+    platform.fund(everyone, 100)
+    await service.create("crowd", max_entrants=10, min_entrants=2)
+
+    async def attempt(player: str, request_id: str) -> grpc.StatusCode:
+        return await code_of(service.register("crowd", player, request_id=request_id))
+
+    # Everyone at once, and the first three also twice more with other request ids.
+    calls = [attempt(p, f"a-{p}") for p in everyone] + [attempt(p, f"{k}-{p}") for p in everyone[:3] for k in "bc"]
+    codes = await asyncio.gather(*calls)
+    assert codes.count(grpc.StatusCode.OK) == 10
+    assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED}
+    listed = [e for e in await service.entrants("crowd") if not e.withdrawn]
+    names = [e.players[0] for e in listed]
+    assert len(listed) == 10 and len(set(names)) == 10 and all(e.complete for e in listed)
+    holding = [p for p in everyone if platform.wallet.held(p)]
+    assert sorted(f"players/{p}" for p in holding) == sorted(names)
+    assert all(platform.wallet.held(p) == 100 for p in holding)
     platform.audit()
