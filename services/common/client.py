@@ -78,6 +78,13 @@ def channel(
     return grpc.aio.insecure_channel(address, options=options, interceptors=chain)
 
 
+def balancing(address: str) -> list[tuple[str, Any]] | None:
+    """Channel options for `address`: a `dns:///name:port` target (a headless Service in
+    Kubernetes) spreads calls over every address the name resolves to (round robin); any other
+    target keeps gRPC's default (one connection)."""
+    return [("grpc.lb_policy_name", "round_robin")] if address.startswith("dns:") else None
+
+
 class ServiceTokens:
     """This service's own token, re-minted a minute before it expires."""
 
@@ -107,8 +114,9 @@ class Clients:
 
     def channel(self, service: str) -> grpc.aio.Channel:
         if service not in self._channels:
+            address = self._config.addresses[service]
             self._channels[service] = channel(
-                self._config.addresses[service], token=self._tokens, interceptors=self._interceptors
+                address, token=self._tokens, options=balancing(address), interceptors=self._interceptors
             )
         return self._channels[service]
 
