@@ -319,3 +319,18 @@ def test_each_overlay_has_its_namespace_under_restricted_pod_security(overlay: s
         if o["kind"] != "Namespace":
             assert o["metadata"]["namespace"] == namespace["metadata"]["name"], o["metadata"]["name"]
             assert o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "buraco", o["metadata"]["name"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_variable_reference_resolves(overlay: str) -> None:
+    # The kubelet expands $(VAR) from envFrom and from the variables listed before; anything else
+    # stays as the literal text "$(VAR)".
+    objects = render(overlay)
+    shared = set(_configmap(objects)["data"])
+    for label, pod in pod_specs(objects):
+        for container in containers(pod):
+            known = set(shared) if container.get("envFrom") else set()
+            for entry in container.get("env", []):
+                for variable in re.findall(r"\$\((\w+)\)", entry.get("value", "")):
+                    assert variable in known, f"{label} {container['name']}: {entry['name']} uses $({variable})"
+                known.add(entry["name"])
