@@ -32,5 +32,5 @@ class RankingSettings:
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ConfigError(f"{TIME_ZONE_VARIABLE}={name!r}: not an IANA time zone (e.g. America/Sao_Paulo)") from None

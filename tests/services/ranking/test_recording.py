@@ -114,7 +114,7 @@ async def test_an_abandoning_player_gets_no_xp_counts_an_abandonment_and_is_rate
     assert alice.stats == core.Stats(matches=1, wins=0, losses=0, abandonments=1, canastras=0, average_score=1200)
     # She is on no XP board (nothing gained), but on the rating boards with her lower rating.
     assert [p for _, p, _ in await board(db, "xp|*|all|-")] == ["carol", "bob", "dave"]
-    assert [p for _, p, _ in await board(db, "r4|aberto|all|-")][0] == "carol"
+    assert next(p for _, p, _ in await board(db, "r4|aberto|all|-")) == "carol"
 
 
 async def test_a_match_where_everyone_abandoned_or_a_seat_had_a_bot_is_not_rated(db: Database) -> None:
