@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from engine.cards import ACE, HIGH_ACE, JOKER, TWO, is_two, rank_of, suit_of, to_str
+from engine.cards import ACE, CARD_STR, HIGH_ACE, JOKER, TWO, is_two, rank_of, suit_of, to_str
 from engine.errors import IllegalActionError
 from engine.rules import CANASTRA, MIN_MELD, Ruleset
 
@@ -83,7 +83,7 @@ def is_run(mask: int) -> bool:
 class Meld:
     """A meld on the table. Immutable: an addition makes a new ``Meld``."""
 
-    __slots__ = ("cards", "group_rank", "is_sequence", "mask", "suit", "wild", "wild_slot")
+    __slots__ = ("_facts", "_rules", "cards", "group_rank", "is_sequence", "mask", "suit", "wild", "wild_slot")
 
     def __init__(self, is_sequence: bool, suit: int, mask: int, group_rank: int,
                  cards: tuple[int, ...], wild: int, wild_slot: int) -> None:
@@ -94,6 +94,8 @@ class Meld:
         self.cards = cards  # the cards in output order (sequence: low to high, wild in its place)
         self.wild = wild  # card code of the wild, or -1
         self.wild_slot = wild_slot  # sequences: slot the wild stands for; groups: 0
+        self._rules: Ruleset | None = None  # the ruleset ``_facts`` were computed for
+        self._facts: tuple[str, int, int, tuple[str, ...]] = ("", 0, 0, ())
 
     # construction -------------------------------------------------------------------------------
     @staticmethod
@@ -117,44 +119,43 @@ class Meld:
     def size(self) -> int:
         return len(self.cards)
 
-    def canastra(self, rules: Ruleset) -> str:
+    def _facts_for(self, rules: Ruleset) -> tuple[str, int, int, tuple[str, ...]]:
+        """(canastra kind, bonus, card value, card strings), computed once per meld and ruleset."""
+        if self._rules is rules:
+            return self._facts
         n = len(self.cards)
-        if n < CANASTRA:
-            return "none"
-        if self.wild >= 0:
-            return "dirty"
-        if self.is_sequence:
-            if n == 14 and rules.bonus_ace_to_ace is not None:
-                return "ace_to_ace"
-            if n == 13 and rules.bonus_royal is not None:
-                return "royal"
-        return "clean"
+        kind = "none"
+        bonus = 0
+        if n >= CANASTRA:
+            if self.wild >= 0:
+                kind, bonus = "dirty", rules.bonus_dirty
+            elif self.is_sequence and n == 14 and rules.bonus_ace_to_ace is not None:
+                kind, bonus = "ace_to_ace", rules.bonus_ace_to_ace
+            elif self.is_sequence and n == 13 and rules.bonus_royal is not None:
+                kind, bonus = "royal", rules.bonus_royal
+            else:
+                kind, bonus = "clean", rules.bonus_clean
+        values = card_values(rules)
+        facts = (kind, bonus, sum(values[c] for c in self.cards), tuple(CARD_STR[c] for c in self.cards))
+        self._rules = rules
+        self._facts = facts
+        return facts
+
+    def canastra(self, rules: Ruleset) -> str:
+        return self._facts_for(rules)[0]
 
     def bonus(self, rules: Ruleset) -> int:
-        kind = self.canastra(rules)
-        if kind == "none":
-            return 0
-        if kind == "dirty":
-            return rules.bonus_dirty
-        if kind == "royal":
-            return rules.bonus_royal or 0
-        if kind == "ace_to_ace":
-            return rules.bonus_ace_to_ace or 0
-        return rules.bonus_clean
+        return self._facts_for(rules)[1]
 
     def value(self, rules: Ruleset) -> int:
-        values = card_values(rules)
-        return sum(values[c] for c in self.cards)
+        return self._facts_for(rules)[2]
 
     def is_clean_canastra(self) -> bool:
         return len(self.cards) >= CANASTRA and self.wild < 0
 
     def to_json(self, rules: Ruleset) -> dict[str, Any]:
-        return {
-            "kind": "sequence" if self.is_sequence else "group",
-            "cards": [to_str(c) for c in self.cards],
-            "canastra": self.canastra(rules),
-        }
+        facts = self._facts if self._rules is rules else self._facts_for(rules)
+        return {"kind": "sequence" if self.is_sequence else "group", "cards": list(facts[3]), "canastra": facts[0]}
 
     def state_json(self) -> dict[str, Any]:
         """Lossless form, for snapshots."""

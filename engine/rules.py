@@ -70,6 +70,16 @@ class Ruleset:
     #: match wins ("starter"), or another hand is played ("extra_hand")
     tie: TieRule = "starter"
 
+    #: the hash, computed once (rulesets key the engine's memo tables, looked up on every move)
+    _hash: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        values = tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "_hash")
+        object.__setattr__(self, "_hash", hash(values))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     @property
     def deck_size(self) -> int:
         return 104 + self.jokers
@@ -105,7 +115,7 @@ class Ruleset:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {name: getattr(self, name) for name in _FIELD_ORDER}
 
     def override(self, **changes: Any) -> Ruleset:
         unknown = sorted(set(changes) - PARAMETERS)
@@ -114,7 +124,8 @@ class Ruleset:
         return dataclasses.replace(self, **changes).check()
 
 
-PARAMETERS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Ruleset))
+_FIELD_ORDER: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Ruleset) if f.init)
+PARAMETERS: frozenset[str] = frozenset(_FIELD_ORDER)
 
 _P = Ruleset(name="", target=2000, tie="starter")
 

@@ -28,8 +28,10 @@ from engine.errors import IllegalActionError
 from engine.events import Event
 from engine.melds import Meld, card_values, extend_meld, make_meld
 from engine.rules import CANASTRA, Ruleset
+from engine.view import View
 
 DRAW_PHASE = "draw"
+DISCARDS = tuple(Discard(code) for code in range(NCODES))
 PLAY_PHASE = "play"
 OVER = "hand_over"
 
@@ -63,8 +65,33 @@ class HandState:
         "stock",
         "to_act",
         "turns",
+        "version",
         "went_out",
     )
+
+    rules: Ruleset
+    players: int
+    deal: Deal
+    dealer: int
+    hand_number: int
+    counts: list[list[int]]
+    sizes: list[int]
+    melds: list[list[Meld]]
+    pile: list[int]
+    stock: list[int]
+    mortos: list[tuple[int, ...] | None]
+    morto_taken: list[bool]
+    morto_to_stock: list[bool]
+    morto_pending: list[int]
+    to_act: int
+    phase: str
+    must_meld: int
+    lone: int
+    went_out: int
+    end_reason: str
+    turns: int
+    history: list[tuple[int, Action]]
+    version: int
 
     def __init__(self, rules: Ruleset, players: int, deal: Deal, dealer: int | None = None,
                  hand_number: int = 1) -> None:
@@ -79,17 +106,17 @@ class HandState:
         if not 0 <= self.dealer < players:
             raise ValueError(f"dealer must be a seat 0..{players - 1}")
         self.hand_number = hand_number
-        self.counts: list[list[int]] = []
+        self.counts = []
         for hand in deal.hands:
             counts = [0] * NCODES
             for c in hand:
                 counts[c] += 1
             self.counts.append(counts)
         self.sizes = [len(h) for h in deal.hands]
-        self.melds: list[list[Meld]] = [[], []]
-        self.pile: list[int] = []
-        self.stock: list[int] = list(reversed(deal.stock))  # the next card to draw is at the end
-        self.mortos: list[tuple[int, ...] | None] = [deal.mortos[0], deal.mortos[1]]
+        self.melds = [[], []]
+        self.pile = []
+        self.stock = list(reversed(deal.stock))  # the next card to draw is at the end
+        self.mortos = [deal.mortos[0], deal.mortos[1]]
         self.morto_taken = [False, False]
         self.morto_to_stock = [False, False]
         self.morto_pending = [-1, -1]  # seat that took it by discarding and has not played since
@@ -100,7 +127,8 @@ class HandState:
         self.went_out = -1
         self.end_reason = ""
         self.turns = 1
-        self.history: list[tuple[int, Action]] = []
+        self.history = []
+        self.version = 0  # counts the changes; a view is valid for one version
 
     # --- OpenSpiel-style basics ------------------------------------------------------------------
     def current_player(self) -> int:
@@ -138,6 +166,7 @@ class HandState:
         other.end_reason = self.end_reason
         other.turns = self.turns
         other.history = self.history[:]
+        other.version = self.version
         return other
 
     # --- facts the rules ask about ------------------------------------------------------------------
@@ -169,13 +198,14 @@ class HandState:
                 out.append(TAKE_PILE)
             return out
         actions: list[Action] = []
-        actions.extend(movegen.meld_actions(self))
-        actions.extend(movegen.add_actions(self))
+        actions.extend(movegen.plays(self))
         if self.must_meld < 0:
             counts = self.counts[self.to_act]
-            for code in range(NCODES):
-                if counts[code] and self._discard_problem(code) is None:
-                    actions.append(Discard(code))
+            if self.sizes[self.to_act] > 1 and self.lone < 0:
+                actions.extend([DISCARDS[code] for code in range(NCODES) if counts[code]])
+            else:
+                actions.extend([DISCARDS[code] for code in range(NCODES)
+                                if counts[code] and self._discard_problem(code) is None])
         return actions
 
     def is_legal(self, action: Action) -> bool:
@@ -226,7 +256,8 @@ class HandState:
         if isinstance(action, MeldCards):
             self._check_holds(action.cards)
             self._check_pile_top(action.cards)
-            meld = make_meld(action.cards, self.rules, action.wild_as)
+            made = movegen.placed(action.cards, self.rules, action.wild_as)
+            meld = made if made is not None else make_meld(action.cards, self.rules, action.wild_as)
             self._check_meld_result(action, meld, -1)
             return meld
         if isinstance(action, AddCards):
@@ -235,7 +266,8 @@ class HandState:
                 raise IllegalActionError("UNKNOWN_MELD", f"the side has no meld number {action.meld}")
             self._check_holds(action.cards)
             self._check_pile_top(action.cards)
-            meld = extend_meld(side_melds[action.meld], action.cards, self.rules)
+            made = movegen.extended(side_melds[action.meld], action.cards, self.rules)
+            meld = made if made is not None else extend_meld(side_melds[action.meld], action.cards, self.rules)
             self._check_meld_result(action, meld, action.meld)
             return meld
         raise TypeError(f"not an action: {action!r}")
@@ -307,26 +339,45 @@ class HandState:
             for code in range(NCODES):
                 if counts[code] and self._discard_problem(code) is None:
                     return True
-        return bool(movegen.meld_actions(self, first_only=True) or movegen.add_actions(self, first_only=True))
+        return bool(movegen.plays(self, first_only=True))
 
     def _take_pile_problem(self) -> IllegalActionError | None:
         if not self.pile:
             return IllegalActionError("EMPTY_PILE", "the discard pile is empty")
         if not self.rules.closed_pile and not (self.rules.lone_discard and len(self.pile) == 1):
             return None  # the hand grows to two cards or more: a discard is always possible
-        trial = self.clone()
-        trial._do(TAKE_PILE, None)
-        if self.rules.closed_pile:
-            if not (movegen.meld_actions(trial, first_only=True) or movegen.add_actions(trial, first_only=True)):
-                return IllegalActionError(
-                    "PILE_TOP_REQUIRED",
-                    f"the pile is closed: it can be taken only to meld its top card "
-                    f"{to_str(self.pile[-1])} at once, and that is not possible",
-                )
+        # try the take in place and undo it (cheaper than a copy of the whole state)
+        seat, pile = self.to_act, self.pile
+        counts = self.counts[seat]
+        for c in pile:
+            counts[c] += 1
+        self.sizes[seat] += len(pile)
+        self.pile = []
+        self.phase = PLAY_PHASE
+        self.must_meld = pile[-1] if self.rules.closed_pile else -1
+        self.lone = pile[0] if len(pile) == 1 and self.rules.lone_discard else -1
+        try:
+            if self.rules.closed_pile:
+                ok = bool(movegen.plays(self, first_only=True))
+            else:
+                ok = self.lone < 0 or self._any_way_to_finish()
+        finally:
+            for c in pile:
+                counts[c] -= 1
+            self.sizes[seat] -= len(pile)
+            self.pile = pile
+            self.phase = DRAW_PHASE
+            self.must_meld = -1
+            self.lone = -1
+        if ok:
             return None
-        if trial.lone >= 0 and not trial._any_way_to_finish():
-            return IllegalActionError("LONE_DISCARD", "taking this single card would leave no card to discard")
-        return None
+        if self.rules.closed_pile:
+            return IllegalActionError(
+                "PILE_TOP_REQUIRED",
+                f"the pile is closed: it can be taken only to meld its top card "
+                f"{to_str(pile[-1])} at once, and that is not possible",
+            )
+        return IllegalActionError("LONE_DISCARD", "taking this single card would leave no card to discard")
 
     def _discard_problem(self, card: int) -> IllegalActionError | None:
         seat = self.to_act
@@ -359,16 +410,11 @@ class HandState:
         return None
 
     def _playable(self, card: int, side: int) -> bool:
-        for m in self.melds[side]:
-            try:
-                extend_meld(m, (card,), self.rules)
-            except IllegalActionError:
-                continue
-            return True
-        return False
+        return any(movegen.extended(m, (card,), self.rules) is not None for m in self.melds[side])
 
     # --- mutation (only after the checks) ---------------------------------------------------------
     def _do(self, action: Action, plan: Meld | None) -> list[Event]:
+        self.version += 1
         seat = self.to_act
         side = side_of(seat)
         counts = self.counts[seat]
@@ -488,8 +534,11 @@ class HandState:
         out = []
         over = self.phase == OVER
         for side in (0, 1):
-            cards = sum(m.value(rules) for m in self.melds[side])
-            bonus = sum(m.bonus(rules) for m in self.melds[side])
+            cards = bonus = 0
+            for m in self.melds[side]:
+                facts = m._facts_for(rules)
+                bonus += facts[1]
+                cards += facts[2]
             going_out = rules.going_out_bonus if self.went_out >= 0 and side_of(self.went_out) == side else 0
             hand = 0
             morto = 0
@@ -507,32 +556,12 @@ class HandState:
         return out
 
     # --- what a seat sees ----------------------------------------------------------------------------
-    def view(self, seat: int | None) -> dict[str, Any]:
-        """Exactly what ``seat`` may see (``None``: a spectator, who sees no hand at all)."""
-        out: dict[str, Any] = {
-            "seat": seat,
-            "players": self.players,
-            "hand_number": self.hand_number,
-            "dealer": self.dealer,
-            "phase": self.phase,
-            "to_act": self.current_player(),
-            "hand_sizes": self.sizes[:],
-            "melds": [[m.to_json(self.rules) for m in side] for side in self.melds],
-            "discard": format_many(self.pile),
-            "stock_count": len(self.stock),
-            "mortos_taken": self.morto_taken[:],
-            "mortos_in_stock": self.morto_to_stock[:],
-            "must_meld": to_str(self.must_meld) if self.must_meld >= 0 else None,
-            "lone_card": to_str(self.lone) if self.lone >= 0 else None,
-            "score": self.score(),
-        }
-        if seat is not None:
-            out["hand"] = format_many(self.hand_of(seat))
-        if self.phase == OVER:
-            out["went_out"] = self.went_out
-            out["end_reason"] = self.end_reason
-            out["hands"] = [format_many(self.hand_of(s)) for s in range(self.players)]
-        return out
+    def view(self, seat: int | None) -> View:
+        """Exactly what ``seat`` may see (``None``: a spectator, who sees no hand at all).
+
+        A read-only mapping computed lazily (``engine/view.py``); ``view(seat).to_dict()`` is a plain dict.
+        """
+        return View(self, seat)
 
     def record_state(self) -> dict[str, Any]:
         """The whole state in the game-record output form (every hand shown)."""
