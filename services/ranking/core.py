@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.ranking import leaderboards, models
@@ -264,9 +264,7 @@ async def record_match(session: AsyncSession, match: FinishedMatch, *, zone: Zon
         ratings_before, ratings_after = await _rate(session, match, match.preset)
         _, overall_after = await _rate(session, match, GLOBAL_SCOPE)
 
-    awards: list[PlayerAward] = []
-    for seat in match.seats:
-        awards.append(await _update_player(session, match, seat, profiles[seat.player], gained[seat.player], now))
+    awards = await _update_players(session, match, profiles, gained, now)
 
     await _update_boards(session, match, gained, ratings_after, overall_after, zone)
 
@@ -334,24 +332,23 @@ async def _lock_players(session: AsyncSession, ids: list[str], now: datetime) ->
     p = models.players
     insert = leaderboards._insert(session, p)
     await session.execute(
-        insert.values(
-            [
-                {
-                    "player": player,
-                    "xp": 0,
-                    "level": 1,
-                    "matches": 0,
-                    "wins": 0,
-                    "losses": 0,
-                    "abandonments": 0,
-                    "canastras": 0,
-                    "score_sum": 0,
-                    "xp_events": 0,
-                    "updated_at": now,
-                }
-                for player in ids
-            ]
-        ).on_conflict_do_nothing(index_elements=[p.c.player])
+        insert.on_conflict_do_nothing(index_elements=[p.c.player]),
+        [
+            {
+                "player": player,
+                "xp": 0,
+                "level": 1,
+                "matches": 0,
+                "wins": 0,
+                "losses": 0,
+                "abandonments": 0,
+                "canastras": 0,
+                "score_sum": 0,
+                "xp_events": 0,
+                "updated_at": now,
+            }
+            for player in ids
+        ],
     )
     rows = await session.execute(select(p).where(p.c.player.in_(ids)).order_by(p.c.player).with_for_update())
     return {row.player: dict(row._mapping) for row in rows}
@@ -400,17 +397,17 @@ async def _rate(
         }
         for v in sorted(after.values(), key=lambda v: v.player)
     ]
-    statement = insert.values(rows)
     await session.execute(
-        statement.on_conflict_do_update(
+        insert.on_conflict_do_update(
             index_elements=[r.c.player, r.c.preset, r.c.players],
             set_={
-                "mu": statement.excluded.mu,
-                "sigma": statement.excluded.sigma,
-                "matches": statement.excluded.matches,
-                "updated_at": statement.excluded.updated_at,
+                "mu": insert.excluded.mu,
+                "sigma": insert.excluded.sigma,
+                "matches": insert.excluded.matches,
+                "updated_at": insert.excluded.updated_at,
             },
-        )
+        ),
+        rows,
     )
     await session.execute(
         models.rating_history.insert(),
@@ -431,38 +428,56 @@ async def _rate(
     return before, after
 
 
-async def _update_player(
-    session: AsyncSession, match: FinishedMatch, seat: SeatResult, row: dict[str, Any], gained: int, now: datetime
-) -> PlayerAward:
-    xp = row["xp"] + gained
-    level = level_for(xp)
-    level_up = level > row["level"]
-    values: dict[str, Any] = {"xp": xp, "level": level, "updated_at": now}
-    if match.competitive and not match.annulled:  # statistics: every competitive match that counted
-        values.update(
-            matches=row["matches"] + 1,
-            wins=row["wins"] + (seat.outcome is Outcome.WON),
-            losses=row["losses"] + (seat.outcome is Outcome.LOST),
-            abandonments=row["abandonments"] + (seat.outcome is Outcome.ABANDONED),
-            canastras=row["canastras"] + seat.canastras,
-            score_sum=row["score_sum"] + seat.score,
-        )
-    if gained > 0:
-        values["xp_events"] = row["xp_events"] + 1
-        await session.execute(
-            models.xp_events.insert().values(
-                player=seat.player,
-                seq=values["xp_events"],
-                match_id=match.match_id,
-                xp_gained=gained,
-                xp_total=xp,
-                level=level,
-                level_up=level_up,
-                time=match.end_time,
+async def _update_players(
+    session: AsyncSession, match: FinishedMatch, rows: dict[str, dict[str, Any]], gained: dict[str, int], now: datetime
+) -> list[PlayerAward]:
+    """New XP, level and statistics of every seat's player, and their XP events (one statement
+    each, executed for all the players)."""
+    awards: list[PlayerAward] = []
+    updates: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    counted = match.competitive and not match.annulled  # statistics: every competitive match that counted
+    for seat in match.seats:
+        row, xp_gained = rows[seat.player], gained[seat.player]
+        xp = row["xp"] + xp_gained
+        level = level_for(xp)
+        level_up = level > row["level"]
+        values = dict(row, xp=xp, level=level, updated_at=now, key=seat.player)
+        if counted:
+            values.update(
+                matches=row["matches"] + 1,
+                wins=row["wins"] + (seat.outcome is Outcome.WON),
+                losses=row["losses"] + (seat.outcome is Outcome.LOST),
+                abandonments=row["abandonments"] + (seat.outcome is Outcome.ABANDONED),
+                canastras=row["canastras"] + seat.canastras,
+                score_sum=row["score_sum"] + seat.score,
             )
-        )
-    await session.execute(update(models.players).where(models.players.c.player == seat.player).values(**values))
-    return PlayerAward(seat.player, gained, xp, level, level_up)
+        if xp_gained > 0:
+            values["xp_events"] = row["xp_events"] + 1
+            events.append(
+                {
+                    "player": seat.player,
+                    "seq": values["xp_events"],
+                    "match_id": match.match_id,
+                    "xp_gained": xp_gained,
+                    "xp_total": xp,
+                    "level": level,
+                    "level_up": level_up,
+                    "time": match.end_time,
+                }
+            )
+        del values["player"]
+        updates.append(values)
+        awards.append(PlayerAward(seat.player, xp_gained, xp, level, level_up))
+    p = models.players
+    columns = [c.name for c in p.columns if c.name != "player"]
+    await session.execute(
+        update(p).where(p.c.player == bindparam("key")).values({name: bindparam(name) for name in columns}),
+        updates,
+    )
+    if events:
+        await session.execute(models.xp_events.insert(), events)
+    return awards
 
 
 async def _update_boards(

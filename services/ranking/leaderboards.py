@@ -120,42 +120,32 @@ async def apply(session: AsyncSession, changes: Sequence[EntryChange]) -> None:
     if not changes:
         return
     ordered = sorted(changes, key=lambda c: (c.board, c.player))
+    # One statement executed for many rows (executemany): its SQL is compiled once and cached,
+    # where a multi-row VALUES list would be compiled anew for every count of rows.
     insert = _insert(session, board_entries)
-    statement = insert.values(
-        [
-            {
-                "board": c.board,
-                "player": c.player,
-                "order_score": -c.new.score,
-                "achieved_us": c.new.achieved_us,
-            }
-            for c in ordered
-        ]
-    )
     await session.execute(
-        statement.on_conflict_do_update(
+        insert.on_conflict_do_update(
             index_elements=[board_entries.c.board, board_entries.c.player],
-            set_={
-                "order_score": statement.excluded.order_score,
-                "achieved_us": statement.excluded.achieved_us,
-            },
-        )
+            set_={"order_score": insert.excluded.order_score, "achieved_us": insert.excluded.achieved_us},
+        ),
+        [
+            {"board": c.board, "player": c.player, "order_score": -c.new.score, "achieved_us": c.new.achieved_us}
+            for c in ordered
+        ],
     )
     deltas = count_deltas(ordered)
     if not deltas:
         return
     insert = _insert(session, board_counts)
-    statement = insert.values(
+    await session.execute(
+        insert.on_conflict_do_update(
+            index_elements=[board_counts.c.board, board_counts.c.level, board_counts.c.key, board_counts.c.slot],
+            set_={"count": board_counts.c.count + insert.excluded.count},
+        ),
         [
             {"board": board, "level": level, "key": key, "slot": slot, "count": delta}
             for (board, level, key, slot), delta in sorted(deltas.items())
-        ]
-    )
-    await session.execute(
-        statement.on_conflict_do_update(
-            index_elements=[board_counts.c.board, board_counts.c.level, board_counts.c.key, board_counts.c.slot],
-            set_={"count": board_counts.c.count + statement.excluded.count},
-        )
+        ],
     )
 
 
