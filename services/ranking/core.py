@@ -632,10 +632,11 @@ async def leaderboard_page(
 
 
 async def leaderboard_rank(session: AsyncSession, board: str, player: str) -> Ranked:
-    position = await leaderboards.entry(session, board, player)
-    if position is None:
+    found = await leaderboards.rank_of_player(session, board, player)
+    if found is None:
         raise NotOnLeaderboardError(player)
-    return Ranked(await leaderboards.rank_of(session, board, position), position)
+    position, rank = found
+    return Ranked(rank, position)
 
 
 async def neighbours(session: AsyncSession, board: str, player: str, *, above: int, below: int) -> list[Ranked]:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, and_, func, select, tuple_
+from sqlalchemy import Table, and_, select, text, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -157,32 +157,78 @@ async def entry(session: AsyncSession, board: str, player: str) -> Position | No
     return None if row is None else Position(-row.order_score, row.achieved_us, player)
 
 
+def _floor_division(value: str, divisor: str) -> str:
+    """SQL for value // divisor rounded down for negative values too, the same on both databases
+    (their `/` and `%` truncate towards zero)."""
+    return f"(({value}) - (((({value}) % {divisor}) + {divisor}) % {divisor})) / {divisor}"
+
+
+#: The rank in one statement: the target position (an entry, or a position given by value) is
+#: placed in its bucket and slot, and the four parts of the count are added up (module docstring).
+_RANK = """
+WITH target AS ({target}),
+placed AS (
+    SELECT -order_score AS score, achieved_us, player,
+           {bucket} AS bucket, {slot} AS slot
+    FROM target
+)
+SELECT placed.score AS score, placed.achieved_us AS achieved_us, 1
+    + (SELECT coalesce(sum(c."count"), 0) FROM ranking_board_counts c
+       WHERE c.board = :board AND c."level" = 0 AND c."key" > placed.bucket)
+    + (SELECT coalesce(sum(c."count"), 0) FROM ranking_board_counts c
+       WHERE c.board = :board AND c."level" = 1 AND c."key" > placed.score
+         AND c."key" < (placed.bucket + 1) * CAST(:width AS BIGINT))
+    + (SELECT coalesce(sum(c."count"), 0) FROM ranking_board_counts c
+       WHERE c.board = :board AND c."level" = 2 AND c."key" = placed.score AND c.slot < placed.slot)
+    + (SELECT count(*) FROM ranking_board_entries e
+       WHERE e.board = :board AND e.order_score = -placed.score
+         AND e.achieved_us >= placed.slot * CAST(:slot_length AS BIGINT)
+         AND (e.achieved_us, e.player) < (placed.achieved_us, placed.player))
+    AS rank
+FROM placed
+""".replace("{bucket}", _floor_division("-order_score", "CAST(:width AS BIGINT)")).replace(
+    "{slot}", _floor_division("achieved_us", "CAST(:slot_length AS BIGINT)")
+)
+
+_RANK_OF_ENTRY = text(
+    _RANK.replace(
+        "{target}",
+        "SELECT order_score, achieved_us, player FROM ranking_board_entries WHERE board = :board AND player = :player",
+    )
+)
+_RANK_OF_POSITION = text(
+    _RANK.replace(
+        "{target}",
+        "SELECT CAST(:order_score AS BIGINT) AS order_score, CAST(:achieved_us AS BIGINT) AS achieved_us, "
+        "CAST(:player AS VARCHAR(63)) AS player",
+    )
+)
+
+
+def _rank_parameters(board: str) -> dict[str, Any]:
+    return {"board": board, "width": BUCKET_WIDTH, "slot_length": SLOT_MICROSECONDS[period_of(board)]}
+
+
 async def rank_of(session: AsyncSession, board: str, position: Position) -> int:
     """1 + the number of entries of `board` strictly ahead of `position` (which need not exist)."""
-    c, e = board_counts.c, board_entries.c
-    score, bucket = position.score, position.score // BUCKET_WIDTH
-    slot_length = SLOT_MICROSECONDS[period_of(board)]
-    slot = position.achieved_us // slot_length
-
-    def total(*conditions: Any) -> Any:
-        return select(func.coalesce(func.sum(c.count), 0)).where(c.board == board, *conditions).scalar_subquery()
-
-    higher_buckets = total(c.level == 0, c.key > bucket)
-    higher_in_bucket = total(c.level == 1, c.key > score, c.key < (bucket + 1) * BUCKET_WIDTH)
-    tied_earlier_slots = total(c.level == 2, c.key == score, c.slot < slot)
-    tied_same_slot_ahead = (
-        select(func.count())
-        .select_from(board_entries)
-        .where(
-            e.board == board,
-            e.order_score == -score,
-            e.achieved_us >= slot * slot_length,
-            tuple_(e.achieved_us, e.player) < tuple_(position.achieved_us, position.player),
+    row = (
+        await session.execute(
+            _RANK_OF_POSITION,
+            {
+                **_rank_parameters(board),
+                "order_score": -position.score,
+                "achieved_us": position.achieved_us,
+                "player": position.player,
+            },
         )
-        .scalar_subquery()
-    )
-    ahead = await session.scalar(select(higher_buckets + higher_in_bucket + tied_earlier_slots + tied_same_slot_ahead))
-    return 1 + int(ahead or 0)
+    ).one()
+    return int(row.rank)
+
+
+async def rank_of_player(session: AsyncSession, board: str, player: str) -> tuple[Position, int] | None:
+    """The player's entry and rank in one statement; None when the player is not on the board."""
+    row = (await session.execute(_RANK_OF_ENTRY, {**_rank_parameters(board), "player": player})).first()
+    return None if row is None else (Position(int(row.score), int(row.achieved_us), player), int(row.rank))
 
 
 def _key(position: Position) -> Any:

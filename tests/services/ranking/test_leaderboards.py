@@ -178,7 +178,7 @@ async def test_counted_ranks_equal_the_entries_ahead_through_random_changes(db: 
         async with db.transaction() as session:
             for expected, p in enumerate(order, start=1):
                 assert await leaderboards.rank_of(session, board, p) == expected, p
-            assert (await core.leaderboard_rank(session, board, order[-1].player)).rank == len(order)
+                assert await core.leaderboard_rank(session, board, p.player) == core.Ranked(expected, p)
             # A position that is nobody's ranks just after everyone ahead of it.
             probe = Position(order[40].score, order[40].achieved_us, order[40].player + "~")
             assert await leaderboards.rank_of(session, board, probe) == 42
