@@ -47,6 +47,8 @@ _PERIODS: dict[int, Period] = {
 }
 #: Earliest end time accepted, and how far in the future (clock skew between services).
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+#: Latest instant accepted anywhere (a period must have an end that dates can express).
+LATEST = datetime(3000, 1, 1, tzinfo=UTC)
 FUTURE_SKEW = timedelta(minutes=5)
 MAX_SCORE = 1_000_000
 MAX_CANASTRAS = 1000
@@ -66,6 +68,7 @@ def _instant(stamp: Timestamp, field: str) -> datetime:
     except (ValueError, OverflowError, OSError):
         raise InvalidArgumentError(field, "not a valid time") from None
     check.require(moment >= EARLIEST, field, "before 2000-01-01")
+    check.require(moment < LATEST, field, "after 2999-12-31")
     return moment
 
 

@@ -18,8 +18,9 @@ Prints one figure per line as ``bench: NAME VALUE UNIT``:
    GetPlayer calls per second as the baseline. Ranks are checked against the plain count.
 
 Options: ``--players N`` (default 1,000,000), ``--selfplay N`` matches (default 1,600),
-``--record N`` matches (default 1,500), ``--postgres URL`` (default BURACO_BENCH_POSTGRES_URL or
-postgresql://postgres@127.0.0.1:5432/test), ``--skip-selfplay``, ``--skip-database``.
+``--record N`` matches (default 1,500), ``--seed S`` of the self-play (default 6),
+``--postgres URL`` (default BURACO_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test),
+``--skip-selfplay``, ``--skip-database``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import functools
 import math
 import os
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -43,6 +45,7 @@ import asyncpg
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from openskill.models import BradleyTerryFull, PlackettLuce, ThurstoneMostellerFull
+from sqlalchemy import text
 
 from buraco.v1 import common_pb2, ranking_pb2, ranking_pb2_grpc
 from engine.actions import Action, Discard
@@ -56,6 +59,7 @@ from services.common.db import Database
 from services.common.server import Server
 from services.ranking import core, leaderboards, models, ratings
 from services.ranking.leaderboards import EntryChange, Position
+from services.ranking.periods import SLOT_MICROSECONDS
 from services.ranking.progress import level_for
 from services.ranking.service import SPEC
 
@@ -212,9 +216,9 @@ def oracle(results: list[Result], held_out_from: int) -> float:
     return right / len(held)
 
 
-def bench_accuracy(matches: int) -> None:
+def bench_accuracy(matches: int, seed: int) -> None:
     started = time.perf_counter()
-    results = selfplay(matches)
+    results = selfplay(matches, seed)
     emit("selfplay_matches", len(results), "matches", 0)
     emit("selfplay_seconds", time.perf_counter() - started, "s", 1)
     held_out_from = len(results) // 2
@@ -361,44 +365,86 @@ async def plain_rank(db: Database, board: str, player: str) -> int:
     return 1 + int(ahead or 0)
 
 
-async def bench_reads(db: Database, ids: list[str]) -> None:
+async def measured(samples: dict[str, list[float]], name: str, call: Awaitable[Any]) -> Any:
+    """Await `call`, adding its milliseconds to `samples[name]`."""
+    started = time.perf_counter()
+    value = await call
+    samples.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+    return value
+
+
+def positional(sql: str, names: list[str]) -> str:
+    """`:name` parameters as asyncpg's `$n`."""
+    for index, name in enumerate(names, start=1):
+        sql = re.sub(rf":{name}\b", f"${index}", sql)
+    return sql
+
+
+async def bench_reads(db: Database, dsn: str, schema: str, ids: list[str]) -> None:
+    """Interleaved, so that the machine's noise falls on every figure alike: per round a `SELECT 1`
+    through the same path (the noise floor), a rank through the core and as bare SQL, and every
+    third round a top-100 (core and bare SQL) and a window around a player."""
     rng = random.Random(60)
-    for label, board in (("xp", XP_BOARD), ("rating", RATING_BOARD)):
-
-        async def top(_: int, board: str = board) -> None:
-            async with db.transaction() as session:
-                ranked, more = await core.leaderboard_page(session, board, after=None, limit=100)
-            assert len(ranked) == 100 and more
-
-        async def rank(_: int, board: str = board) -> None:
-            async with db.transaction() as session:
-                await core.leaderboard_rank(session, board, rng.choice(ids))
-
-        async def around(_: int, board: str = board) -> None:
-            async with db.transaction() as session:
-                window = await core.neighbours(session, board, rng.choice(ids), above=5, below=5)
-            assert len(window) >= 6
-
-        await timed(20, top)  # warm the caches
-        await timed(50, rank)
-        top_ms = await timed(500, top)
-        rank_ms = await timed(2000, rank)
-        around_ms = await timed(500, around)
-        emit(f"leaderboard_{label}_top100_p50", statistics.median(top_ms), "ms")
-        emit(f"leaderboard_{label}_top100_p99", percentile(top_ms, 0.99), "ms")
-        emit(f"leaderboard_{label}_rank_p50", statistics.median(rank_ms), "ms")
-        emit(f"leaderboard_{label}_rank_p99", percentile(rank_ms, 0.99), "ms")
-        emit(f"leaderboard_{label}_around_p99", percentile(around_ms, 0.99), "ms")
-        sample = rng.sample(ids, 25)
-        plain_ms = await timed(25, functools.partial(plain_sample, db, board, sample))
-        emit(f"leaderboard_{label}_rank_plain_count_p50", statistics.median(plain_ms), "ms")
-        emit(
-            f"leaderboard_{label}_rank_speedup_vs_plain_count",
-            statistics.median(plain_ms) / statistics.median(rank_ms),
-            "ratio",
-            1,
+    connection = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    try:
+        top_sql = await connection.prepare(
+            "SELECT order_score, achieved_us, player FROM ranking_board_entries WHERE board = $1 "
+            "ORDER BY order_score, achieved_us, player LIMIT 100"
         )
-        await check_ranks(db, board, sample)
+        rank_sql = await connection.prepare(
+            positional(leaderboards._RANK_OF_ENTRY.text, ["board", "player", "width", "slot_length"])
+        )
+        for label, board in (("xp", XP_BOARD), ("rating", RATING_BOARD)):
+            slot_length = SLOT_MICROSECONDS[leaderboards.period_of(board)]
+            samples: dict[str, list[float]] = {}
+            measure = functools.partial(measured, samples)
+
+            async def in_transaction(work: Callable[[Any], Awaitable[Any]]) -> Any:
+                async with db.transaction() as session:
+                    return await work(session)
+
+            for round_ in range(2050):
+                player = rng.choice(ids)
+                select_one = in_transaction(lambda session: session.execute(text("SELECT 1")))
+                await measure("select1", select_one)
+                ranked = await measure(
+                    "rank", in_transaction(functools.partial(core.leaderboard_rank, board=board, player=player))
+                )
+                row = await measure(
+                    "rank_sql", rank_sql.fetchrow(board, player, leaderboards.BUCKET_WIDTH, slot_length)
+                )
+                assert row is not None and int(row["rank"]) == ranked.rank
+                if round_ % 3 == 0:
+                    page = await measure(
+                        "top100",
+                        in_transaction(functools.partial(core.leaderboard_page, board=board, after=None, limit=100)),
+                    )
+                    assert len(page[0]) == 100
+                    await measure("top100_sql", top_sql.fetch(board))
+                    window = await measure(
+                        "around",
+                        in_transaction(
+                            functools.partial(core.neighbours, board=board, player=player, above=5, below=5)
+                        ),
+                    )
+                    assert len(window) >= 6
+                if round_ == 49:  # the first 50 rounds warm the caches
+                    samples.clear()
+            for name in ("top100", "rank", "around", "top100_sql", "rank_sql", "select1"):
+                emit(f"leaderboard_{label}_{name}_p50", statistics.median(samples[name]), "ms")
+                emit(f"leaderboard_{label}_{name}_p99", percentile(samples[name], 0.99), "ms")
+            sample = rng.sample(ids, 25)
+            plain_ms = await timed(25, functools.partial(plain_sample, db, board, sample))
+            emit(f"leaderboard_{label}_rank_plain_count_p50", statistics.median(plain_ms), "ms")
+            emit(
+                f"leaderboard_{label}_rank_speedup_vs_plain_count",
+                statistics.median(plain_ms) / statistics.median(samples["rank"]),
+                "ratio",
+                1,
+            )
+            await check_ranks(db, board, sample)
+    finally:
+        await connection.close()
 
 
 async def plain_sample(db: Database, board: str, players: list[str], index: int) -> int:
@@ -543,7 +589,7 @@ async def bench_database(url: str, players: int, record: int) -> None:
         ids = await load(db, dsn, schema, players, now)
         emit("load_players", len(ids), "players", 0)
         emit("load_seconds", time.perf_counter() - started, "s", 1)
-        await bench_reads(db, ids)
+        await bench_reads(db, dsn, schema, ids)
         await bench_recording(url, schema, ids, record, now)
     finally:
         await db.dispose()
@@ -559,6 +605,7 @@ def main() -> None:
     parser.add_argument("--players", type=int, default=1_000_000)
     parser.add_argument("--selfplay", type=int, default=1600)
     parser.add_argument("--record", type=int, default=1500)
+    parser.add_argument("--seed", type=int, default=6, help="seed of the self-play matches")
     parser.add_argument("--postgres", default=DEFAULT_URL)
     parser.add_argument("--skip-selfplay", action="store_true")
     parser.add_argument("--skip-database", action="store_true")
@@ -566,7 +613,7 @@ def main() -> None:
     if not args.skip_selfplay:
         if not heuristic_available():
             print("# the heuristic bot is not available: strengths come from the weakened random bot", flush=True)
-        bench_accuracy(args.selfplay)
+        bench_accuracy(args.selfplay, args.seed)
     if not args.skip_database:
         asyncio.run(bench_database(args.postgres, args.players, args.record))
 

@@ -376,6 +376,11 @@ async def test_leaderboards_as_clients_read_them(client: Client) -> None:
         (board(scope=ranking_pb2.Leaderboard.SCOPE_MODALITY), "leaderboard.preset: required"),
         (board(preset="aberto"), "leaderboard.preset: must be empty"),
         (board(period=9), "leaderboard.period: unknown value 9"),
+        (
+            board(period=ranking_pb2.Leaderboard.PERIOD_YEARLY, at=stamp(datetime(9999, 6, 1, tzinfo=UTC))),
+            "leaderboard.at: after",
+        ),
+        (board(at=Timestamp(seconds=-(10**12))), "leaderboard.at: not a valid time"),
     ]
     for leaderboard, message in bad:
         code, details = await client.status(
