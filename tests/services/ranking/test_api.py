@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -429,3 +429,57 @@ def test_the_process_serves_survives_fuzzing_and_stops_on_sigterm(tmp_path: Path
         assert "UNAUTHENTICATED" in seen and sum(seen.values()) == 250
         assert process.terminate() == 0
         process.wait_for_log("stopped")
+
+
+async def test_the_default_period_follows_the_server_clock_in_the_configured_zone(
+    db_target: DatabaseTarget, tmp_path: Path
+) -> None:
+    """With an injected clock: a leaderboard asked for without `at` is the current period in the
+    zone (Lisbon here), and it is a new, empty board from the local midnight on."""
+    from zoneinfo import ZoneInfo
+
+    from services.ranking.api import RankingApi
+    from services.ranking.settings import RankingSettings
+
+    now = [datetime(2026, 11, 29, 23, 59, 59, tzinfo=UTC)]  # Sunday 23:59:59 in Lisbon (UTC+0 in winter)
+    settings = RankingSettings(time_zone=ZoneInfo("Europe/Lisbon"))
+
+    def register(server: grpc.aio.Server, deps: Any) -> None:
+        ranking_pb2_grpc.add_RankingServiceServicer_to_server(RankingApi(deps, settings, lambda: now[0]), server)
+
+    spec = replace(SPEC, register=register)
+    config = make_config("ranking", tmp_path, database_url=db_target.url, database_schema=db_target.schema)
+    async with running(spec, config) as server, grpc.aio.insecure_channel(server.address) as channel:
+        client = Client(ranking_pb2_grpc.RankingServiceStub(channel), dev_minter(config.dev_keys_dir))
+        await client.call("RecordMatch", duel("late", end=now[0] - timedelta(minutes=1)))
+        daily = ranking_pb2.ListLeaderboardEntriesRequest(
+            leaderboard=board(period=ranking_pb2.Leaderboard.PERIOD_DAILY)
+        )
+        weekly = ranking_pb2.ListLeaderboardEntriesRequest(
+            leaderboard=board(period=ranking_pb2.Leaderboard.PERIOD_WEEKLY)
+        )
+        sunday = await client.call("ListLeaderboardEntries", daily)
+        assert [e.player for e in sunday.entries] == ["players/alice", "players/bob"]
+        assert sunday.period_end.ToDatetime(tzinfo=UTC) == datetime(2026, 11, 30, tzinfo=UTC)
+        assert len((await client.call("ListLeaderboardEntries", weekly)).entries) == 2
+        now[0] = datetime(2026, 11, 30, 0, 0, 0, tzinfo=UTC)  # Monday 00:00 in Lisbon: a new day and week
+        monday = await client.call("ListLeaderboardEntries", daily)
+        assert list(monday.entries) == [] and monday.period_start.ToDatetime(tzinfo=UTC) == now[0]
+        assert list((await client.call("ListLeaderboardEntries", weekly)).entries) == []
+        # A page token keeps the period it started in, even after midnight.
+        now[0] = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+        first = await client.call(
+            "ListLeaderboardEntries",
+            ranking_pb2.ListLeaderboardEntriesRequest(leaderboard=daily.leaderboard, page_size=1),
+        )
+        now[0] = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+        second = await client.call(
+            "ListLeaderboardEntries",
+            ranking_pb2.ListLeaderboardEntriesRequest(
+                leaderboard=daily.leaderboard, page_size=1, page_token=first.next_page_token
+            ),
+        )
+        assert [(e.rank, e.player) for e in [*first.entries, *second.entries]] == [
+            (1, "players/alice"),
+            (2, "players/bob"),
+        ]
