@@ -242,6 +242,7 @@ def bench_accuracy(matches: int, seed: int) -> None:
         other = evaluate(model, results, held_out_from)
         emit(f"rating_accuracy_{name}", other.correct / other.count, "ratio")
         emit(f"rating_log_loss_{name}", other.log_loss / other.count, "nats")
+        emit(f"rating_brier_{name}", other.brier / other.count, "score")
 
 
 # -- 2. the database at scale --------------------------------------------------------------------

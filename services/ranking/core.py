@@ -294,7 +294,7 @@ async def record_match(session: AsyncSession, match: FinishedMatch, *, zone: Zon
 async def _claim(session: AsyncSession, match: FinishedMatch, now: datetime) -> MatchRecorded | None:
     """Insert the match's row, or return the first result when it was recorded before. A concurrent
     first call for the same match id makes this wait until it commits (PostgreSQL) and then see it."""
-    insert = leaderboards._insert(session, models.matches)
+    insert = leaderboards.insert_statement(session, models.matches)
     claimed = await session.execute(
         insert.values(
             match_id=match.match_id,
@@ -330,7 +330,7 @@ async def _claim(session: AsyncSession, match: FinishedMatch, now: datetime) -> 
 async def _lock_players(session: AsyncSession, ids: list[str], now: datetime) -> dict[str, dict[str, Any]]:
     """Create missing player rows and lock all of them, in id order (no deadlocks between matches)."""
     p = models.players
-    insert = leaderboards._insert(session, p)
+    insert = leaderboards.insert_statement(session, p)
     await session.execute(
         insert.on_conflict_do_nothing(index_elements=[p.c.player]),
         [
@@ -384,7 +384,7 @@ async def _rate(
                 match.match_id,
             )
     r = models.ratings
-    insert = leaderboards._insert(session, r)
+    insert = leaderboards.insert_statement(session, r)
     rows = [
         {
             "player": v.player,
@@ -492,7 +492,7 @@ async def _update_boards(
     player's new ordinal; in every period that contains the match's end time."""
     end_us = micros(match.end_time)
     starts = {period: bounds(period, match.end_time, zone).start_name for period in Period}
-    # (board, player) -> (XP to add, or None) and the new score when it is replaced (ratings).
+    # (board, player) -> XP to add (XP boards), or the score that replaces the old one (ratings).
     additions: dict[tuple[str, str], int] = {}
     replacements: dict[tuple[str, str], int] = {}
     rating_metric = leaderboards.rating_metric(match.players)

@@ -77,7 +77,7 @@ class EntryChange:
     new: Position
 
 
-def _insert(session: AsyncSession, table: Table) -> Any:
+def insert_statement(session: AsyncSession, table: Table) -> Any:
     """An INSERT that knows ON CONFLICT on both databases."""
     bind = session.bind
     name = bind.dialect.name if bind is not None else "sqlite"
@@ -122,7 +122,7 @@ async def apply(session: AsyncSession, changes: Sequence[EntryChange]) -> None:
     ordered = sorted(changes, key=lambda c: (c.board, c.player))
     # One statement executed for many rows (executemany): its SQL is compiled once and cached,
     # where a multi-row VALUES list would be compiled anew for every count of rows.
-    insert = _insert(session, board_entries)
+    insert = insert_statement(session, board_entries)
     await session.execute(
         insert.on_conflict_do_update(
             index_elements=[board_entries.c.board, board_entries.c.player],
@@ -136,7 +136,7 @@ async def apply(session: AsyncSession, changes: Sequence[EntryChange]) -> None:
     deltas = count_deltas(ordered)
     if not deltas:
         return
-    insert = _insert(session, board_counts)
+    insert = insert_statement(session, board_counts)
     await session.execute(
         insert.on_conflict_do_update(
             index_elements=[board_counts.c.board, board_counts.c.level, board_counts.c.key, board_counts.c.slot],
