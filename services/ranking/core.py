@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -261,8 +261,9 @@ async def record_match(session: AsyncSession, match: FinishedMatch, *, zone: Zon
     ratings_after: dict[str, RatingView] = {}
     overall_after: dict[str, RatingView] = {}
     if match.rated:
-        ratings_before, ratings_after = await _rate(session, match, match.preset)
-        _, overall_after = await _rate(session, match, GLOBAL_SCOPE)
+        changed = await _rate(session, match, [match.preset, GLOBAL_SCOPE])
+        ratings_before, ratings_after = changed[match.preset]
+        overall_after = changed[GLOBAL_SCOPE][1]
 
     awards = await _update_players(session, match, profiles, gained, now)
 
@@ -354,12 +355,8 @@ async def _lock_players(session: AsyncSession, ids: list[str], now: datetime) ->
     return {row.player: dict(row._mapping) for row in rows}
 
 
-async def _rate(
-    session: AsyncSession, match: FinishedMatch, preset: str
-) -> tuple[dict[str, RatingView], dict[str, RatingView]]:
-    """Update the ratings of every seat for (`preset`, table size) and append their history."""
-    ids = [s.player for s in match.seats]
-    before = await _ratings(session, ids, preset, match.players)
+def _rated(match: FinishedMatch, before: dict[str, RatingView]) -> dict[str, RatingView]:
+    """Every seat's rating after the match, from their ratings before it (one preset)."""
     winner = match.winning_side
     assert winner is not None
     seats_by_side = [sorted((s for s in match.seats if s.side == side), key=lambda s: s.seat) for side in (0, 1)]
@@ -369,34 +366,33 @@ async def _rate(
     after: dict[str, RatingView] = {}
     for side, seats in enumerate(seats_by_side):
         for index, seat in enumerate(seats):
-            skill = (
-                as_loss[side][index] if seat.outcome is Outcome.ABANDONED and side == winner else result[side][index]
-            )
+            abandoned_a_winner = seat.outcome is Outcome.ABANDONED and side == winner
+            skill = as_loss[side][index] if abandoned_a_winner else result[side][index]
             old = before[seat.player]
-            after[seat.player] = RatingView(
-                seat.player,
-                preset,
-                match.players,
-                skill.mu,
-                skill.sigma,
-                old.matches + 1,
-                match.end_time,
-                match.match_id,
+            after[seat.player] = replace(
+                old,
+                mu=skill.mu,
+                sigma=skill.sigma,
+                matches=old.matches + 1,
+                updated_at=match.end_time,
+                match_id=match.match_id,
             )
+    return after
+
+
+async def _rate(
+    session: AsyncSession, match: FinishedMatch, presets: Sequence[str]
+) -> dict[str, tuple[dict[str, RatingView], dict[str, RatingView]]]:
+    """Update every seat's ratings for each of `presets` and the table size, and append their
+    history (one read, one upsert and one insert for all of them); per preset, before and after."""
+    ids = [s.player for s in match.seats]
+    befores = await _ratings(session, ids, presets, match.players)
+    changes = {preset: (befores[preset], _rated(match, befores[preset])) for preset in presets}
+    after = sorted(
+        (view for _, rated in changes.values() for view in rated.values()), key=lambda v: (v.player, v.preset)
+    )
     r = models.ratings
     insert = leaderboards.insert_statement(session, r)
-    rows = [
-        {
-            "player": v.player,
-            "preset": preset,
-            "players": match.players,
-            "mu": v.mu,
-            "sigma": v.sigma,
-            "matches": v.matches,
-            "updated_at": match.end_time,
-        }
-        for v in sorted(after.values(), key=lambda v: v.player)
-    ]
     await session.execute(
         insert.on_conflict_do_update(
             index_elements=[r.c.player, r.c.preset, r.c.players],
@@ -407,25 +403,36 @@ async def _rate(
                 "updated_at": insert.excluded.updated_at,
             },
         ),
-        rows,
+        [
+            {
+                "player": v.player,
+                "preset": v.preset,
+                "players": v.players,
+                "mu": v.mu,
+                "sigma": v.sigma,
+                "matches": v.matches,
+                "updated_at": match.end_time,
+            }
+            for v in after
+        ],
     )
     await session.execute(
         models.rating_history.insert(),
         [
             {
                 "player": v.player,
-                "preset": preset,
-                "players": match.players,
+                "preset": v.preset,
+                "players": v.players,
                 "seq": v.matches,
                 "match_id": match.match_id,
                 "mu": v.mu,
                 "sigma": v.sigma,
                 "time": match.end_time,
             }
-            for v in after.values()
+            for v in after
         ],
     )
-    return before, after
+    return changes
 
 
 async def _update_players(
@@ -565,24 +572,33 @@ async def list_xp_events(
     return events, (events[-1].seq if len(rows) > limit else None)
 
 
-async def _ratings(session: AsyncSession, ids: Sequence[str], preset: str, players: int) -> dict[str, RatingView]:
+async def _ratings(
+    session: AsyncSession, ids: Sequence[str], presets: Sequence[str], players: int
+) -> dict[str, dict[str, RatingView]]:
+    """preset -> player -> rating, with the default rating for players never rated."""
     r = models.ratings
     rows = await session.execute(
-        select(r).where(r.c.player.in_(sorted(set(ids))), r.c.preset == preset, r.c.players == players)
+        select(r).where(r.c.player.in_(sorted(set(ids))), r.c.preset.in_(presets), r.c.players == players)
     )
     found = {
-        row.player: RatingView(row.player, preset, players, row.mu, row.sigma, row.matches, _aware(row.updated_at))
+        (row.preset, row.player): RatingView(
+            row.player, row.preset, players, row.mu, row.sigma, row.matches, _aware(row.updated_at)
+        )
         for row in rows
     }
     default = Skill()
     return {
-        player: found.get(player) or RatingView(player, preset, players, default.mu, default.sigma, 0) for player in ids
+        preset: {
+            player: found.get((preset, player)) or RatingView(player, preset, players, default.mu, default.sigma, 0)
+            for player in ids
+        }
+        for preset in presets
     }
 
 
 async def get_ratings(session: AsyncSession, ids: Sequence[str], preset: str, players: int) -> list[RatingView]:
     """One rating per id, in order: the default rating (mu 25, sigma 25/3) for players never rated."""
-    found = await _ratings(session, ids, preset, players)
+    found = (await _ratings(session, ids, [preset], players))[preset]
     return [found[player] for player in ids]
 
 
