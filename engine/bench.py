@@ -19,7 +19,7 @@ import time
 from engine.actions import Discard, MeldCards
 from engine.bots.base import Bot, make_bot
 from engine.deal import deal_from_seed
-from engine.rules import Ruleset, ruleset_from_spec
+from engine.rules import PRESETS, Ruleset, ruleset_from_spec
 from engine.state import HandState
 
 
@@ -72,6 +72,7 @@ def positions_after_morto(rules: Ruleset, count: int, seed: int = 0) -> list[Han
             # no direct batida from this deal: give the seat its morto as if it had
             morto = state.mortos[seat & 1]
             assert morto is not None
+            state.touch()
             for c in morto:
                 state.counts[seat][c] += 1
             state.sizes[seat] += len(morto)
@@ -86,6 +87,8 @@ def positions_after_morto(rules: Ruleset, count: int, seed: int = 0) -> list[Han
             state.counts[seat][discard.card] -= 1
             state.sizes[seat] -= 1
             state.stock.append(discard.card)
+            state.touch()
+        state.touch()
         out.append(state)
     return out
 
@@ -95,13 +98,26 @@ def legal_actions_latency(rules: Ruleset, samples: int) -> tuple[float, float, f
     times: list[float] = []
     sizes: list[int] = []
     for state in positions:
-        state.legal_actions()  # warm
-        t0 = time.perf_counter()
+        # CPU time of this thread: on a shared machine, time spent waiting for a core is not the engine's
+        t0 = time.thread_time_ns()
         actions = state.legal_actions()
-        times.append((time.perf_counter() - t0) * 1e6)
+        times.append((time.thread_time_ns() - t0) / 1000)
         sizes.append(len(actions))
     times.sort()
     return statistics.median(times), times[int(len(times) * 0.99) - 1], statistics.mean(sizes)
+
+
+def baseline_mops(seconds: float = 1.0) -> float:
+    """A fixed pure-Python workload (millions of loop steps per CPU second), measured in the same
+    run: figures divided by it compare across machines and across a noisy shared machine."""
+    steps = 0
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        acc: dict[int, int] = {}
+        for i in range(100_000):
+            acc[i & 255] = acc.get(i & 255, 0) + (i ^ (i >> 3))
+        steps += 100_000
+    return steps / (time.process_time() - start) / 1e6
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,12 +125,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--ruleset", default="fechado")
     parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--all-presets", action="store_true", help="also random-legal hands/s for every preset")
     args = parser.parse_args(argv)
     rules = ruleset_from_spec(args.ruleset)
 
     def report(name: str, value: float, unit: str) -> None:
         print(f"bench: {name} {value:.1f} {unit}", flush=True)
 
+    print(f"# ruleset {rules.name}; CPU time of one core; {'native (mypyc)' if native() else 'pure Python'}")
+    base = baseline_mops()
+    report("python_baseline", base, "Mops/s")
     kinds = ["random"]
     try:
         make_bot("heuristic")
@@ -126,10 +146,22 @@ def main(argv: list[str] | None = None) -> None:
             hps, tps, _ = hands_per_second(rules, players, kind, args.seconds)
             report(f"{kind}_hands_per_s_{players}p", hps, "hands/s")
             report(f"{kind}_turns_per_s_{players}p", tps, "turns/s")
+            report(f"{kind}_hands_per_s_{players}p_per_baseline_mops", hps / base, "hands/Mops")
+    if args.all_presets:
+        for name in PRESETS:
+            hps, _, _ = hands_per_second(PRESETS[name], 2, "random", args.seconds / 2)
+            report(f"random_hands_per_s_2p_{name}", hps, "hands/s")
     median, p99, mean_actions = legal_actions_latency(rules, args.samples)
     report("legal_actions_22_cards_median", median, "us")
     report("legal_actions_22_cards_p99", p99, "us")
     report("legal_actions_22_cards_mean_count", mean_actions, "actions")
+
+
+def native() -> bool:
+    """Whether the engine runs compiled by mypyc (``make engine-native``)."""
+    import engine.state
+
+    return not engine.state.__file__.endswith(".py")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,8 @@ def is_run(mask: int) -> bool:
 class Meld:
     """A meld on the table. Immutable: an addition makes a new ``Meld``."""
 
-    __slots__ = ("_facts", "_rules", "cards", "group_rank", "is_sequence", "mask", "suit", "wild", "wild_slot")
+    __slots__ = ("_facts", "_rules", "_touch", "cards", "group_rank", "is_sequence", "mask", "suit", "wild",
+                 "wild_slot")
 
     def __init__(self, is_sequence: bool, suit: int, mask: int, group_rank: int,
                  cards: tuple[int, ...], wild: int, wild_slot: int) -> None:
@@ -96,6 +97,31 @@ class Meld:
         self.wild_slot = wild_slot  # sequences: slot the wild stands for; groups: 0
         self._rules: Ruleset | None = None  # the ruleset ``_facts`` were computed for
         self._facts: tuple[str, int, int, tuple[str, ...]] = ("", 0, 0, ())
+        self._touch: tuple[bool, int] | None = None
+
+    def touch(self) -> tuple[bool, int]:
+        """(takes a wild, touch cards as a byte mask over a hand's counts read as one integer).
+
+        Every addition holds a wild (when the meld can take one) or one of the touch cards: a natural
+        next to the naturals' ends; with a wild, also one further (the wild moves into the gap) and the
+        card the wild stands for. Move generation skips a meld the hand cannot touch.
+        """
+        if self._touch is not None:
+            return self._touch
+        if self.is_sequence:
+            lo, hi = _span(self.mask)
+            w = self.wild_slot
+            near = (lo - 1, hi + 1, lo - 2, hi + 2, w) if self.wild >= 0 else (lo - 1, hi + 1)
+            cards = [slot_card(self.suit, x) for x in near if 1 <= x <= HIGH_ACE]
+            takes_wild = self.wild < 0 or (self.wild == self.suit * 13 + 1 and not self.mask >> TWO & 1)
+        else:
+            cards = [x * 13 + self.group_rank - 1 for x in range(4)]
+            takes_wild = self.wild < 0
+        touch_bytes = 0
+        for c in cards:
+            touch_bytes |= 0xFF << (8 * c)
+        self._touch = (takes_wild, touch_bytes)
+        return self._touch
 
     # construction -------------------------------------------------------------------------------
     @staticmethod
@@ -249,7 +275,7 @@ def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: i
     foreign_wilds = [c for c in cards if c == JOKER or (is_two(c) and suit_of(c) != suit)]
     want_slot = _wild_as_slots(wild_as, suit)
 
-    best: tuple[tuple[int, ...], Meld] | None = None
+    best: tuple[tuple[int, int, int], int, int, int] | None = None  # (preference, mask, wild, slot)
     problem = "the cards do not form a run: a sequence has no gaps, except one a wild fills"
     for natural_two in ((True, False) if suit_twos else (False,)):
         wilds = foreign_wilds + suit_twos[1 if natural_two else 0:]
@@ -273,7 +299,7 @@ def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: i
                 if _popcount(mask) >= MIN_MELD and is_run(mask):
                     key = (0, ace_low, 0)
                     if best is None or key < best[0]:
-                        best = (key, Meld.sequence(suit, mask))
+                        best = (key, mask, -1, 0)
                 continue
             wild = wilds[0]
             for rank_pref, slot in enumerate(wild_slots(mask)):
@@ -283,14 +309,14 @@ def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: i
                     continue
                 key = (1, ace_low, rank_pref)
                 if best is None or key < best[0]:
-                    best = (key, Meld.sequence(suit, mask, wild, slot))
+                    best = (key, mask, wild, slot)
     if best is None:
         if want_slot and not suit_twos and not foreign_wilds:
             raise _invalid("wild_as was given but the meld has no wild")
         if want_slot:
             raise _invalid("the wild cannot stand for the card wild_as names in this sequence")
         raise _invalid(problem)
-    return best[1]
+    return Meld.sequence(suit, best[1], best[2], best[3])
 
 
 def _wild_as_slots(wild_as: int | None, suit: int) -> tuple[int, ...]:
@@ -367,7 +393,7 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
     old_wild = meld.wild
     old_slot = meld.wild_slot
     slot_two_free = not base >> TWO & 1
-    best: tuple[tuple[int, ...], Meld] | None = None
+    best: tuple[tuple[int, ...], int, int, int] | None = None  # (preference, mask, wild, slot)
     problem = "the cards do not extend the sequence into a run"
     # who fills the natural 2 slot: nobody, an added 2 of the suit, or the meld's own wild 2 going home
     two_options: list[tuple[int, bool]] = [(0, False)]
@@ -392,7 +418,7 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
                 if is_run(mask):
                     key = (0, 0, ace_low, 0)
                     if best is None or key < best[0]:
-                        best = (key, Meld.sequence(suit, mask))
+                        best = (key, mask, -1, 0)
                 continue
             wild = wilds[0]
             slots = wild_slots(mask)
@@ -402,10 +428,10 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
                 moved = 0 if (wild == old_wild and slot == old_slot) else 1
                 key = (1, moved, ace_low, rank_pref)
                 if best is None or key < best[0]:
-                    best = (key, Meld.sequence(suit, mask, wild, slot))
+                    best = (key, mask, wild, slot)
     if best is None:
         if old_wild >= 0 and _popcount(meld.mask) == 13:
             problem = "a complete ace-to-ace sequence cannot take a replacement for its wild"
         raise _invalid(problem, "INVALID_ADD")
-    return best[1]
+    return Meld.sequence(suit, best[1], best[2], best[3])
 

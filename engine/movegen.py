@@ -13,7 +13,7 @@ from functools import lru_cache
 from itertools import product
 from typing import TYPE_CHECKING
 
-from engine.actions import AddCards, MeldCards
+from engine.actions import Action, AddCards, MeldCards
 from engine.cards import ACE, HIGH_ACE, JOKER, TWO
 from engine.errors import IllegalActionError
 from engine.melds import Meld, extend_meld, make_meld, slot_card
@@ -242,11 +242,13 @@ def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], r
 
 # --- the legal plays of the moment ------------------------------------------------------------------
 
-def plays(state: HandState, first_only: bool = False) -> list[MeldCards | AddCards]:
+def plays(state: HandState, first_only: bool = False,
+          plans: dict[Action, Meld | None] | None = None) -> list[MeldCards | AddCards]:
     """Every legal new meld and addition for the seat to act (or the first found, ``first_only``).
 
     The memoised candidates are structurally valid; what depends on the whole state (the closed
     pile's top card, a hand emptied or nearly emptied, the lone-discard card) is checked here.
+    ``plans`` receives the meld each listed action makes.
     """
     seat = state.to_act
     rules = state.rules
@@ -283,21 +285,31 @@ def plays(state: HandState, first_only: bool = False) -> list[MeldCards | AddCar
             for action, meld in suit_melds(rules, suit, suit_counts, wild_counts):
                 if accept(action, meld, -1):
                     out.append(action)
+                    if plans is not None:
+                        plans[action] = meld
                     if first_only:
                         return out
         if rules.groups:
             by_rank = list(zip(*suits, strict=True))  # per rank, its count in each suit
-            ranks = [must % 13 + 1] if must_natural else _GROUP_RANKS[rules.groups_of_twos]
+            need = 3 - any_wild
+            ranks = [must % 13 + 1] if must_natural else [
+                r for r in _GROUP_RANKS[rules.groups_of_twos] if sum(by_rank[r - 1]) >= need]
             for rank in ranks:
                 rank_counts = by_rank[rank - 1]
-                if sum(rank_counts) + any_wild < 3:
+                if sum(rank_counts) < need:
                     continue
                 for action, meld in rank_melds(rules, rank, rank_counts, wild_counts):
                     if accept(action, meld, -1):
                         out.append(action)
+                        if plans is not None:
+                            plans[action] = meld
                         if first_only:
                             return out
+    held = int.from_bytes(bytes(counts), "little")  # a byte per card: its count
     for index, meld in enumerate(state.melds[seat & 1]):
+        takes_wild, touch_bytes = meld.touch()
+        if not held & touch_bytes and not (any_wild and takes_wild):
+            continue  # the hand holds nothing this meld could take
         if meld.is_sequence:
             if must_natural and must // 13 != meld.suit:
                 continue
@@ -313,6 +325,8 @@ def plays(state: HandState, first_only: bool = False) -> list[MeldCards | AddCar
             addition = AddCards(index, cards_t)
             if accept(addition, result, index):
                 out.append(addition)
+                if plans is not None:
+                    plans[addition] = result
                 if first_only:
                     return out
     return out

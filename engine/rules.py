@@ -121,7 +121,26 @@ class Ruleset:
         unknown = sorted(set(changes) - PARAMETERS)
         if unknown:
             raise RulesetError(f"unknown ruleset parameter(s): {', '.join(unknown)}")
+        wrong = [f"{k} must be {_KIND_NAMES[type(getattr(self, k))]}, not {v!r}" for k, v in changes.items()
+                 if k != "name" and not _same_kind(getattr(self, k), v, k)]
+        if wrong:
+            raise RulesetError(f"ruleset {self.name!r}: " + "; ".join(wrong))
         return dataclasses.replace(self, **changes).check()
+
+
+_NULLABLE = frozenset({"bonus_royal", "bonus_ace_to_ace"})
+_KIND_NAMES = {bool: "true or false", int: "an integer", str: "a string", type(None): "an integer or null"}
+
+
+def _same_kind(current: object, value: object, field: str) -> bool:
+    """An override has the parameter's type (checked before the frozen dataclass is built)."""
+    if value is None:
+        return field in _NULLABLE
+    if isinstance(current, bool) or isinstance(value, bool):
+        return isinstance(current, bool) and isinstance(value, bool)
+    if current is None:
+        return isinstance(value, int)
+    return isinstance(value, type(current))
 
 
 _FIELD_ORDER: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Ruleset) if f.init)

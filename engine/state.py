@@ -44,6 +44,7 @@ class HandState:
     """One hand of Buraco. Seats ``0..players-1``; side 0 is seats 0 and 2, side 1 seats 1 and 3."""
 
     __slots__ = (
+        "_legal",
         "counts",
         "deal",
         "dealer",
@@ -92,6 +93,7 @@ class HandState:
     turns: int
     history: list[tuple[int, Action]]
     version: int
+    _legal: tuple[int, list[Action], dict[Action, Meld | None]] | None
 
     def __init__(self, rules: Ruleset, players: int, deal: Deal, dealer: int | None = None,
                  hand_number: int = 1) -> None:
@@ -128,7 +130,8 @@ class HandState:
         self.end_reason = ""
         self.turns = 1
         self.history = []
-        self.version = 0  # counts the changes; a view is valid for one version
+        self.version = 0  # counts the changes; a view (and the legal-action memo) is valid for one version
+        self._legal = None
 
     # --- OpenSpiel-style basics ------------------------------------------------------------------
     def current_player(self) -> int:
@@ -143,12 +146,7 @@ class HandState:
         return [totals[side_of(seat)] for seat in range(self.players)]
 
     def clone(self) -> HandState:
-        other = HandState.__new__(HandState)
-        other.rules = self.rules
-        other.players = self.players
-        other.deal = self.deal
-        other.dealer = self.dealer
-        other.hand_number = self.hand_number
+        other = HandState(self.rules, self.players, self.deal, self.dealer, self.hand_number)
         other.counts = [c[:] for c in self.counts]
         other.sizes = self.sizes[:]
         other.melds = [self.melds[0][:], self.melds[1][:]]
@@ -190,23 +188,30 @@ class HandState:
     # --- legal actions -------------------------------------------------------------------------------
     def legal_actions(self) -> list[Action]:
         """Every legal action now, without duplicates, in a stable order."""
-        if self.phase == OVER:
-            return []
-        if self.phase == DRAW_PHASE:
-            out: list[Action] = [DRAW]
-            if self._take_pile_problem() is None:
-                out.append(TAKE_PILE)
-            return out
+        cached = self._legal
+        if cached is not None and cached[0] == self.version:
+            return list(cached[1])
+        plans: dict[Action, Meld | None] = {}
         actions: list[Action] = []
-        actions.extend(movegen.plays(self))
-        if self.must_meld < 0:
-            counts = self.counts[self.to_act]
-            if self.sizes[self.to_act] > 1 and self.lone < 0:
-                actions.extend([DISCARDS[code] for code in range(NCODES) if counts[code]])
-            else:
-                actions.extend([DISCARDS[code] for code in range(NCODES)
-                                if counts[code] and self._discard_problem(code) is None])
-        return actions
+        if self.phase == DRAW_PHASE:
+            actions.append(DRAW)
+            if self._take_pile_problem() is None:
+                actions.append(TAKE_PILE)
+        elif self.phase == PLAY_PHASE:
+            actions.extend(movegen.plays(self, plans=plans))
+            if self.must_meld < 0:
+                counts = self.counts[self.to_act]
+                if self.sizes[self.to_act] > 1 and self.lone < 0:
+                    actions.extend([DISCARDS[code] for code in range(NCODES) if counts[code]])
+                else:
+                    actions.extend([DISCARDS[code] for code in range(NCODES)
+                                    if counts[code] and self._discard_problem(code) is None])
+        for action in actions:
+            if action not in plans:
+                plans[action] = None
+        # remembered for this version of the state, so that applying a listed action skips the checks
+        self._legal = (self.version, actions, plans)
+        return list(actions)
 
     def is_legal(self, action: Action) -> bool:
         try:
@@ -225,7 +230,11 @@ class HandState:
             raise IllegalActionError("HAND_OVER", "the hand is over")
         if seat is not None and seat != self.to_act:
             raise IllegalActionError("NOT_YOUR_TURN", f"it is seat {self.to_act}'s turn, not seat {seat}'s")
-        plan = self._plan(action)
+        cached = self._legal
+        if cached is not None and cached[0] == self.version and action in cached[2]:
+            plan = cached[2][action]  # listed as legal for exactly this state
+        else:
+            plan = self._plan(action)
         actor = self.to_act
         events = self._do(action, plan)
         self.history.append((actor, action))
@@ -309,21 +318,46 @@ class HandState:
 
     def _finishable_after(self, action: MeldCards | AddCards, meld: Meld, index: int, remaining: int) -> bool:
         side = side_of(self.to_act)
-        if remaining == 0:
-            if self.mortos[side] is not None:
-                return True  # direct batida: the morto comes into the hand
-            melds = self.melds[side][:]
-            if index < 0:
-                melds.append(meld)
-            else:
-                melds[index] = meld
-            return self.rules.go_out_by_meld and self.may_go_out(side, melds)
         if remaining >= 2 and (self.lone < 0 or self._holds_other_than(action.cards, self.lone)):
             return True
-        # a near-empty hand: play it out on a copy (rare, and the hand is tiny)
+        if remaining == 0 and self.mortos[side] is not None:
+            return True  # direct batida: the morto comes into the hand
+        melds = self.melds[side][:]
+        if index < 0:
+            melds.append(meld)
+        else:
+            melds[index] = meld
+        if remaining == 0:
+            return self.rules.go_out_by_meld and self.may_go_out(side, melds)
+        if remaining == 1:
+            counts = self.counts[self.to_act]
+            last = next(c for c in range(NCODES) if counts[c] > action.cards.count(c))
+            return self._last_card_playable(side, last, melds)
+        # two cards or more, all copies of the lone card: play it out on a copy (rare, tiny hand)
         trial = self.clone()
         trial._do(action, meld)
         return trial._any_way_to_finish()
+
+    def _last_card_playable(self, side: int, card: int, melds: list[Meld]) -> bool:
+        """With ``card`` alone in hand (after a meld or addition), can the turn still end legally?"""
+        rules = self.rules
+        morto = self.mortos[side] is not None
+        extensions = [(i, movegen.extended(m, (card,), rules)) for i, m in enumerate(melds)]
+        fits = [(i, e) for i, e in extensions if e is not None]
+        if card != self.lone:
+            if morto:
+                return True  # discarding it takes the morto (indirect batida)
+            if self.has_canastra_to_go_out(side, melds) and not (
+                    rules.no_wild_going_out and rules.go_out_by_meld and is_wild_capable(card) and fits):
+                return True  # discarding it goes out
+        for i, extended_meld in fits:  # adding it empties the hand
+            if morto:
+                return True
+            after = melds[:]
+            after[i] = extended_meld
+            if rules.go_out_by_meld and self.has_canastra_to_go_out(side, after):
+                return True
+        return False
 
     def _holds_other_than(self, removed: tuple[int, ...], card: int) -> bool:
         """After removing ``removed``, does the hand still hold a card other than ``card``?"""
@@ -413,6 +447,11 @@ class HandState:
         return any(movegen.extended(m, (card,), self.rules) is not None for m in self.melds[side])
 
     # --- mutation (only after the checks) ---------------------------------------------------------
+    def touch(self) -> None:
+        """Declare a change made outside ``apply`` (tests and tools that set positions up by hand)."""
+        self.version += 1
+        self._legal = None
+
     def _do(self, action: Action, plan: Meld | None) -> list[Event]:
         self.version += 1
         seat = self.to_act
