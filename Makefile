@@ -8,7 +8,7 @@ PIP_INSTALL := $(BIN)/pip install -q -c constraints.txt
 PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
-	run migrate bench-engine clean
+	run migrate bench-engine bench-wallet clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -57,6 +57,9 @@ run: venv proto migrate ## start every service locally (SQLite under var/); Ctrl
 
 bench-engine: venv ## engine speed: hands/s, turns/s, legal_actions latency
 	$(PY) -m engine.bench
+
+bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite and PostgreSQL, 50 clients
+	$(PY) -m services.wallet.bench
 
 clean: ## remove the virtual environment, local databases and dev keys
 	rm -rf $(VENV) var
