@@ -9,6 +9,7 @@ correct (AdminCorrection). Every mutating call is idempotent by (caller, request
 
 from __future__ import annotations
 
+import calendar
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
@@ -80,9 +81,9 @@ _GRANT_KIND: dict[int, core.GrantKind] = {
 
 
 def _timestamp(moment: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(moment)
-    return stamp
+    """An aware datetime as a Timestamp (directly: Timestamp.FromDatetime is slow)."""
+    seconds = calendar.timegm(moment.utctimetuple())
+    return Timestamp(seconds=seconds, nanos=moment.microsecond * 1000)
 
 
 def account_pb(record: core.AccountRecord) -> wallet_pb2.Account:
@@ -257,9 +258,11 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
         *,
         reserve: int = 0,
         escrow: str | None = None,
+        batch_pots: list[str] | None = None,
     ) -> R:
         """Runs `plan` idempotently; `reserve` (transfer ids) and `escrow` let the claim's own
-        statement prepare them (one round trip fewer each)."""
+        statement prepare them (one round trip fewer each); `batch_pots` (the pots it changes)
+        lets the call share a transaction with concurrent ones (services.wallet.transactions)."""
         return await self.tx.idempotent(
             scope=identity.principal,
             method=method,
@@ -268,6 +271,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
             plan=plan,
             reserve=reserve,
             escrow=escrow,
+            batch_pots=batch_pots,
         )
 
     async def GetAccount(self, request: wallet_pb2.GetAccountRequest, context: Context) -> wallet_pb2.Account:
@@ -340,8 +344,17 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
             holds = [transfer_pb(t) for t in result.holds]
             return wallet_pb2.HoldBetsResponse(holds=holds, expire_time=_timestamp(result.expire_time)), batch
 
+        # A match's holds (the hot path) may share a transaction; a tournament's buy-ins run alone.
+        batch_pots = [pot.account] if pot.kind == "match" else None
         return await self._once(
-            identity, "HoldBets", request, wallet_pb2.HoldBetsResponse, plan, reserve=len(stakes), escrow=pot.account
+            identity,
+            "HoldBets",
+            request,
+            wallet_pb2.HoldBetsResponse,
+            plan,
+            reserve=len(stakes),
+            escrow=pot.account,
+            batch_pots=batch_pots,
         )
 
     async def Settle(self, request: wallet_pb2.SettleRequest, context: Context) -> wallet_pb2.SettleResponse:
@@ -370,8 +383,17 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
             )
             return reply, batch
 
-        reserve = core.MATCH_ROWS if pot.kind == "match" else 0
-        return await self._once(identity, "Settle", request, wallet_pb2.SettleResponse, plan, reserve=reserve)
+        if pot.kind == "match":  # the hot path: may share a transaction
+            return await self._once(
+                identity,
+                "Settle",
+                request,
+                wallet_pb2.SettleResponse,
+                plan,
+                reserve=core.MATCH_ROWS,
+                batch_pots=[pot.account],
+            )
+        return await self._once(identity, "Settle", request, wallet_pb2.SettleResponse, plan)
 
     async def Void(self, request: wallet_pb2.VoidRequest, context: Context) -> wallet_pb2.VoidResponse:
         identity, caller = _mover()

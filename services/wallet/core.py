@@ -233,6 +233,7 @@ class _Plan:
                 "on_behalf_of": self.caller.acting_for,
                 "request_id": self.request_id,
                 "note": self.note,
+                "created_at": self.now,
                 "expires_at": expires_at,
             }
         )
@@ -252,15 +253,13 @@ class _Plan:
         else:
             raise AssertionError(f"{account_id} changed without its lock")
 
-    async def finish(self, store: Store, **extra: Any) -> tuple[list[TransferRecord], Batch]:
+    async def finish(self, store: Store) -> tuple[list[TransferRecord], Batch]:
         """Gives the rows their ids and makes the batch that writes them."""
         ids = await store.reserve_ids(len(self.rows))
         for row, transfer_id in zip(self.rows, ids, strict=True):
             row["id"] = transfer_id
-        records = [TransferRecord(created_at=self.now, **row) for row in self.rows]
-        batch = Batch(
-            now=self.now, transfers=self.rows, accounts=list(self.locked.values()), system=self.system, **extra
-        )
+        records = [TransferRecord(**row) for row in self.rows]
+        batch = Batch(now=self.now, transfers=self.rows, accounts=list(self.locked.values()), system=self.system)
         return records, batch
 
 
@@ -492,8 +491,8 @@ class Wallet:
         plan = _Plan(caller, request_id, now, locked)
         for player, amount in stakes:
             plan.add("pending", player_account(player), escrow, amount, "bet", pot.tags(), expires_at=expires_at)
-        holds, batch = await plan.finish(store, expires_at=expires_at)
-        batch.add_holds = [Hold(h.id, escrow, h.debit_account, h.amount) for h in holds]
+        holds, batch = await plan.finish(store)
+        batch.add_holds = [Hold(h.id, escrow, h.debit_account, h.amount, expires_at) for h in holds]
         return HoldResult(holds, expires_at), batch
 
     async def _open_pot(self, store: Store, pot: Pot, players: Iterable[str]) -> tuple[dict[str, Locked], list[Hold]]:

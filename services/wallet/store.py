@@ -1,15 +1,17 @@
 """The ledger's statements, one transaction at a time, on each database.
 
 `core` decides; a `Store` runs the few statements a decision needs, inside the transaction that
-`transactions` opened: claim the request id, lock accounts, read live holds, and finally write
-everything in one go (`write(Batch)`). The same ledger logic thus runs on both databases, and
-each backend does its part the fastest way it can:
+`transactions` opened: claim request ids, lock accounts (and read the pots' live holds), and
+finally write everything in one go (`write(Batch)`). The same ledger logic thus runs on both
+databases, and each backend does its part the fastest way it can:
 
 - `PgStore`: raw asyncpg (the hot path; SQLAlchemy's per-statement cost was most of a call's time),
   arrays instead of IN lists, and `write` as a single statement (data-modifying CTEs) whose last
   step credits the house and the treasury, so their rows stay locked only until the commit.
-  Transfer ids come from the table's sequence ahead of the write (`reserve_ids`), often in the
-  same statement as the claim, so the reply (and the stored answer) is built before the write.
+  Claims, locks and writes take many calls at once (`claim_many`, `lock_many`, a merged `Batch`),
+  which is how `transactions` runs concurrent calls in one shared transaction. Transfer ids come
+  from the table's sequence in the claim's statement, so each reply (and its stored answer) is
+  built before the write.
 - `SqliteStore`: SQLAlchemy Core on aiosqlite, one statement per kind of change; transactions are
   serialised (BEGIN IMMEDIATE), so ids are simply the next after the largest.
 """
@@ -23,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-from sqlalchemy import bindparam, case, delete, func, insert, select, update
+from sqlalchemy import bindparam, case, delete, func, insert, select, tuple_, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -95,105 +97,126 @@ class Hold:
     pot: str
     account: str
     amount: int
+    expires_at: datetime | None = None
     match_id: str | None = None
     tournament: str | None = None
 
 
 @dataclass(frozen=True)
+class ClaimRequest:
+    """A request id to claim; `reserve` transfer ids and the `escrow` to open come with it."""
+
+    scope: str
+    request_id: str
+    method: str
+    digest: str
+    reserve: int = 0
+    escrow: str | None = None
+
+
+@dataclass(frozen=True)
 class Claimed:
-    """The outcome of claiming a request id: ours to run (`stored` None), or the stored answer of
-    an earlier call (`method`, `request_hash`, `response`, `expires_at`)."""
+    """The outcome of a claim: ours to run (`stored` None, with the reserved ids and whether the
+    escrow was opened), or the stored answer of an earlier call (method, request hash, response,
+    expiry)."""
 
     stored: tuple[str, str, bytes, datetime] | None = None
+    ids: tuple[int, ...] = ()
+    escrow_created: bool = False
 
 
 @dataclass
 class Batch:
-    """Everything one operation writes, applied by `Store.write` in one go."""
+    """Everything one or more operations write, applied by `Store.write` in one go."""
 
-    now: datetime
     #: Transfer rows (dicts keyed by TRANSFER_COLUMNS), ids included.
     transfers: list[dict[str, Any]] = field(default_factory=list)
     add_holds: list[Hold] = field(default_factory=list)
-    expires_at: datetime | None = None
     drop_holds: list[int] = field(default_factory=list)
-    #: Locked accounts whose changes are written (unchanged ones are skipped).
+    #: Locked accounts whose changes are written (unchanged ones are skipped; each once).
     accounts: list[Locked] = field(default_factory=list)
     #: Once-only grants given: (player, kind, period, transfer id).
     grant_claims: list[tuple[str, str, str, int]] = field(default_factory=list)
     #: Balance changes of the house and the treasury (not locked before: changed last).
     system: dict[str, int] = field(default_factory=dict)
-    #: The stored answer of an idempotent call: (scope, request id, response bytes).
-    answer: tuple[str, str, bytes] | None = None
+    #: Stored answers of idempotent calls: (scope, request id, response bytes).
+    answers: list[tuple[str, str, bytes]] = field(default_factory=list)
+    #: Claims of calls that failed in a shared transaction, and the escrows they opened.
+    forget_claims: list[tuple[str, str]] = field(default_factory=list)
+    drop_escrows: list[str] = field(default_factory=list)
+    #: When the accounts changed.
+    now: datetime | None = None
+
+    def merge(self, other: Batch) -> None:
+        self.transfers += other.transfers
+        self.add_holds += other.add_holds
+        self.drop_holds += other.drop_holds
+        self.accounts += other.accounts
+        self.grant_claims += other.grant_claims
+        for name, amount in other.system.items():
+            self.system[name] = self.system.get(name, 0) + amount
+        self.answers += other.answers
+        self.forget_claims += other.forget_claims
+        self.drop_escrows += other.drop_escrows
+        if other.now is not None and (self.now is None or other.now > self.now):
+            self.now = other.now
+
+    def changed_accounts(self) -> list[Locked]:
+        """The accounts to write, each once (calls of one transaction share their Locked rows)."""
+        seen: dict[str, Locked] = {}
+        for account in self.accounts:
+            if account.changed:
+                seen.setdefault(account.id, account)
+        return list(seen.values())
 
 
 class Store(abc.ABC):
-    """The statements of one transaction. `reserved` ids come from the claim, when asked."""
-
-    def __init__(self) -> None:
-        self._reserved: list[int] = []
-        self._escrow_created: dict[str, bool] = {}
+    """The statements of one transaction (or of one call in a shared transaction)."""
 
     @abc.abstractmethod
-    async def claim(
-        self,
-        scope: str,
-        request_id: str,
-        method: str,
-        digest: str,
-        now: datetime,
-        expires_at: datetime,
-        *,
-        reserve: int = 0,
-        escrow: str | None = None,
-    ) -> Claimed:
-        """Claims (scope, request id); with `reserve`, also reserves that many transfer ids, and
-        with `escrow`, opens that escrow account (both only when the claim is new)."""
+    async def claim_many(self, requests: Sequence[ClaimRequest], now: datetime, expires_at: datetime) -> list[Claimed]:
+        """Claims each (scope, request id), in key order; for the new ones, reserves their transfer
+        ids and opens their escrows."""
+
+    async def claim(self, request: ClaimRequest, now: datetime, expires_at: datetime) -> Claimed:
+        (claimed,) = await self.claim_many([request], now, expires_at)
+        return claimed
 
     @abc.abstractmethod
-    async def reclaim(
-        self, scope: str, request_id: str, method: str, digest: str, now: datetime, expires_at: datetime
-    ) -> None:
+    async def reclaim(self, request: ClaimRequest, now: datetime, expires_at: datetime) -> None:
         """Replaces a stored answer past its retention by a fresh claim."""
 
     @abc.abstractmethod
-    async def _new_ids(self, count: int) -> list[int]: ...
-
     async def reserve_ids(self, count: int) -> list[int]:
         """`count` new transfer ids, increasing."""
-        if count <= 0:
-            return []
-        if len(self._reserved) < count:
-            self._reserved += await self._new_ids(count - len(self._reserved))
-        ids, self._reserved = self._reserved[:count], self._reserved[count:]
-        return ids
-
-    async def open_escrow(self, account_id: str, now: datetime) -> bool:
-        """Opens a pot's escrow account; False when it existed."""
-        if account_id in self._escrow_created:
-            return self._escrow_created.pop(account_id)
-        return await self._open_escrow(account_id, now)
 
     @abc.abstractmethod
-    async def _open_escrow(self, account_id: str, now: datetime) -> bool: ...
+    async def open_escrow(self, account_id: str, now: datetime) -> bool:
+        """Opens a pot's escrow account; False when it existed."""
 
     @abc.abstractmethod
     async def open_player(self, account_id: str, player: str, now: datetime) -> bool:
         """Inserts a player account with a zero balance; False when it existed."""
 
     @abc.abstractmethod
+    async def lock_many(
+        self, ids: Sequence[str], pots: Sequence[str]
+    ) -> tuple[dict[str, Locked], dict[str, list[Hold]]]:
+        """Locks the existing accounts among `ids` (in the global lock order) and reads the live
+        holds of `pots` (escrows among `ids`) as they are under those locks."""
+
     async def lock(self, ids: Sequence[str]) -> dict[str, Locked]:
-        """Locks the existing accounts among `ids` in the global lock order."""
+        locked, _ = await self.lock_many(ids, [])
+        return locked
+
+    async def lock_pot(self, pot: str, players: Sequence[str]) -> tuple[dict[str, Locked], list[Hold]]:
+        """Locks the pot's escrow and the `players`, and reads the pot's live holds."""
+        locked, holds = await self.lock_many([pot, *players], [pot])
+        return locked, holds.get(pot, [])
 
     @abc.abstractmethod
     async def live_holds(self, pot: str) -> list[Hold]:
         """The pot's live holds, in the order they were made."""
-
-    async def lock_pot(self, pot: str, players: Sequence[str]) -> tuple[dict[str, Locked], list[Hold]]:
-        """Locks the pot's escrow and the `players` accounts (in the lock order), then reads the
-        pot's live holds as they are under that lock."""
-        locked = await self.lock([pot, *players])
-        return locked, await self.live_holds(pot) if pot in locked else []
 
     @abc.abstractmethod
     async def due_holds(self, now: datetime, pot: str | None, limit: int) -> list[Hold]:
@@ -215,95 +238,144 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def write(self, batch: Batch) -> None:
-        """Writes the batch: transfers, live holds, accounts, claims, the answer, then the house
+        """Writes the batch: transfers, live holds, accounts, claims and answers, then the house
         and the treasury (last)."""
+
+
+class _DirectStore(Store):
+    """A store on one database transaction: ids reserved by its claims are handed out first."""
+
+    def __init__(self) -> None:
+        self._reserved: list[int] = []
+        self._escrows: dict[str, bool] = {}
+
+    async def claim(self, request: ClaimRequest, now: datetime, expires_at: datetime) -> Claimed:
+        """Claims one key; its reserved ids and opened escrow serve this store's later calls."""
+        (claimed,) = await self.claim_many([request], now, expires_at)
+        self._reserved += claimed.ids
+        if request.escrow is not None and claimed.stored is None:
+            self._escrows[request.escrow] = claimed.escrow_created
+        return claimed
+
+    @abc.abstractmethod
+    async def _new_ids(self, count: int) -> list[int]: ...
+
+    @abc.abstractmethod
+    async def _open_escrow(self, account_id: str, now: datetime) -> bool: ...
+
+    async def reserve_ids(self, count: int) -> list[int]:
+        if count <= 0:
+            return []
+        if len(self._reserved) < count:
+            self._reserved += await self._new_ids(count - len(self._reserved))
+        ids, self._reserved = self._reserved[:count], self._reserved[count:]
+        return ids
+
+    async def open_escrow(self, account_id: str, now: datetime) -> bool:
+        if account_id in self._escrows:
+            return self._escrows.pop(account_id)
+        return await self._open_escrow(account_id, now)
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
 
 _PG_RANK = "CASE kind WHEN 'escrow' THEN 0 WHEN 'player' THEN 1 WHEN 'house' THEN 2 ELSE 3 END"
 
+#: Claims many request ids in key order (two transactions claiming the same keys wait for each
+#: other in one order: no deadlock), opens the escrows and reserves the ids of the new ones.
 _PG_CLAIM = """
-WITH claim AS (
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[])
+        WITH ORDINALITY AS u(scope, request_id, method, request_hash, reserve, escrow, n)
+), claim AS (
     INSERT INTO wallet_idempotency_keys (scope, request_id, method, request_hash, response, created_at, expires_at)
-    VALUES ($1, $2, $3, $4, ''::bytea, $5, $6)
+    SELECT scope, request_id, method, request_hash, ''::bytea, $7, $8 FROM input ORDER BY scope, request_id
     ON CONFLICT DO NOTHING
-    RETURNING 1
+    RETURNING scope, request_id
 ), escrow AS (
     INSERT INTO wallet_accounts (id, kind, pot_state, created_at, updated_at)
-    SELECT $8::text, 'escrow', 'open', $5, $5 WHERE $8::text IS NOT NULL AND EXISTS (SELECT 1 FROM claim)
+    SELECT i.escrow, 'escrow', 'open', $7, $7 FROM input i JOIN claim c USING (scope, request_id)
+    WHERE i.escrow IS NOT NULL ORDER BY i.escrow
     ON CONFLICT DO NOTHING
-    RETURNING 1
+    RETURNING id
 )
-SELECT
-    EXISTS (SELECT 1 FROM claim) AS claimed,
-    EXISTS (SELECT 1 FROM escrow) AS escrow_created,
-    CASE WHEN EXISTS (SELECT 1 FROM claim)
-        THEN array(SELECT nextval('wallet_transfers_id_seq') FROM generate_series(1, $7::int))
-    END AS ids
+SELECT i.n, c.request_id IS NOT NULL AS claimed, e.id IS NOT NULL AS escrow_created,
+    CASE WHEN c.request_id IS NOT NULL
+        THEN array(SELECT nextval('wallet_transfers_id_seq') FROM generate_series(1, i.reserve))
+    END AS ids,
+    k.method, k.request_hash, k.response, k.expires_at
+FROM input i
+LEFT JOIN claim c USING (scope, request_id)
+LEFT JOIN escrow e ON e.id = i.escrow
+LEFT JOIN wallet_idempotency_keys k ON c.request_id IS NULL AND k.scope = i.scope AND k.request_id = i.request_id
+ORDER BY i.n
 """
 
-#: Locks like _PG_LOCK and also reads the pot's live holds. The holds come from the statement's
-#: snapshot, taken before the lock was granted; they are current when no transaction changed the
-#: escrow row since that snapshot (every change to a pot's holds rewrites its escrow row), which
-#: comparing the row's xmin in the snapshot with the locked row's tells.
-_PG_LOCK_POT = f"""
+#: Locks the accounts and reads the given pots' live holds. The holds come from the statement's
+#: snapshot, taken before the locks were granted; they are current when no transaction changed
+#: the escrow row since that snapshot (every change to a pot's holds rewrites its escrow row),
+#: which comparing the row's xmin in the snapshot with the locked row's tells. A pot that changed
+#: meanwhile has its holds read again (`live_holds`), under the lock.
+_PG_LOCK = f"""
 WITH locked AS (
     SELECT id, kind, balance, held, incoming, pot_state, xmin::text AS version FROM wallet_accounts
     WHERE id = ANY($1::text[]) ORDER BY {_PG_RANK}, id FOR NO KEY UPDATE
 )
 SELECT locked.*,
-    (SELECT xmin::text FROM wallet_accounts WHERE id = $2) AS seen_version,
-    (SELECT array_agg(transfer_id ORDER BY transfer_id) FROM wallet_live_holds WHERE pot = $2) AS hold_ids,
-    (SELECT array_agg(account ORDER BY transfer_id) FROM wallet_live_holds WHERE pot = $2) AS hold_accounts,
-    (SELECT array_agg(amount ORDER BY transfer_id) FROM wallet_live_holds WHERE pot = $2) AS hold_amounts
+    CASE WHEN locked.id = ANY($2::text[]) THEN
+        (SELECT xmin::text FROM wallet_accounts a WHERE a.id = locked.id) END AS seen_version,
+    CASE WHEN locked.id = ANY($2::text[]) THEN
+        (SELECT array_agg(h.transfer_id ORDER BY h.transfer_id) FROM wallet_live_holds h WHERE h.pot = locked.id)
+    END AS hold_ids,
+    CASE WHEN locked.id = ANY($2::text[]) THEN
+        (SELECT array_agg(h.account ORDER BY h.transfer_id) FROM wallet_live_holds h WHERE h.pot = locked.id)
+    END AS hold_accounts,
+    CASE WHEN locked.id = ANY($2::text[]) THEN
+        (SELECT array_agg(h.amount ORDER BY h.transfer_id) FROM wallet_live_holds h WHERE h.pot = locked.id)
+    END AS hold_amounts
 FROM locked
-"""
-
-_PG_STORED = """
-SELECT method, request_hash, response, expires_at FROM wallet_idempotency_keys WHERE scope = $1 AND request_id = $2
-"""
-
-_PG_LOCK = f"""
-SELECT id, kind, balance, held, incoming, pot_state FROM wallet_accounts
-WHERE id = ANY($1::text[]) ORDER BY {_PG_RANK}, id FOR NO KEY UPDATE
 """
 
 _PG_WRITE = """
 WITH new_transfers AS (
     INSERT INTO wallet_transfers (id, phase, pending_id, debit_account, credit_account, amount, reason, match_id,
                                   tournament, requested_by, on_behalf_of, request_id, note, created_at, expires_at)
-    SELECT u.id, u.phase, u.pending_id, u.debit_account, u.credit_account, u.amount, u.reason, u.match_id,
-           u.tournament, u.requested_by, u.on_behalf_of, u.request_id, u.note, $1, u.expires_at
-    FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::text[],
-                $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[])
-        AS u(id, phase, pending_id, debit_account, credit_account, amount, reason, match_id, tournament, requested_by,
-             on_behalf_of, request_id, note, expires_at)
+    SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::text[],
+                         $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
+                         $15::timestamptz[], $16::timestamptz[])
     RETURNING 1
 ), added_holds AS (
     INSERT INTO wallet_live_holds (transfer_id, pot, account, amount, expires_at)
-    SELECT u.*, $16
-    FROM unnest($17::bigint[], $18::text[], $19::text[], $20::bigint[]) AS u(transfer_id, pot, account, amount)
+    SELECT * FROM unnest($17::bigint[], $18::text[], $19::text[], $20::bigint[], $21::timestamptz[])
     RETURNING 1
 ), dropped_holds AS (
-    DELETE FROM wallet_live_holds WHERE transfer_id = ANY($21::bigint[]) RETURNING 1
+    DELETE FROM wallet_live_holds WHERE transfer_id = ANY($22::bigint[]) RETURNING 1
 ), changed AS (
     UPDATE wallet_accounts AS a
     SET balance = a.balance + u.d_balance, held = a.held + u.d_held, incoming = a.incoming + u.d_incoming,
         pot_state = coalesce(u.pot_state, a.pot_state), updated_at = $1
-    FROM unnest($22::text[], $23::bigint[], $24::bigint[], $25::bigint[], $26::text[])
+    FROM unnest($23::text[], $24::bigint[], $25::bigint[], $26::bigint[], $27::text[])
         AS u(id, d_balance, d_held, d_incoming, pot_state)
     WHERE a.id = u.id
     RETURNING 1
 ), claims AS (
     INSERT INTO wallet_grant_claims (player, kind, period, transfer_id)
-    SELECT * FROM unnest($27::text[], $28::text[], $29::text[], $30::bigint[])
+    SELECT * FROM unnest($28::text[], $29::text[], $30::text[], $31::bigint[])
     RETURNING 1
-), answer AS (
-    UPDATE wallet_idempotency_keys SET response = $31 WHERE scope = $32 AND request_id = $33 RETURNING 1
+), answers AS (
+    UPDATE wallet_idempotency_keys AS k SET response = u.response
+    FROM unnest($32::text[], $33::text[], $34::bytea[]) AS u(scope, request_id, response)
+    WHERE k.scope = u.scope AND k.request_id = u.request_id
+    RETURNING 1
+), forgotten AS (
+    DELETE FROM wallet_idempotency_keys AS k USING unnest($35::text[], $36::text[]) AS u(scope, request_id)
+    WHERE k.scope = u.scope AND k.request_id = u.request_id
+    RETURNING 1
+), dropped_escrows AS (
+    DELETE FROM wallet_accounts WHERE id = ANY($37::text[]) AND kind = 'escrow' RETURNING 1
 )
 UPDATE wallet_accounts AS a SET balance = a.balance + u.amount, updated_at = $1
-FROM unnest($34::text[], $35::bigint[]) AS u(id, amount)
+FROM unnest($38::text[], $39::bigint[]) AS u(id, amount)
 WHERE a.id = u.id
 """
 
@@ -312,7 +384,11 @@ def _column(rows: Sequence[dict[str, Any]], name: str) -> list[Any]:
     return [row[name] for row in rows]
 
 
-class PgStore(Store):
+def _system(batch: Batch) -> list[tuple[str, int]]:
+    return [(name, amount) for name, amount in sorted(batch.system.items(), key=lambda i: LOCK_RANK[i[0]]) if amount]
+
+
+class PgStore(_DirectStore):
     #: How many pots' holds had to be read again after waiting for their lock (tests).
     stale_reads = 0
 
@@ -320,39 +396,36 @@ class PgStore(Store):
         super().__init__()
         self.conn = conn
 
-    async def claim(
-        self,
-        scope: str,
-        request_id: str,
-        method: str,
-        digest: str,
-        now: datetime,
-        expires_at: datetime,
-        *,
-        reserve: int = 0,
-        escrow: str | None = None,
-    ) -> Claimed:
-        row = await self.conn.fetchrow(_PG_CLAIM, scope, request_id, method, digest, now, expires_at, reserve, escrow)
-        assert row is not None
-        if row["claimed"]:
-            self._reserved = list(row["ids"] or [])
-            if escrow is not None:
-                self._escrow_created[escrow] = bool(row["escrow_created"])
-            return Claimed()
-        stored = await self.conn.fetchrow(_PG_STORED, scope, request_id)
-        assert stored is not None
-        return Claimed((stored["method"], stored["request_hash"], bytes(stored["response"]), stored["expires_at"]))
+    async def claim_many(self, requests: Sequence[ClaimRequest], now: datetime, expires_at: datetime) -> list[Claimed]:
+        rows = await self.conn.fetch(
+            _PG_CLAIM,
+            [r.scope for r in requests],
+            [r.request_id for r in requests],
+            [r.method for r in requests],
+            [r.digest for r in requests],
+            [r.reserve for r in requests],
+            [r.escrow for r in requests],
+            now,
+            expires_at,
+        )
+        results = []
+        for row in rows:
+            if row["claimed"]:
+                claimed = Claimed(None, tuple(row["ids"] or ()), bool(row["escrow_created"]))
+            else:
+                stored = (row["method"], row["request_hash"], bytes(row["response"]), row["expires_at"])
+                claimed = Claimed(stored)
+            results.append(claimed)
+        return results
 
-    async def reclaim(
-        self, scope: str, request_id: str, method: str, digest: str, now: datetime, expires_at: datetime
-    ) -> None:
+    async def reclaim(self, request: ClaimRequest, now: datetime, expires_at: datetime) -> None:
         await self.conn.execute(
             "UPDATE wallet_idempotency_keys SET method = $3, request_hash = $4, response = ''::bytea,"
             " created_at = $5, expires_at = $6 WHERE scope = $1 AND request_id = $2",
-            scope,
-            request_id,
-            method,
-            digest,
+            request.scope,
+            request.request_id,
+            request.method,
+            request.digest,
             now,
             expires_at,
         )
@@ -382,29 +455,28 @@ class PgStore(Store):
         )
         return created is not None
 
-    async def lock(self, ids: Sequence[str]) -> dict[str, Locked]:
+    async def lock_many(
+        self, ids: Sequence[str], pots: Sequence[str]
+    ) -> tuple[dict[str, Locked], dict[str, list[Hold]]]:
         if not ids:
-            return {}
-        rows = await self.conn.fetch(_PG_LOCK, list(set(ids)))
-        return {
-            row["id"]: Locked(row["id"], row["kind"], row["balance"], row["held"], row["incoming"], row["pot_state"])
-            for row in rows
-        }
-
-    async def lock_pot(self, pot: str, players: Sequence[str]) -> tuple[dict[str, Locked], list[Hold]]:
-        rows = await self.conn.fetch(_PG_LOCK_POT, list({pot, *players}), pot)
-        locked = {
-            row["id"]: Locked(row["id"], row["kind"], row["balance"], row["held"], row["incoming"], row["pot_state"])
-            for row in rows
-        }
-        escrow = next((row for row in rows if row["id"] == pot), None)
-        if escrow is None:
-            return locked, []
-        if escrow["version"] != escrow["seen_version"]:  # changed while we waited: read again
-            PgStore.stale_reads += 1
-            return locked, await self.live_holds(pot)
-        ids, owners, amounts = escrow["hold_ids"] or [], escrow["hold_accounts"] or [], escrow["hold_amounts"] or []
-        return locked, [Hold(i, pot, a, m) for i, a, m in zip(ids, owners, amounts, strict=True)]
+            return {}, {}
+        rows = await self.conn.fetch(_PG_LOCK, list(set(ids)), list(pots))
+        locked: dict[str, Locked] = {}
+        holds: dict[str, list[Hold]] = {}
+        for row in rows:
+            account = row["id"]
+            locked[account] = Locked(
+                account, row["kind"], row["balance"], row["held"], row["incoming"], row["pot_state"]
+            )
+            if account not in pots:
+                continue
+            if row["version"] != row["seen_version"]:  # changed while we waited: read again
+                PgStore.stale_reads += 1
+                holds[account] = await self.live_holds(account)
+                continue
+            found = zip(row["hold_ids"] or (), row["hold_accounts"] or (), row["hold_amounts"] or (), strict=True)
+            holds[account] = [Hold(i, account, owner, amount) for i, owner, amount in found]
+        return locked, holds
 
     async def live_holds(self, pot: str) -> list[Hold]:
         rows = await self.conn.fetch(
@@ -431,7 +503,9 @@ class PgStore(Store):
             now,
         )
         return [
-            Hold(row["transfer_id"], row["pot"], row["account"], row["amount"], row["match_id"], row["tournament"])
+            Hold(
+                row["transfer_id"], row["pot"], row["account"], row["amount"], None, row["match_id"], row["tournament"]
+            )
             for row in rows
         ]
 
@@ -449,19 +523,16 @@ class PgStore(Store):
         return int(status.rsplit(" ", 1)[-1])
 
     async def write(self, batch: Batch) -> None:
-        rows = batch.transfers
-        changed = [a for a in batch.accounts if a.changed]
-        scope, request_id, response = batch.answer if batch.answer is not None else (None, None, b"")
-        system = sorted(batch.system.items(), key=lambda item: LOCK_RANK[item[0]])
+        rows, holds, changed, system = batch.transfers, batch.add_holds, batch.changed_accounts(), _system(batch)
         await self.conn.execute(
             _PG_WRITE,
             batch.now,
-            *(_column(rows, name) for name in TRANSFER_COLUMNS if name != "created_at"),
-            batch.expires_at,
-            [h.transfer_id for h in batch.add_holds],
-            [h.pot for h in batch.add_holds],
-            [h.account for h in batch.add_holds],
-            [h.amount for h in batch.add_holds],
+            *(_column(rows, name) for name in TRANSFER_COLUMNS),
+            [h.transfer_id for h in holds],
+            [h.pot for h in holds],
+            [h.account for h in holds],
+            [h.amount for h in holds],
+            [h.expires_at for h in holds],
             batch.drop_holds,
             [a.id for a in changed],
             [a.d_balance for a in changed],
@@ -472,11 +543,14 @@ class PgStore(Store):
             [c[1] for c in batch.grant_claims],
             [c[2] for c in batch.grant_claims],
             [c[3] for c in batch.grant_claims],
-            response,
-            scope,
-            request_id,
-            [name for name, amount in system if amount],
-            [amount for _, amount in system if amount],
+            [a[0] for a in batch.answers],
+            [a[1] for a in batch.answers],
+            [a[2] for a in batch.answers],
+            [c[0] for c in batch.forget_claims],
+            [c[1] for c in batch.forget_claims],
+            batch.drop_escrows,
+            [name for name, _ in system],
+            [amount for _, amount in system],
         )
 
 
@@ -498,7 +572,7 @@ _UPDATE_ACCOUNT = (
 )
 
 
-class SqliteStore(Store):
+class SqliteStore(_DirectStore):
     """The SQLite statements; the transaction holds SQLite's write lock from its start."""
 
     def __init__(self, conn: AsyncConnection) -> None:
@@ -506,53 +580,52 @@ class SqliteStore(Store):
         self.conn = conn
         self._next_id: int | None = None
 
-    async def claim(
-        self,
-        scope: str,
-        request_id: str,
-        method: str,
-        digest: str,
-        now: datetime,
-        expires_at: datetime,
-        *,
-        reserve: int = 0,
-        escrow: str | None = None,
-    ) -> Claimed:
-        statement = (
-            sqlite.insert(idempotency_keys)
-            .values(
-                scope=scope,
-                request_id=request_id,
-                method=method,
-                request_hash=digest,
-                response=b"",
-                created_at=now,
-                expires_at=expires_at,
+    async def claim_many(self, requests: Sequence[ClaimRequest], now: datetime, expires_at: datetime) -> list[Claimed]:
+        results = []
+        for request in requests:
+            statement = (
+                sqlite.insert(idempotency_keys)
+                .values(
+                    scope=request.scope,
+                    request_id=request.request_id,
+                    method=request.method,
+                    request_hash=request.digest,
+                    response=b"",
+                    created_at=now,
+                    expires_at=expires_at,
+                )
+                .on_conflict_do_nothing()
+                .returning(idempotency_keys.c.request_id)
             )
-            .on_conflict_do_nothing()
-            .returning(idempotency_keys.c.request_id)
-        )
-        if (await self.conn.execute(statement)).first() is not None:
-            return Claimed()
-        row = (
-            await self.conn.execute(
-                select(
-                    idempotency_keys.c.method,
-                    idempotency_keys.c.request_hash,
-                    idempotency_keys.c.response,
-                    idempotency_keys.c.expires_at,
-                ).where(idempotency_keys.c.scope == scope, idempotency_keys.c.request_id == request_id)
-            )
-        ).one()
-        return Claimed((row.method, row.request_hash, row.response, aware(row.expires_at)))
+            if (await self.conn.execute(statement)).first() is not None:
+                ids = tuple(await self._new_ids(request.reserve)) if request.reserve else ()
+                created = await self._open_escrow(request.escrow, now) if request.escrow is not None else False
+                claimed = Claimed(None, ids, created)
+            else:
+                row = (
+                    await self.conn.execute(
+                        select(
+                            idempotency_keys.c.method,
+                            idempotency_keys.c.request_hash,
+                            idempotency_keys.c.response,
+                            idempotency_keys.c.expires_at,
+                        ).where(
+                            idempotency_keys.c.scope == request.scope,
+                            idempotency_keys.c.request_id == request.request_id,
+                        )
+                    )
+                ).one()
+                claimed = Claimed((row.method, row.request_hash, row.response, aware(row.expires_at)))
+            results.append(claimed)
+        return results
 
-    async def reclaim(
-        self, scope: str, request_id: str, method: str, digest: str, now: datetime, expires_at: datetime
-    ) -> None:
+    async def reclaim(self, request: ClaimRequest, now: datetime, expires_at: datetime) -> None:
         await self.conn.execute(
             update(idempotency_keys)
-            .where(idempotency_keys.c.scope == scope, idempotency_keys.c.request_id == request_id)
-            .values(method=method, request_hash=digest, response=b"", created_at=now, expires_at=expires_at)
+            .where(idempotency_keys.c.scope == request.scope, idempotency_keys.c.request_id == request.request_id)
+            .values(
+                method=request.method, request_hash=request.digest, response=b"", created_at=now, expires_at=expires_at
+            )
         )
 
     async def _new_ids(self, count: int) -> list[int]:
@@ -580,9 +653,11 @@ class SqliteStore(Store):
         )
         return (await self.conn.execute(statement)).first() is not None
 
-    async def lock(self, ids: Sequence[str]) -> dict[str, Locked]:
+    async def lock_many(
+        self, ids: Sequence[str], pots: Sequence[str]
+    ) -> tuple[dict[str, Locked], dict[str, list[Hold]]]:
         if not ids:
-            return {}
+            return {}, {}
         rows = (
             await self.conn.execute(
                 select(
@@ -597,7 +672,8 @@ class SqliteStore(Store):
                 .order_by(_KIND_RANK, accounts.c.id)
             )
         ).all()
-        return {row.id: Locked(row.id, row.kind, row.balance, row.held, row.incoming, row.pot_state) for row in rows}
+        locked = {row.id: Locked(row.id, row.kind, row.balance, row.held, row.incoming, row.pot_state) for row in rows}
+        return locked, {pot: await self.live_holds(pot) for pot in pots if pot in locked}
 
     async def live_holds(self, pot: str) -> list[Hold]:
         rows = (
@@ -636,7 +712,9 @@ class SqliteStore(Store):
                 .order_by(live_holds.c.transfer_id)
             )
         ).all()
-        return [Hold(row.transfer_id, row.pot, row.account, row.amount, row.match_id, row.tournament) for row in rows]
+        return [
+            Hold(row.transfer_id, row.pot, row.account, row.amount, None, row.match_id, row.tournament) for row in rows
+        ]
 
     async def has_grant_claim(self, player: str, kind: str, period: str) -> bool:
         found = await self.conn.execute(
@@ -656,7 +734,7 @@ class SqliteStore(Store):
     async def write(self, batch: Batch) -> None:
         conn, now = self.conn, batch.now
         if batch.transfers:
-            await conn.execute(insert(transfers), [{**row, "created_at": now} for row in batch.transfers])
+            await conn.execute(insert(transfers), batch.transfers)
         if batch.add_holds:
             await conn.execute(
                 insert(live_holds),
@@ -666,7 +744,7 @@ class SqliteStore(Store):
                         "pot": h.pot,
                         "account": h.account,
                         "amount": h.amount,
-                        "expires_at": batch.expires_at,
+                        "expires_at": h.expires_at,
                     }
                     for h in batch.add_holds
                 ],
@@ -682,8 +760,7 @@ class SqliteStore(Store):
                 "b_pot_state": a.new_pot_state,
                 "b_now": now,
             }
-            for a in batch.accounts
-            if a.changed
+            for a in batch.changed_accounts()
         ]
         if changed:
             await conn.execute(_UPDATE_ACCOUNT, changed)
@@ -692,17 +769,22 @@ class SqliteStore(Store):
                 insert(grant_claims),
                 [{"player": p, "kind": k, "period": d, "transfer_id": t} for p, k, d, t in batch.grant_claims],
             )
-        if batch.answer is not None:
-            scope, request_id, response = batch.answer
+        for scope, request_id, response in batch.answers:
             await conn.execute(
                 update(idempotency_keys)
                 .where(idempotency_keys.c.scope == scope, idempotency_keys.c.request_id == request_id)
                 .values(response=response)
             )
-        for name, amount in sorted(batch.system.items(), key=lambda item: LOCK_RANK[item[0]]):
-            if amount:
-                await conn.execute(
-                    update(accounts)
-                    .where(accounts.c.id == name)
-                    .values(balance=accounts.c.balance + amount, updated_at=now)
-                )
+        if batch.forget_claims:
+            key = tuple_(idempotency_keys.c.scope, idempotency_keys.c.request_id)
+            await conn.execute(delete(idempotency_keys).where(key.in_(batch.forget_claims)))
+        if batch.drop_escrows:
+            await conn.execute(
+                delete(accounts).where(accounts.c.id.in_(batch.drop_escrows), accounts.c.kind == "escrow")
+            )
+        for name, amount in _system(batch):
+            await conn.execute(
+                update(accounts)
+                .where(accounts.c.id == name)
+                .values(balance=accounts.c.balance + amount, updated_at=now)
+            )
