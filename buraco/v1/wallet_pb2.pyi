@@ -10,6 +10,10 @@ Only service and admin identities move chips.
 Accounts are named `accounts/{account}` where the id says the kind:
 `player-{player}`, `house`, `treasury`, `match-{match_id}` (a match's escrow) and
 `tournament-{tournament}` (a tournament's prize pool escrow).
+
+The ledger is double-entry with two-phase transfers (docs/wallet.md): a hold is a PENDING
+transfer; it is later resolved exactly once by a new transfer that posts, voids or expires it
+(`pending_transfer` names the hold). Transfers are never edited nor deleted.
 """
 
 from buraco.v1 import common_pb2 as _common_pb2
@@ -86,6 +90,27 @@ class Account(_message.Message):
     KIND_TREASURY: Account.Kind.ValueType  # 3
     KIND_ESCROW: Account.Kind.ValueType  # 4
 
+    class _PotState:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _PotStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[Account._PotState.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        POT_STATE_UNSPECIFIED: Account._PotState.ValueType  # 0
+        POT_STATE_OPEN: Account._PotState.ValueType  # 1
+        """Takes holds; not paid out yet."""
+        POT_STATE_SETTLED: Account._PotState.ValueType  # 2
+        POT_STATE_VOIDED: Account._PotState.ValueType  # 3
+
+    class PotState(_PotState, metaclass=_PotStateEnumTypeWrapper):
+        """The state of an escrow (a match's or tournament's pot)."""
+
+    POT_STATE_UNSPECIFIED: Account.PotState.ValueType  # 0
+    POT_STATE_OPEN: Account.PotState.ValueType  # 1
+    """Takes holds; not paid out yet."""
+    POT_STATE_SETTLED: Account.PotState.ValueType  # 2
+    POT_STATE_VOIDED: Account.PotState.ValueType  # 3
+
     NAME_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     BALANCE_CHIPS_FIELD_NUMBER: _builtins.int
@@ -93,6 +118,8 @@ class Account(_message.Message):
     PLAYER_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    INCOMING_CHIPS_FIELD_NUMBER: _builtins.int
+    POT_STATE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """OUTPUT_ONLY. `accounts/{account}`."""
     kind: Global___Account.Kind.ValueType
@@ -103,6 +130,10 @@ class Account(_message.Message):
     """OUTPUT_ONLY. Chips in pending holds out of this account (not spendable)."""
     player: _builtins.str
     """OUTPUT_ONLY. For player accounts, `players/{player}`."""
+    incoming_chips: _builtins.int
+    """OUTPUT_ONLY. Chips in pending holds into this account (an escrow's live stakes)."""
+    pot_state: Global___Account.PotState.ValueType
+    """OUTPUT_ONLY. For escrows; UNSPECIFIED for other accounts."""
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """OUTPUT_ONLY."""
@@ -119,10 +150,12 @@ class Account(_message.Message):
         player: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
+        incoming_chips: _builtins.int = ...,
+        pot_state: Global___Account.PotState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["balance_chips", b"balance_chips", "create_time", b"create_time", "held_chips", b"held_chips", "kind", b"kind", "name", b"name", "player", b"player", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["balance_chips", b"balance_chips", "create_time", b"create_time", "held_chips", b"held_chips", "incoming_chips", b"incoming_chips", "kind", b"kind", "name", b"name", "player", b"player", "pot_state", b"pot_state", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -172,6 +205,9 @@ class Transfer(_message.Message):
     NOTE_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     BALANCE_AFTER_CHIPS_FIELD_NUMBER: _builtins.int
+    PENDING_TRANSFER_FIELD_NUMBER: _builtins.int
+    RESOLVED_BY_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """OUTPUT_ONLY. `transfers/{transfer}`."""
     debit_account: _builtins.str
@@ -193,6 +229,16 @@ class Transfer(_message.Message):
     """OUTPUT_ONLY. Free text: the reason given for corrections."""
     balance_after_chips: _builtins.int
     """OUTPUT_ONLY. In a statement (ListTransfers), the listed account's balance after this transfer."""
+    pending_transfer: _builtins.str
+    """OUTPUT_ONLY. For a transfer that posts, voids or expires a hold (state POSTED, VOIDED or
+    EXPIRED with the hold's accounts and amount): the hold, `transfers/{transfer}`.
+    """
+    resolved_by: _builtins.str
+    """OUTPUT_ONLY. For a hold (state PENDING, which never changes): the transfer that resolved it,
+    when it was resolved at the time of reading; empty while the hold is live.
+    """
+    request_id: _builtins.str
+    """OUTPUT_ONLY. The request id of the call that made the transfer (empty for the expiry sweep)."""
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -211,10 +257,13 @@ class Transfer(_message.Message):
         note: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         balance_after_chips: _builtins.int = ...,
+        pending_transfer: _builtins.str = ...,
+        resolved_by: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["amount_chips", b"amount_chips", "balance_after_chips", b"balance_after_chips", "create_time", b"create_time", "credit_account", b"credit_account", "debit_account", b"debit_account", "match_id", b"match_id", "name", b"name", "note", b"note", "on_behalf_of", b"on_behalf_of", "reason", b"reason", "requested_by", b"requested_by", "state", b"state", "tournament", b"tournament"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["amount_chips", b"amount_chips", "balance_after_chips", b"balance_after_chips", "create_time", b"create_time", "credit_account", b"credit_account", "debit_account", b"debit_account", "match_id", b"match_id", "name", b"name", "note", b"note", "on_behalf_of", b"on_behalf_of", "pending_transfer", b"pending_transfer", "reason", b"reason", "request_id", b"request_id", "requested_by", b"requested_by", "resolved_by", b"resolved_by", "state", b"state", "tournament", b"tournament"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -451,11 +500,17 @@ class SettleRequest(_message.Message):
     TOURNAMENT_FIELD_NUMBER: _builtins.int
     OUTCOMES_FIELD_NUMBER: _builtins.int
     PRIZES_FIELD_NUMBER: _builtins.int
+    FIRST_SEAT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """REQUIRED. Idempotency key (docs/contracts.md)."""
     match_id: _builtins.str
     tournament: _builtins.str
     """REQUIRED. `tournaments/{tournament}`."""
+    first_seat: _builtins.int
+    """REQUIRED for a match: the seat that acted first in the match (the first dealer's left).
+    Seats act in the order first_seat, first_seat + 1, ...; an odd chip of a split goes to the
+    winner who acts first in that order.
+    """
     @_builtins.property
     def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PlayerOutcome]:
         """REQUIRED for a match: every staking player's outcome. Winners split the pot less the cut."""
@@ -472,13 +527,19 @@ class SettleRequest(_message.Message):
         tournament: _builtins.str = ...,
         outcomes: _abc.Iterable[_common_pb2.PlayerOutcome] | None = ...,
         prizes: _abc.Iterable[Global___Prize] | None = ...,
+        first_seat: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["match_id", b"match_id", "pot", b"pot", "tournament", b"tournament"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_first_seat", b"_first_seat", "first_seat", b"first_seat", "match_id", b"match_id", "pot", b"pot", "tournament", b"tournament"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["match_id", b"match_id", "outcomes", b"outcomes", "pot", b"pot", "prizes", b"prizes", "request_id", b"request_id", "tournament", b"tournament"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_seat", b"_first_seat", "first_seat", b"first_seat", "match_id", b"match_id", "outcomes", b"outcomes", "pot", b"pot", "prizes", b"prizes", "request_id", b"request_id", "tournament", b"tournament"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__first_seat: _TypeAlias = _typing.Literal["first_seat"]  # noqa: Y015
+    _WhichOneofArgType__first_seat: _TypeAlias = _typing.Literal["_first_seat", b"_first_seat"]  # noqa: Y015
     _WhichOneofReturnType_pot: _TypeAlias = _typing.Literal["match_id", "tournament"]  # noqa: Y015
     _WhichOneofArgType_pot: _TypeAlias = _typing.Literal["pot", b"pot"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__first_seat) -> _WhichOneofReturnType__first_seat | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType_pot) -> _WhichOneofReturnType_pot | None: ...
 
 Global___SettleRequest: _TypeAlias = SettleRequest  # noqa: Y015
@@ -521,17 +582,24 @@ class VoidRequest(_message.Message):
     TOURNAMENT_FIELD_NUMBER: _builtins.int
     PENALISED_PLAYERS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    PLAYERS_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """REQUIRED. Idempotency key (docs/contracts.md)."""
     match_id: _builtins.str
     tournament: _builtins.str
     """REQUIRED. `tournaments/{tournament}`."""
     reason: _builtins.str
-    """OPTIONAL. Why, recorded on the transfers."""
+    """OPTIONAL. Why, recorded on the transfers; at most 500 characters."""
     @_builtins.property
     def penalised_players(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """OPTIONAL. Players penalised for abandoning: their stakes stay in the pot (see the wallet's
         README for where the penalty goes).
+        """
+
+    @_builtins.property
+    def players(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """OPTIONAL. Only these players' holds (`players/{player}`), leaving the pot open; empty: the
+        whole pot, which is then closed. Not together with `penalised_players`.
         """
 
     def __init__(
@@ -542,10 +610,11 @@ class VoidRequest(_message.Message):
         tournament: _builtins.str = ...,
         penalised_players: _abc.Iterable[_builtins.str] | None = ...,
         reason: _builtins.str = ...,
+        players: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["match_id", b"match_id", "pot", b"pot", "tournament", b"tournament"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["match_id", b"match_id", "penalised_players", b"penalised_players", "pot", b"pot", "reason", b"reason", "request_id", b"request_id", "tournament", b"tournament"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["match_id", b"match_id", "penalised_players", b"penalised_players", "players", b"players", "pot", b"pot", "reason", b"reason", "request_id", b"request_id", "tournament", b"tournament"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_pot: _TypeAlias = _typing.Literal["match_id", "tournament"]  # noqa: Y015
     _WhichOneofArgType_pot: _TypeAlias = _typing.Literal["pot", b"pot"]  # noqa: Y015
@@ -579,19 +648,23 @@ class ExpireHoldsRequest(_message.Message):
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     MATCH_ID_FIELD_NUMBER: _builtins.int
+    TOURNAMENT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """REQUIRED. Idempotency key (docs/contracts.md)."""
     match_id: _builtins.str
-    """OPTIONAL. Only this match's holds; empty: every hold past its expiry."""
+    """OPTIONAL. Only this match's holds; empty (and no `tournament`): every hold past its expiry."""
+    tournament: _builtins.str
+    """OPTIONAL. Only this tournament's holds, `tournaments/{tournament}`; not with `match_id`."""
     def __init__(
         self,
         *,
         request_id: _builtins.str = ...,
         match_id: _builtins.str = ...,
+        tournament: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["match_id", b"match_id", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["match_id", b"match_id", "request_id", b"request_id", "tournament", b"tournament"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -602,16 +675,22 @@ class ExpireHoldsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EXPIRED_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
+    more: _builtins.bool
+    """OUTPUT_ONLY. More holds are past their expiry: call again (with a new request id)."""
     @_builtins.property
-    def expired(self) -> _containers.RepeatedCompositeFieldContainer[Global___Transfer]: ...
+    def expired(self) -> _containers.RepeatedCompositeFieldContainer[Global___Transfer]:
+        """OUTPUT_ONLY. The transfers that expired holds (at most 500 per call)."""
+
     def __init__(
         self,
         *,
         expired: _abc.Iterable[Global___Transfer] | None = ...,
+        more: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expired", b"expired"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expired", b"expired", "more", b"more"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -650,11 +729,15 @@ class GrantRequest(_message.Message):
     player: _builtins.str
     """REQUIRED. `players/{player}`."""
     amount_chips: _builtins.int
-    """REQUIRED. Positive."""
+    """REQUIRED. Positive. For KIND_DAILY_BONUS: 0 means the configured bonus, and any other value
+    must equal it.
+    """
     kind: Global___GrantRequest.Kind.ValueType
-    """REQUIRED."""
+    """REQUIRED. A starting grant is given once per player (CreateAccount gives it); a daily bonus
+    once per player per UTC day, when configured.
+    """
     note: _builtins.str
-    """OPTIONAL. Free text."""
+    """OPTIONAL. Free text, at most 500 characters."""
     def __init__(
         self,
         *,

@@ -87,7 +87,8 @@ class WalletServiceServicer:
     """
 
     def GetAccount(self, request, context):
-        """Gets an account and its balance. Players may read their own account only.
+        """Gets an account and its balance. Players may read their own account only (service or
+        admin: any).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -95,6 +96,7 @@ class WalletServiceServicer:
 
     def CreateAccount(self, request, context):
         """Opens a player's account and credits the configured starting grant, once. Service or admin.
+        ALREADY_EXISTS when the player's account is open already (read it with GetAccount).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -109,7 +111,9 @@ class WalletServiceServicer:
 
     def HoldBets(self, request, context):
         """Holds every player's stake in the match's (or tournament's) escrow: all or none. A player
-        who cannot cover the stake fails the call with FAILED_PRECONDITION naming them.
+        who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Service or
+        admin. A pot takes further holds while it is open (tournament registrations), at most one
+        live hold per player, at most 4 for a match.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -117,7 +121,8 @@ class WalletServiceServicer:
 
     def Settle(self, request, context):
         """Pays the escrow out: to the winners less the house cut (matches), or by the prize
-        structure less the house cut (tournaments).
+        structure less the house cut (tournaments). Posts every live hold of the pot, closes it.
+        The cut is rounded down to whole chips; docs/wallet.md states every rounding rule.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -125,14 +130,16 @@ class WalletServiceServicer:
 
     def Void(self, request, context):
         """Returns the stakes (annulment, cancelled match or tournament), except those of penalised
-        players.
+        players, whose stakes go to the others (README, "Wallet"). With `players`, releases only
+        those players' holds and leaves the pot open (a tournament unregistration).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ExpireHolds(self, request, context):
-        """Expires pending holds older than their timeout now, instead of waiting for the sweeper.
+        """Expires pending holds past their expiry time now, instead of waiting for the sweeper.
+        Service or admin.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -10,6 +10,10 @@ Only service and admin identities move chips.
 Accounts are named `accounts/{account}` where the id says the kind:
 `player-{player}`, `house`, `treasury`, `match-{match_id}` (a match's escrow) and
 `tournament-{tournament}` (a tournament's prize pool escrow).
+
+The ledger is double-entry with two-phase transfers (docs/wallet.md): a hold is a PENDING
+transfer; it is later resolved exactly once by a new transfer that posts, voids or expires it
+(`pending_transfer` names the hold). Transfers are never edited nor deleted.
 """
 
 from buraco.v1 import wallet_pb2 as _wallet_pb2
@@ -43,25 +47,35 @@ class WalletServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> WalletServiceAsyncStub: ...
     GetAccount: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.GetAccountRequest, _wallet_pb2.Account]
-    """Gets an account and its balance. Players may read their own account only."""
+    """Gets an account and its balance. Players may read their own account only (service or
+    admin: any).
+    """
     CreateAccount: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.CreateAccountRequest, _wallet_pb2.Account]
-    """Opens a player's account and credits the configured starting grant, once. Service or admin."""
+    """Opens a player's account and credits the configured starting grant, once. Service or admin.
+    ALREADY_EXISTS when the player's account is open already (read it with GetAccount).
+    """
     ListTransfers: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.ListTransfersRequest, _wallet_pb2.ListTransfersResponse]
     """An account's statement, newest first. Players may read their own only."""
     HoldBets: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.HoldBetsRequest, _wallet_pb2.HoldBetsResponse]
     """Holds every player's stake in the match's (or tournament's) escrow: all or none. A player
-    who cannot cover the stake fails the call with FAILED_PRECONDITION naming them.
+    who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Service or
+    admin. A pot takes further holds while it is open (tournament registrations), at most one
+    live hold per player, at most 4 for a match.
     """
     Settle: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.SettleRequest, _wallet_pb2.SettleResponse]
     """Pays the escrow out: to the winners less the house cut (matches), or by the prize
-    structure less the house cut (tournaments).
+    structure less the house cut (tournaments). Posts every live hold of the pot, closes it.
+    The cut is rounded down to whole chips; docs/wallet.md states every rounding rule.
     """
     Void: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.VoidRequest, _wallet_pb2.VoidResponse]
     """Returns the stakes (annulment, cancelled match or tournament), except those of penalised
-    players.
+    players, whose stakes go to the others (README, "Wallet"). With `players`, releases only
+    those players' holds and leaves the pot open (a tournament unregistration).
     """
     ExpireHolds: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.ExpireHoldsRequest, _wallet_pb2.ExpireHoldsResponse]
-    """Expires pending holds older than their timeout now, instead of waiting for the sweeper."""
+    """Expires pending holds past their expiry time now, instead of waiting for the sweeper.
+    Service or admin.
+    """
     Grant: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.GrantRequest, _wallet_pb2.Transfer]
     """Credits a player from the treasury (grants, daily bonus). Service or admin."""
     AdminCorrection: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.AdminCorrectionRequest, _wallet_pb2.Transfer]
@@ -73,25 +87,35 @@ class WalletServiceAsyncStub(WalletServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetAccount: _aio.UnaryUnaryMultiCallable[_wallet_pb2.GetAccountRequest, _wallet_pb2.Account]  # type: ignore[assignment]
-    """Gets an account and its balance. Players may read their own account only."""
+    """Gets an account and its balance. Players may read their own account only (service or
+    admin: any).
+    """
     CreateAccount: _aio.UnaryUnaryMultiCallable[_wallet_pb2.CreateAccountRequest, _wallet_pb2.Account]  # type: ignore[assignment]
-    """Opens a player's account and credits the configured starting grant, once. Service or admin."""
+    """Opens a player's account and credits the configured starting grant, once. Service or admin.
+    ALREADY_EXISTS when the player's account is open already (read it with GetAccount).
+    """
     ListTransfers: _aio.UnaryUnaryMultiCallable[_wallet_pb2.ListTransfersRequest, _wallet_pb2.ListTransfersResponse]  # type: ignore[assignment]
     """An account's statement, newest first. Players may read their own only."""
     HoldBets: _aio.UnaryUnaryMultiCallable[_wallet_pb2.HoldBetsRequest, _wallet_pb2.HoldBetsResponse]  # type: ignore[assignment]
     """Holds every player's stake in the match's (or tournament's) escrow: all or none. A player
-    who cannot cover the stake fails the call with FAILED_PRECONDITION naming them.
+    who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Service or
+    admin. A pot takes further holds while it is open (tournament registrations), at most one
+    live hold per player, at most 4 for a match.
     """
     Settle: _aio.UnaryUnaryMultiCallable[_wallet_pb2.SettleRequest, _wallet_pb2.SettleResponse]  # type: ignore[assignment]
     """Pays the escrow out: to the winners less the house cut (matches), or by the prize
-    structure less the house cut (tournaments).
+    structure less the house cut (tournaments). Posts every live hold of the pot, closes it.
+    The cut is rounded down to whole chips; docs/wallet.md states every rounding rule.
     """
     Void: _aio.UnaryUnaryMultiCallable[_wallet_pb2.VoidRequest, _wallet_pb2.VoidResponse]  # type: ignore[assignment]
     """Returns the stakes (annulment, cancelled match or tournament), except those of penalised
-    players.
+    players, whose stakes go to the others (README, "Wallet"). With `players`, releases only
+    those players' holds and leaves the pot open (a tournament unregistration).
     """
     ExpireHolds: _aio.UnaryUnaryMultiCallable[_wallet_pb2.ExpireHoldsRequest, _wallet_pb2.ExpireHoldsResponse]  # type: ignore[assignment]
-    """Expires pending holds older than their timeout now, instead of waiting for the sweeper."""
+    """Expires pending holds past their expiry time now, instead of waiting for the sweeper.
+    Service or admin.
+    """
     Grant: _aio.UnaryUnaryMultiCallable[_wallet_pb2.GrantRequest, _wallet_pb2.Transfer]  # type: ignore[assignment]
     """Credits a player from the treasury (grants, daily bonus). Service or admin."""
     AdminCorrection: _aio.UnaryUnaryMultiCallable[_wallet_pb2.AdminCorrectionRequest, _wallet_pb2.Transfer]  # type: ignore[assignment]
@@ -106,7 +130,9 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _wallet_pb2.GetAccountRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.Account, _abc.Awaitable[_wallet_pb2.Account]]:
-        """Gets an account and its balance. Players may read their own account only."""
+        """Gets an account and its balance. Players may read their own account only (service or
+        admin: any).
+        """
 
     @_abc_1.abstractmethod
     def CreateAccount(
@@ -114,7 +140,9 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _wallet_pb2.CreateAccountRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.Account, _abc.Awaitable[_wallet_pb2.Account]]:
-        """Opens a player's account and credits the configured starting grant, once. Service or admin."""
+        """Opens a player's account and credits the configured starting grant, once. Service or admin.
+        ALREADY_EXISTS when the player's account is open already (read it with GetAccount).
+        """
 
     @_abc_1.abstractmethod
     def ListTransfers(
@@ -131,7 +159,9 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.HoldBetsResponse, _abc.Awaitable[_wallet_pb2.HoldBetsResponse]]:
         """Holds every player's stake in the match's (or tournament's) escrow: all or none. A player
-        who cannot cover the stake fails the call with FAILED_PRECONDITION naming them.
+        who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Service or
+        admin. A pot takes further holds while it is open (tournament registrations), at most one
+        live hold per player, at most 4 for a match.
         """
 
     @_abc_1.abstractmethod
@@ -141,7 +171,8 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.SettleResponse, _abc.Awaitable[_wallet_pb2.SettleResponse]]:
         """Pays the escrow out: to the winners less the house cut (matches), or by the prize
-        structure less the house cut (tournaments).
+        structure less the house cut (tournaments). Posts every live hold of the pot, closes it.
+        The cut is rounded down to whole chips; docs/wallet.md states every rounding rule.
         """
 
     @_abc_1.abstractmethod
@@ -151,7 +182,8 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.VoidResponse, _abc.Awaitable[_wallet_pb2.VoidResponse]]:
         """Returns the stakes (annulment, cancelled match or tournament), except those of penalised
-        players.
+        players, whose stakes go to the others (README, "Wallet"). With `players`, releases only
+        those players' holds and leaves the pot open (a tournament unregistration).
         """
 
     @_abc_1.abstractmethod
@@ -160,7 +192,9 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _wallet_pb2.ExpireHoldsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.ExpireHoldsResponse, _abc.Awaitable[_wallet_pb2.ExpireHoldsResponse]]:
-        """Expires pending holds older than their timeout now, instead of waiting for the sweeper."""
+        """Expires pending holds past their expiry time now, instead of waiting for the sweeper.
+        Service or admin.
+        """
 
     @_abc_1.abstractmethod
     def Grant(
