@@ -8,7 +8,7 @@ PIP_INSTALL := $(BIN)/pip install -q -c constraints.txt
 PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
-	run migrate bench-engine engine-native test-engine-native clean
+	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -71,6 +71,15 @@ test-engine-native: engine-native ## the engine's tests against the mypyc build 
 bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_actions latency (pure Python, then native)
 	$(PY) -m engine.bench --all-presets
 	cd $(NATIVE) && $(CURDIR)/$(PY) -m engine.bench
+
+bench-ranking: venv ## ranking: rating accuracy on self-play; 1M players on PostgreSQL: reads p99, matches/s
+	$(PY) -m services.ranking.bench
+
+deploy-check: venv ## render the Kubernetes overlays, validate them offline (strict), lint YAML, Dockerfile, scripts
+	BIN=$(BIN) bash deploy/check.sh
+
+bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite and PostgreSQL, 50 clients
+	$(PY) -m services.wallet.bench
 
 clean: ## remove the virtual environment, local databases, dev keys and native builds
 	rm -rf $(VENV) var build

@@ -291,10 +291,12 @@ def plays(state: HandState, first_only: bool = False,
                         return out
         if rules.groups:
             by_rank = list(zip(*suits, strict=True))  # per rank, its count in each suit
-            ranks = [must % 13 + 1] if must_natural else _GROUP_RANKS[rules.groups_of_twos]
+            need = 3 - any_wild
+            ranks = [must % 13 + 1] if must_natural else [
+                r for r in _GROUP_RANKS[rules.groups_of_twos] if sum(by_rank[r - 1]) >= need]
             for rank in ranks:
                 rank_counts = by_rank[rank - 1]
-                if sum(rank_counts) + any_wild < 3:
+                if sum(rank_counts) < need:
                     continue
                 for action, meld in rank_melds(rules, rank, rank_counts, wild_counts):
                     if accept(action, meld, -1):

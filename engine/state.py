@@ -318,21 +318,46 @@ class HandState:
 
     def _finishable_after(self, action: MeldCards | AddCards, meld: Meld, index: int, remaining: int) -> bool:
         side = side_of(self.to_act)
-        if remaining == 0:
-            if self.mortos[side] is not None:
-                return True  # direct batida: the morto comes into the hand
-            melds = self.melds[side][:]
-            if index < 0:
-                melds.append(meld)
-            else:
-                melds[index] = meld
-            return self.rules.go_out_by_meld and self.may_go_out(side, melds)
         if remaining >= 2 and (self.lone < 0 or self._holds_other_than(action.cards, self.lone)):
             return True
-        # a near-empty hand: play it out on a copy (rare, and the hand is tiny)
+        if remaining == 0 and self.mortos[side] is not None:
+            return True  # direct batida: the morto comes into the hand
+        melds = self.melds[side][:]
+        if index < 0:
+            melds.append(meld)
+        else:
+            melds[index] = meld
+        if remaining == 0:
+            return self.rules.go_out_by_meld and self.may_go_out(side, melds)
+        if remaining == 1:
+            counts = self.counts[self.to_act]
+            last = next(c for c in range(NCODES) if counts[c] > action.cards.count(c))
+            return self._last_card_playable(side, last, melds)
+        # two cards or more, all copies of the lone card: play it out on a copy (rare, tiny hand)
         trial = self.clone()
         trial._do(action, meld)
         return trial._any_way_to_finish()
+
+    def _last_card_playable(self, side: int, card: int, melds: list[Meld]) -> bool:
+        """With ``card`` alone in hand (after a meld or addition), can the turn still end legally?"""
+        rules = self.rules
+        morto = self.mortos[side] is not None
+        extensions = [(i, movegen.extended(m, (card,), rules)) for i, m in enumerate(melds)]
+        fits = [(i, e) for i, e in extensions if e is not None]
+        if card != self.lone:
+            if morto:
+                return True  # discarding it takes the morto (indirect batida)
+            if self.has_canastra_to_go_out(side, melds) and not (
+                    rules.no_wild_going_out and rules.go_out_by_meld and is_wild_capable(card) and fits):
+                return True  # discarding it goes out
+        for i, extended_meld in fits:  # adding it empties the hand
+            if morto:
+                return True
+            after = melds[:]
+            after[i] = extended_meld
+            if rules.go_out_by_meld and self.has_canastra_to_go_out(side, after):
+                return True
+        return False
 
     def _holds_other_than(self, removed: tuple[int, ...], card: int) -> bool:
         """After removing ``removed``, does the hand still hold a card other than ``card``?"""

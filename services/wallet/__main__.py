@@ -1,6 +1,6 @@
-"""`python -m services.wallet`: serve, or run its migrations (`--help`)."""
+"""`python -m services.wallet`: serve, run its migrations, audit the ledger or expire holds
+(`--help`)."""
 
-from services.common.server import main
-from services.wallet.service import SPEC
+from services.wallet.service import main
 
-raise SystemExit(main(SPEC))
+raise SystemExit(main())

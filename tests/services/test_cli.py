@@ -41,7 +41,7 @@ async def test_call_reports_the_status_and_lists_methods(
             call, "wallet", "GetAccount", '{"name": "accounts/player-alice"}', "--player", "alice"
         )
         assert code == 1
-        assert capsys.readouterr().err.startswith("UNIMPLEMENTED: buraco.v1.WalletService/GetAccount")
+        assert capsys.readouterr().err.startswith("NOT_FOUND: accounts/player-alice does not exist")
         assert await asyncio.to_thread(call, "wallet", "GetAccount", "{}") == 1
         assert capsys.readouterr().err.startswith("UNAUTHENTICATED")
         assert await asyncio.to_thread(call, "wallet", "GetAccount", '{"nope": 1}', "--player", "alice") == 2
