@@ -2,11 +2,12 @@
 tournament service running in-process on one database with a clock the test moves, and a client
 that speaks its contract as admins, players and the game-session service do.
 
-`Platform` is the one place that knows the other services are fakes: the tests see addresses
+`Platform` is the one place that knows which services are real: the tests see addresses
 (`Platform.addresses`, which the tournament service is configured with) and a few operations
-(fund a player, read a balance, audit the ledger, decide how tables play). A `Platform` on the real
-wallet, ranking and game-session services provides the same operations (docs/tournaments.md,
-"Testing against the real services").
+(fund a player, read a balance, audit the ledger, decide how tables play). The wallet is the real
+wallet service (its audit is the wallet's own), except in tests marked `fake_wallet`, which inject
+its faults into a fake; ranking and game sessions are fakes (docs/tournaments.md, "Testing
+against the real services").
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
-from buraco.v1 import common_pb2, tournament_pb2, tournament_pb2_grpc
+from buraco.v1 import common_pb2, tournament_pb2, tournament_pb2_grpc, wallet_pb2, wallet_pb2_grpc
 from services.common.auth import Kind, Minter
 from services.common.client import act_for
+from services.common.db import Database
 from services.common.server import Server
 from services.tournament.service import Running, build_spec
 from services.tournament.settings import TournamentSettings
+from services.wallet.service import run_audit
 from tests.conftest import DatabaseTarget
 from tests.services.harness import bearer, make_config, running
 from tests.services.tournament.fakes import FakeGameSessions, FakeRanking, FakeWallet, Plan
@@ -35,30 +38,124 @@ from tests.services.tournament.fakes import FakeGameSessions, FakeRanking, FakeW
 WAIT_SECONDS = 60.0
 
 
+class Ledger(Protocol):
+    """The wallet as the tests read and fund it."""
+
+    async def fund(self, player: str, chips: int) -> None: ...
+
+    async def account(self, player: str) -> tuple[int, int]:
+        """The player's posted balance and the chips held out of it."""
+        ...
+
+    async def house(self) -> int: ...
+
+    async def audit(self) -> None: ...
+
+
+class FakeLedger:
+    def __init__(self, wallet: FakeWallet) -> None:
+        self.wallet = wallet
+
+    async def fund(self, player: str, chips: int) -> None:
+        self.wallet.fund(player, chips)
+
+    async def account(self, player: str) -> tuple[int, int]:
+        return self.wallet.balance(player), self.wallet.held(player)
+
+    async def house(self) -> int:
+        return self.wallet.balances.get("house", 0)
+
+    async def audit(self) -> None:
+        self.wallet.audit()
+
+
+class WalletLedger:
+    """The real wallet service: funded by an admin's grants, read with GetAccount, audited by the
+    wallet's own audit (`python -m services.wallet audit`) on its database."""
+
+    def __init__(self, stub: wallet_pb2_grpc.WalletServiceAsyncStub, db: Database, minter: Minter) -> None:
+        self.stub = stub
+        self.db = db
+        self.admin = bearer(minter.mint(Kind.ADMIN, "treasurer"))
+
+    async def fund(self, player: str, chips: int) -> None:
+        await self.stub.CreateAccount(
+            wallet_pb2.CreateAccountRequest(request_id=f"open-{player}", player=f"players/{player}"),
+            metadata=self.admin,
+        )
+        await self.stub.Grant(
+            wallet_pb2.GrantRequest(
+                request_id=f"grant-{player}",
+                player=f"players/{player}",
+                amount_chips=chips,
+                kind=wallet_pb2.GrantRequest.KIND_PROMOTION,
+            ),
+            metadata=self.admin,
+        )
+
+    async def _read(self, name: str) -> wallet_pb2.Account | None:
+        try:
+            reply: wallet_pb2.Account = await self.stub.GetAccount(
+                wallet_pb2.GetAccountRequest(name=name), metadata=self.admin
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise
+        return reply
+
+    async def account(self, player: str) -> tuple[int, int]:
+        account = await self._read(f"accounts/player-{player}")
+        return (account.balance_chips, account.held_chips) if account else (0, 0)
+
+    async def house(self) -> int:
+        account = await self._read("accounts/house")
+        return account.balance_chips if account else 0
+
+    async def audit(self) -> None:
+        report = await run_audit(self.db)
+        assert report.ok, report.problems
+
+
 @dataclass
 class Platform:
     """The wallet, ranking and game-session services as the tournament tests use them."""
 
     addresses: dict[str, str]
-    wallet: FakeWallet
+    ledger: Ledger
     ranking: FakeRanking
     tables: FakeGameSessions
     keys_dir: Path
     minter: Minter
 
-    def fund(self, players: Iterable[str], chips: int) -> None:
-        for player in players:
-            self.wallet.fund(player, chips)
+    @property
+    def wallet(self) -> FakeWallet:
+        """The fake wallet, for tests that inject its faults (`@pytest.mark.fake_wallet`)."""
+        assert isinstance(self.ledger, FakeLedger), "this test needs @pytest.mark.fake_wallet"
+        return self.ledger.wallet
 
-    def balance(self, player: str) -> int:
+    async def fund(self, players: Iterable[str], chips: int) -> None:
+        gate = asyncio.Semaphore(8)
+
+        async def one(player: str) -> None:
+            async with gate:
+                await self.ledger.fund(player, chips)
+
+        await asyncio.gather(*(one(p) for p in players))
+
+    async def balance(self, player: str) -> int:
         """Chips the player can spend (balance less holds)."""
-        return self.wallet.balance(player) - self.wallet.held(player)
+        balance, held = await self.ledger.account(player)
+        return balance - held
 
-    def house(self) -> int:
-        return self.wallet.balances.get("house", 0)
+    async def held(self, player: str) -> int:
+        return (await self.ledger.account(player))[1]
 
-    def audit(self) -> None:
-        self.wallet.audit()
+    async def house(self) -> int:
+        return await self.ledger.house()
+
+    async def audit(self) -> None:
+        await self.ledger.audit()
         assert not self.tables.refused, self.tables.refused
 
     def plan_tables(self, planner: Callable[[str, list[str]], Plan]) -> None:

@@ -256,7 +256,7 @@ async def test_lists_page_through_everything(service: TournamentService, platfor
             grpc.StatusCode.INVALID_ARGUMENT
         )
     everyone = [f"pl{i}" for i in range(7)]
-    platform.fund(everyone, 1000)
+    await platform.fund(everyone, 1000)
     for player in everyone:  # cup0's registration is open from its creation on
         await service.register("cup0", player)
     names: list[str] = []

@@ -12,7 +12,7 @@ import pytest
 from buraco.v1 import common_pb2, tournament_pb2
 from tests.services.tournament.fakes import Plan
 from tests.services.tournament.support import Platform, TournamentService, finished, players
-from tests.services.tournament.test_tournaments import check_payouts, tables_made
+from tests.services.tournament.test_tournaments import check_payouts, tables_made, wait_delivered
 
 T = tournament_pb2.Tournament
 
@@ -33,8 +33,8 @@ async def unregister(service: TournamentService, tournament: str, player: str, r
 
 
 async def test_the_window_the_buy_in_and_retries(service: TournamentService, platform: Platform) -> None:
-    platform.fund(["ana", "bia", "caio", "duda"], 150)
-    platform.fund(["eva"], 50)  # cannot cover the buy-in
+    await platform.fund(["ana", "bia", "caio", "duda"], 150)
+    await platform.fund(["eva"], 50)  # cannot cover the buy-in
     now = service.clock.now
     await service.create("cup", opens=now + timedelta(minutes=10), max_entrants=3, min_entrants=2)
     assert await code_of(service.register("cup", "ana")) == grpc.StatusCode.FAILED_PRECONDITION  # not open yet
@@ -47,9 +47,9 @@ async def test_the_window_the_buy_in_and_retries(service: TournamentService, pla
     ).state == T.STATE_REGISTRATION
 
     first = await service.register("cup", "ana")
-    assert first.complete and first.players == ["players/ana"] and platform.balance("ana") == 50
+    assert first.complete and first.players == ["players/ana"] and (await platform.balance("ana")) == 50
     assert await service.register("cup", "ana") == first  # a retry: the first answer, one hold
-    assert platform.wallet.held("ana") == 100
+    assert (await platform.held("ana")) == 100
     assert await code_of(service.register("cup", "ana", request_id="other")) == grpc.StatusCode.FAILED_PRECONDITION
     # The same request id for another request: ALREADY_EXISTS.
     assert (
@@ -63,7 +63,7 @@ async def test_the_window_the_buy_in_and_retries(service: TournamentService, pla
     )
 
     refused = await code_of(service.register("cup", "eva"))
-    assert refused == grpc.StatusCode.FAILED_PRECONDITION and platform.balance("eva") == 50
+    assert refused == grpc.StatusCode.FAILED_PRECONDITION and (await platform.balance("eva")) == 50
     assert [e.players for e in await service.entrants("cup")] == [["players/ana"]]  # the failed one is not listed
 
     # A service acting for a player registers that player.
@@ -77,9 +77,9 @@ async def test_the_window_the_buy_in_and_retries(service: TournamentService, pla
 
     # Unregistering releases the buy-in (once, even when retried) and frees the place.
     left = await unregister(service, "cup", "caio", "bye-caio")
-    assert left.withdrawn and platform.balance("caio") == 150  # type: ignore[attr-defined]
+    assert left.withdrawn and (await platform.balance("caio")) == 150  # type: ignore[attr-defined]
     assert await unregister(service, "cup", "caio", "bye-caio") == left
-    assert platform.balance("caio") == 150 and platform.wallet.held("caio") == 0
+    assert (await platform.balance("caio")) == 150 and (await platform.held("caio")) == 0
     assert await code_of(unregister(service, "cup", "caio", "bye-again")) == grpc.StatusCode.FAILED_PRECONDITION
     await service.register("cup", "duda")
     cup = await service.stub.GetTournament(
@@ -98,33 +98,35 @@ async def test_the_window_the_buy_in_and_retries(service: TournamentService, pla
     await service.settle()
     assert await code_of(unregister(service, "cup", "ana", "late")) == grpc.StatusCode.FAILED_PRECONDITION
     assert await code_of(service.register("cup", "caio", request_id="late")) == grpc.StatusCode.FAILED_PRECONDITION
-    platform.audit()
+    await platform.audit()
 
 
 async def test_pairs_register_together_and_an_incomplete_pair_is_refunded(
     service: TournamentService, platform: Platform
 ) -> None:
     everyone = players("pr", 10)
-    platform.fund(everyone, 400)
+    await platform.fund(everyone, 400)
     structure = {1: 7000, 2: 3000}
     await service.create("pairs", players=4, buy_in_chips=50, min_entrants=2, prizes=structure)
     pairs = [(everyone[i], everyone[i + 1]) for i in range(0, 8, 2)]
     for a, b in pairs:
         half = await service.register("pairs", a, partner=b)
         assert not half.complete and half.players == [f"players/{a}", f"players/{b}"]
-        assert platform.balance(a) == 350 and platform.balance(b) == 400
+        assert (await platform.balance(a)) == 350 and (await platform.balance(b)) == 400
     # Someone naming a player already in a pair, or themselves, is refused.
     assert await code_of(service.register("pairs", "pr009", partner="pr001")) == grpc.StatusCode.FAILED_PRECONDITION
     assert await code_of(service.register("pairs", "pr009", partner="pr009")) == grpc.StatusCode.INVALID_ARGUMENT
     assert await code_of(service.register("pairs", "pr009")) == grpc.StatusCode.INVALID_ARGUMENT  # no partner
     for a, b in pairs:
         whole = await service.register("pairs", b, partner=a)
-        assert whole.complete and platform.balance(b) == 350
+        assert whole.complete and (await platform.balance(b)) == 350
     await service.register("pairs", "pr009", partner="pr010")  # pr010 never registers
     await service.start("pairs")
     done = await service.until("pairs", finished)
     assert done.tournament.state == T.STATE_FINISHED and done.tournament.entrant_count == 4
-    assert platform.balance("pr009") == 400 and platform.balance("pr010") == 400  # released at the start
+    assert (await platform.balance("pr009")) == 400 and (
+        await platform.balance("pr010")
+    ) == 400  # released at the start
     dropped = [e for e in await service.entrants("pairs") if e.players[0] == "players/pr009"]
     assert dropped[0].withdrawn and not dropped[0].complete
     tables = list(platform.tables.tables.values())
@@ -136,31 +138,32 @@ async def test_pairs_register_together_and_an_incomplete_pair_is_refunded(
     await check_payouts(service, platform, "pairs", everyone[:8], 400, 50, structure, per_entry=2)
 
 
+@pytest.mark.fake_wallet
 async def test_lost_wallet_answers_are_recovered_without_double_holds(
     service: TournamentService, platform: Platform
 ) -> None:
     everyone = players("wf", 4)
-    platform.fund(everyone, 200)
+    await platform.fund(everyone, 200)
     await service.create("wf", min_entrants=2)
     # The hold is made but its answer is lost: the call says UNAVAILABLE; a retry finishes it.
     platform.wallet.faults.lose_answer["HoldBets"] = 1
     assert await code_of(service.register("wf", "wf001")) == grpc.StatusCode.UNAVAILABLE
-    assert platform.wallet.held("wf001") == 100
+    assert (await platform.held("wf001")) == 100
     again = await service.register("wf", "wf001")
-    assert again.complete and platform.wallet.held("wf001") == 100
+    assert again.complete and (await platform.held("wf001")) == 100
     # The wallet is unreachable and the player never retries: the scheduler finishes the hold.
     platform.wallet.faults.fail["HoldBets"] = 1
     assert await code_of(service.register("wf", "wf002")) == grpc.StatusCode.UNAVAILABLE
-    assert platform.wallet.held("wf002") == 0
+    assert (await platform.held("wf002")) == 0
     service.advance(16)  # three call timeouts later the row is stale
     await service.settle()
     listed = {e.players[0]: e for e in await service.entrants("wf")}
-    assert listed["players/wf002"].complete and platform.wallet.held("wf002") == 100
+    assert listed["players/wf002"].complete and (await platform.held("wf002")) == 100
     # A release whose answer is lost: retried with the same request id, released once.
     platform.wallet.faults.lose_answer["Void"] = 1
     assert await code_of(unregister(service, "wf", "wf002", "out")) == grpc.StatusCode.UNAVAILABLE
     assert (await unregister(service, "wf", "wf002", "out")).withdrawn  # type: ignore[attr-defined]
-    assert platform.balance("wf002") == 200
+    assert (await platform.balance("wf002")) == 200
     await service.register("wf", "wf003")
     await service.register("wf", "wf004")
     # Ranking is down at the start: after the seeding wait, seeds follow the registration order.
@@ -186,11 +189,11 @@ async def test_lost_wallet_answers_are_recovered_without_double_holds(
     assert seeds == {"players/wf001": 1, "players/wf003": 2, "players/wf004": 3}
     assert platform.wallet.faults.calls["Settle"] >= 2
     await check_payouts(service, platform, "wf", ["wf001", "wf003", "wf004"], 200, 100, {1: 6000, 2: 4000})
-    assert platform.balance("wf002") == 200
+    assert (await platform.balance("wf002")) == 200
 
 
 async def test_reported_results_are_checked_and_idempotent(service: TournamentService, platform: Platform) -> None:
-    platform.fund(["ra", "rb"], 100)
+    await platform.fund(["ra", "rb"], 100)
     platform.plan_tables(lambda match, seated: Plan(wait=True))
     await service.create("rep")
     await service.register_all("rep", ["ra", "rb"])
@@ -235,10 +238,10 @@ async def test_reported_results_are_checked_and_idempotent(service: TournamentSe
     )
     assert await code_of(wrong_match) == grpc.StatusCode.NOT_FOUND
     # The real result: seat 1 won (an abandoning seat-0 player does not change it).
-    assert await code_of(report([(seats[0], common_pb2.OUTCOME_ABANDONED), (seats[1], won)], [120, 640])) == (
+    assert await code_of(report([(seats[0], common_pb2.OUTCOME_ABANDONED), (seats[1], won)], [120, 640], "r1")) == (
         grpc.StatusCode.OK
     )
-    assert await code_of(report([(seats[0], common_pb2.OUTCOME_ABANDONED), (seats[1], won)], [120, 640])) == (
+    assert await code_of(report([(seats[0], common_pb2.OUTCOME_ABANDONED), (seats[1], won)], [120, 640], "r1")) == (
         grpc.StatusCode.OK  # the outbox retrying
     )
     # Another report about the decided match (a new request id) is accepted and changes nothing.
@@ -248,13 +251,17 @@ async def test_reported_results_are_checked_and_idempotent(service: TournamentSe
     winner_player = platform.tables.tables[pairing.match_id].players[1]
     winner = next(e for e in await service.entrants("rep") if e.players[0] == f"players/{winner_player}")
     assert match.winner == winner.name and list(match.scores) == [120, 640]
-    platform.tables.release(pairing.match_id)  # the fake's own report arrives late: ignored
-    platform.audit()
+    # The table's own report (request id = match id, as the outbox sends it) arrives late: OK, ignored.
+    platform.tables.release(pairing.match_id)
+    await wait_delivered(platform, pairing.match_id)
+    assert pairing.match_id in platform.tables.delivered
+    assert list((await service.bracket("rep")).rounds[0].pairings[0].scores) == [120, 640]
+    await platform.audit()
 
 
 @pytest.mark.parametrize("lost", ["CreateTable", "GetTable"])
 async def test_table_calls_that_fail_are_retried(service: TournamentService, platform: Platform, lost: str) -> None:
-    platform.fund(["ta", "tb"], 100)
+    await platform.fund(["ta", "tb"], 100)
     platform.tables.faults.fail[lost] = 3
     if lost == "GetTable":
         platform.plan_tables(lambda match, seated: Plan(absent=frozenset({"tb"})))
@@ -275,14 +282,14 @@ async def test_table_calls_that_fail_are_retried(service: TournamentService, pla
     assert platform.tables.faults.calls[lost] >= 4
     if lost == "GetTable":
         assert match.forfeit and list(match.no_shows) == ["players/tb"]
-    platform.audit()
+    await platform.audit()
 
 
 async def test_concurrent_registrations_never_overfill_nor_hold_twice(
     service: TournamentService, platform: Platform
 ) -> None:
     everyone = players("cc", 24)
-    platform.fund(everyone, 100)
+    await platform.fund(everyone, 100)
     await service.create("crowd", max_entrants=10, min_entrants=2)
 
     async def attempt(player: str, request_id: str) -> grpc.StatusCode:
@@ -296,7 +303,7 @@ async def test_concurrent_registrations_never_overfill_nor_hold_twice(
     listed = [e for e in await service.entrants("crowd") if not e.withdrawn]
     names = [e.players[0] for e in listed]
     assert len(listed) == 10 and len(set(names)) == 10 and all(e.complete for e in listed)
-    holding = [p for p in everyone if platform.wallet.held(p)]
+    holding = [p for p in everyone if (await platform.held(p))]
     assert sorted(f"players/{p}" for p in holding) == sorted(names)
-    assert all(platform.wallet.held(p) == 100 for p in holding)
-    platform.audit()
+    assert all([await platform.held(p) == 100 for p in holding])
+    await platform.audit()

@@ -61,7 +61,7 @@ async def test_a_restart_in_the_middle_of_a_round_resumes_the_tournament(
     platform: Platform, db_target: DatabaseTarget, tmp_path: Path
 ) -> None:
     everyone = players("rs", 16)
-    platform.fund(everyone, 1000)
+    await platform.fund(everyone, 1000)
     structure = {1: 5000, 2: 3000, 3: 1000, 4: 1000}
     # Registration happens on a clock half an hour behind, so the tournament is due to start as soon
     # as a process on the real clock looks at it.

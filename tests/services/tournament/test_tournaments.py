@@ -1,7 +1,7 @@
-"""Whole tournaments through the tournament service's gRPC API, with the wallet, ranking and game
-sessions it calls (`platform`), on SQLite and PostgreSQL: registration with buy-ins, seeding,
-rounds whose tables are created and played, byes, no-show forfeits, Swiss pairing, payouts,
-cancellations with refunds; the chips audited after each."""
+"""Whole tournaments through the tournament service's gRPC API, with the services it calls
+(`platform`: the real wallet service, fakes of ranking and game sessions), on SQLite and
+PostgreSQL: registration with buy-ins, seeding, rounds whose tables are created and played, byes,
+no-show forfeits, Swiss pairing, payouts, cancellations with refunds; the wallet's audit after each."""
 
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ async def check_payouts(
     pool = buy_in * len(seeds) * per_entry
     expected = expected_payouts(final, structure, pool, seeds)
     for player in everyone:
-        assert platform.balance(player) == funded - buy_in + expected.get(player, 0), player
-    assert platform.house() == pool * 20 // 100
+        assert (await platform.balance(player)) == funded - buy_in + expected.get(player, 0), player
+    assert (await platform.house()) == pool * 20 // 100
     t = await service.stub.GetTournament(
         tournament_pb2.GetTournamentRequest(name=f"tournaments/{tournament}"), metadata=service.as_admin()
     )
@@ -81,13 +81,13 @@ async def check_payouts(
     won = {entrant_id(s.entrant): s.prize_chips for s in final}
     for s in final:
         assert won[entrant_id(s.entrant)] == sum(expected.get(p.removeprefix("players/"), 0) for p in s.players)
-    platform.audit()
+    await platform.audit()
     return expected
 
 
 async def test_a_small_single_elimination_runs_to_the_end(service: TournamentService, platform: Platform) -> None:
     everyone = players("p", 5)
-    platform.fund(everyone, 1000)
+    await platform.fund(everyone, 1000)
     for rating, player in enumerate(everyone):
         platform.ranking.ratings[player] = float(rating)  # p005 is the strongest
     await service.create("small", min_entrants=3)
@@ -109,14 +109,14 @@ ELIMINATION_PRIZES = {1: 4000, 2: 2500, 3: 1500, 4: 1000, 5: 500, 6: 300, 7: 200
 
 async def test_64_entrants_single_elimination_to_the_end(service: TournamentService, platform: Platform) -> None:
     everyone = players("se", 64)
-    platform.fund(everyone, 1000)
+    await platform.fund(everyone, 1000)
     platform.plan_tables(lambda match, seated: Plan(result=quick_result(match)))
     for player in everyone:  # distinct ratings; the seeds must follow them
         platform.ranking.ratings[player] = float(hash(player) % 10_000) / 7
     await service.create("se64", min_entrants=8, prizes=ELIMINATION_PRIZES, buy_in_chips=75)
     await service.register_all("se64", everyone)
     for player in everyone:
-        assert platform.balance(player) == 925  # the buy-in is held
+        assert (await platform.balance(player)) == 925  # the buy-in is held
     await service.start("se64")
     done = await service.until("se64", finished)
 
@@ -153,7 +153,7 @@ async def test_64_entrants_single_elimination_to_the_end(service: TournamentServ
 
 async def test_32_entrants_swiss_of_5_rounds_to_the_end(service: TournamentService, platform: Platform) -> None:
     everyone = players("sw", 32)
-    platform.fund(everyone, 500)
+    await platform.fund(everyone, 500)
     platform.plan_tables(lambda match, seated: Plan(result=quick_result(match)))
     structure = {1: 5000, 2: 3000, 3: 2000}
     await service.create("swiss32", format=SWISS, swiss_rounds=5, prizes=structure, buy_in_chips=33, min_entrants=4)
@@ -217,7 +217,7 @@ def tables_made(round_number: int) -> Callable[[Watched], bool]:
 
 async def test_byes_and_no_show_forfeits(service: TournamentService, platform: Platform) -> None:
     everyone = players("ns", 6)
-    platform.fund(everyone, 300)
+    await platform.fund(everyone, 300)
     for i, player in enumerate(everyone):
         platform.ranking.ratings[player] = 100.0 - i  # ns001 is seed 1, ... ns006 seed 6
     # Round 1 (8 slots): 1 bye, 4 v 5, 2 bye, 3 v 6. Seed 5 never shows; seeds 3 and 6 neither.
@@ -254,7 +254,7 @@ async def test_swiss_with_an_odd_count_gives_each_bye_to_a_different_entrant(
     service: TournamentService, platform: Platform
 ) -> None:
     everyone = players("odd", 7)
-    platform.fund(everyone, 100)
+    await platform.fund(everyone, 100)
     await service.create("odd", format=SWISS, swiss_rounds=4, buy_in_chips=10, prizes={1: 10_000}, min_entrants=3)
     await service.register_all("odd", everyone)
     await service.start("odd")
@@ -272,7 +272,7 @@ async def test_swiss_with_an_odd_count_gives_each_bye_to_a_different_entrant(
 
 async def test_a_lost_report_is_read_from_the_table(service: TournamentService, platform: Platform) -> None:
     everyone = players("lr", 2)
-    platform.fund(everyone, 100)
+    await platform.fund(everyone, 100)
     platform.plan_tables(lambda match, seated: Plan(result=(1, (300, 500)), report=False))
     await service.create("lr")
     await service.register_all("lr", everyone)
@@ -296,24 +296,24 @@ async def test_too_few_entrants_cancel_the_tournament_and_refund_every_buy_in(
     service: TournamentService, platform: Platform
 ) -> None:
     everyone = players("few", 3)
-    platform.fund(everyone, 250)
+    await platform.fund(everyone, 250)
     await service.create("few", min_entrants=4)
     await service.register_all("few", everyone)
-    assert all(platform.balance(p) == 150 for p in everyone)
+    assert all([await platform.balance(p) == 150 for p in everyone])
     await service.start("few")
     done = await service.until("few", finished)
     assert done.tournament.state == T.STATE_CANCELLED
     assert done.tournament.cancel_reason == "too few entrants: 3 of the 4 needed"
-    assert all(platform.balance(p) == 250 for p in everyone) and platform.house() == 0
+    assert all([await platform.balance(p) == 250 for p in everyone]) and (await platform.house()) == 0
     assert not platform.tables.tables
-    platform.audit()
+    await platform.audit()
 
 
 async def test_an_admin_cancels_mid_round_and_every_buy_in_is_refunded(
     service: TournamentService, platform: Platform
 ) -> None:
     everyone = players("mid", 6)
-    platform.fund(everyone, 400)
+    await platform.fund(everyone, 400)
     # ns006's table waits for a player who never comes; the others are under way, held.
     platform.plan_tables(lambda match, seated: Plan(wait=True, absent=frozenset({"mid006"} & set(seated))))
     await service.create("mid", min_entrants=2, buy_in_chips=120)
@@ -328,7 +328,7 @@ async def test_an_admin_cancels_mid_round_and_every_buy_in_is_refunded(
     done = await service.until(
         "mid", lambda w: finished(w) and all(p.state == tournament_pb2.Pairing.STATE_DECIDED for p in w.pairings())
     )
-    assert all(platform.balance(p) == 400 for p in everyone) and platform.house() == 0
+    assert all([await platform.balance(p) == 400 for p in everyone]) and (await platform.house()) == 0
     waiting = [m for m, t in platform.tables.by_match.items() if "mid006" in platform.tables.tables[t].players]
     assert set(waiting) <= platform.tables.cancelled
     assert not any(p.winner for p in done.pairings(1) if not p.bye)
@@ -348,8 +348,8 @@ async def test_an_admin_cancels_mid_round_and_every_buy_in_is_refunded(
     for match in platform.tables.by_match:
         if match not in waiting:
             await wait_delivered(platform, match)
-    assert all(platform.balance(p) == 400 for p in everyone)
-    platform.audit()
+    assert all([await platform.balance(p) == 400 for p in everyone])
+    await platform.audit()
 
 
 async def wait_delivered(platform: Platform, match: str) -> None:
