@@ -1,0 +1,129 @@
+"""Reading a seat's view: cards back to codes, melds back to their shape, what fits where.
+
+Bots get ``HandState.view(seat)`` (cards as strings, melds as ordered card lists) and nothing else.
+This module turns that into what a bot reasons with: card codes, count vectors, and for each meld
+on the table its shape (a sequence's suit, span of slots, natural slots and wild; a group's rank),
+so that "does this card fit that meld" is a couple of integer tests. It reads only the view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from engine.cards import ACE, HIGH_ACE, JOKER, NCODES, TWO, to_str
+from engine.rules import CANASTRA
+
+CODE: dict[str, int] = {to_str(c): c for c in range(NCODES)}
+
+
+def codes(cards: list[str]) -> list[int]:
+    return [CODE[c] for c in cards]
+
+
+def counts_of_view(cards: list[str]) -> list[int]:
+    counts = [0] * NCODES
+    for c in cards:
+        counts[CODE[c]] += 1
+    return counts
+
+
+def slot_card(suit: int, slot: int) -> int:
+    return suit * 13 + (0 if slot == HIGH_ACE else slot - 1)
+
+
+def is_wild_card(code: int) -> bool:
+    """A joker or any 2 (whether it ends up natural depends on the meld)."""
+    return code == JOKER or code % 13 == 1
+
+
+@dataclass(frozen=True, slots=True)
+class TableMeld:
+    """A meld on the table as a bot reads it from the view."""
+
+    is_sequence: bool
+    suit: int  # sequences: 0..3; groups: -1
+    rank: int  # groups: 1..13; sequences: 0
+    lo: int  # sequences: lowest slot, the wild's included (slot 1 = low ace, 14 = high ace)
+    hi: int  # sequences: highest slot
+    mask: int  # sequences: slots held by natural cards
+    wild: int  # the wild's card code, or -1
+    wild_slot: int  # sequences: the slot the wild stands for; 0 otherwise
+    size: int
+    canastra: str  # none, dirty, clean, royal, ace_to_ace
+
+    @property
+    def is_canastra(self) -> bool:
+        return self.size >= CANASTRA
+
+    @property
+    def is_clean(self) -> bool:
+        return self.wild < 0
+
+    def accepts(self, code: int) -> bool:
+        """Can the natural card ``code`` be added on its own (the wild may move to an end)?"""
+        if code == JOKER:
+            return False
+        rank = code % 13 + 1
+        if not self.is_sequence:
+            if rank == TWO:
+                return self.rank == TWO
+            return rank == self.rank
+        if code // 13 != self.suit:
+            return False
+        if rank == ACE:
+            slots: tuple[int, ...] = (ACE, HIGH_ACE)
+        else:
+            slots = (rank,)
+        for slot in slots:
+            if self.mask >> slot & 1:
+                continue
+            if slot == self.lo - 1 or slot == self.hi + 1:
+                return True
+            if self.wild >= 0 and slot == self.wild_slot and (self.lo > ACE or self.hi < HIGH_ACE):
+                return True
+        return False
+
+
+@lru_cache(maxsize=8192)
+def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
+    """The shape of a meld from its view form (``cards`` in table order, low to high)."""
+    cs = [CODE[c] for c in cards]
+    n = len(cs)
+    if kind == "group":
+        naturals = [c for c in cs if c != JOKER and c % 13 != 1]
+        if naturals:
+            rank = naturals[0] % 13 + 1
+            wilds = [c for c in cs if c == JOKER or c % 13 == 1]
+        else:  # a group of 2s: its wild can only be a joker
+            rank = TWO
+            wilds = [c for c in cs if c == JOKER]
+        return TableMeld(False, -1, rank, 0, 0, 0, wilds[0] if wilds else -1, 0, n, canastra)
+    # a sequence: anchor the slots on a card that can only stand for itself (3..K)
+    lo = ACE
+    suit = -1
+    for i, c in enumerate(cs):
+        if c != JOKER and c % 13 >= 2:
+            lo = c % 13 + 1 - i
+            suit = c // 13
+            break
+    if suit < 0:  # only aces, 2s and a joker: A-2 at the bottom
+        suit = next(c // 13 for c in cs if c != JOKER and c % 13 == 0)
+    mask = 0
+    wild = -1
+    wild_slot = 0
+    for i, c in enumerate(cs):
+        slot = lo + i
+        if c == slot_card(suit, slot):
+            mask |= 1 << slot
+        else:
+            wild, wild_slot = c, slot
+    return TableMeld(True, suit, 0, lo, lo + n - 1, mask, wild, wild_slot, n, canastra)
+
+
+def melds_of(view: dict[str, Any]) -> list[list[TableMeld]]:
+    return [[read_meld(m["kind"], tuple(m["cards"]), m["canastra"]) for m in side] for side in view["melds"]]
+
+
+__all__ = ["CODE", "TableMeld", "codes", "counts_of_view", "is_wild_card", "melds_of", "read_meld", "slot_card"]
