@@ -51,9 +51,11 @@ class Turn:
     has_clean: bool  # the side has a clean canastra
     want_out: bool
     endgame: bool  # the hand is about to end: hand cards will soon count against the side
-    stock_count: int
+    stock_count: int  # cards in the stock now (not counting mortos that may become stock)
     wilds: int  # wilds (2s and jokers) in hand
     lead: int  # the side's table points minus the opponents'
+    opp_next_size: int  # cards in the next seat's hand
+    opp_ready: bool  # the opponents have no morto to take and the canastra to go out
     emptiable: bool = False  # the hand can (we estimate) be emptied this turn, wilds included
 
 
@@ -68,7 +70,7 @@ class HeuristicBot:
         "morto_clean": (0.0, 0.0, 10.0, 8.0),  # going out needs a clean canastra: material first
         "build": (0.0, 0.0, 10.0, 8.0),
         "out": (10.0, 12.0, 0.0, 0.0),
-        "pressed": (10.0, 12.0, 0.0, 0.0),
+        "pressed": (60.0, 30.0, 0.0, 0.0),
     }
     pile_per_laid = 8.0
     pile_big_hand = 100  # above this many cards in hand, each dead card of a pile costs more
@@ -77,9 +79,20 @@ class HeuristicBot:
     wild_spent = 90.0  # the cost of spending a wild where it does not pay
     wild_spent_sujo = 90.0  # the same when any canastra lets a side go out
     wild_spent_well = 4.0
+    direct_batida = 400.0
+    indirect_batida = 150.0
     max_stale_turns = 2
+    pressed_shed = 0.3  # how much a card's value argues for discarding it when the hand may end soon
+    close_meld = 6  # ... or when they have a meld this long (0: only with the canastra they need)
+    close_hand = 4  # an opponent who may go out with this many cards or fewer is about to
+    plan_wilds = True  # the pile estimate lets wilds join close pairs
+    feed_danger = 60.0  # discarding a card that fits an opponent meld
+    feed_near_canastra = 3.0  # ... one that is two cards or less from a canastra, when they lack one
+    live_cards = 0.0  # weight of the unseen cards that could still combine with a card we hold
+    hidden_danger = 0.0  # weight of the cards the next opponent may hold that meld with a discard
+    morto_race_stock = 0  # with this few stock cards left, race for the morto before it goes to the stock
     race_lead = 10_000  # ahead by this much on the table, stop gathering cards and race to go out
-    keep_wilds = 1  # wilds kept in hand for canastras; more are spent more freely
+    keep_wilds = 2  # wilds kept in hand for canastras; more are spent more freely
     wild_surplus = 12.0
     wild_going_out = 90.0  # spending a wild to shed cards when the side may go out and wants to
     dirtying = 70.0  # the cost of putting a wild in a meld that could become the clean canastra
@@ -105,8 +118,7 @@ class HeuristicBot:
 
     def _sync(self, view: dict[str, Any], melds: list[list[TableMeld]]) -> None:
         key = (int(view["hand_number"]), int(view["dealer"]))
-        if key != self._hand_key or (self._pile_after_mine is not None and not view["melds"][0]
-                                     and not view["melds"][1] and not view["discard"]):
+        if key != self._hand_key:
             self._hand_key = key
             self._reset()
         if not self.groups:
@@ -174,7 +186,9 @@ class HeuristicBot:
         opp_free = taken[opp] or in_stock[opp]
         opp_canastra = any(m.is_canastra and (m.is_clean or not self.clean_needed) for m in opp_melds)
         sizes = view["hand_sizes"]
-        opp_close = opp_free and opp_canastra and min(sizes[s] for s in range(opp, players, 2)) <= 3
+        opp_near = opp_canastra or (self.close_meld > 0 and any(
+            m.size >= self.close_meld and (m.is_clean or not self.clean_needed) for m in opp_melds))
+        opp_close = opp_free and opp_near and min(sizes[s] for s in range(opp, players, 2)) <= self.close_hand
         score = view["score"]
         avg = 7
         mine_est = score[side]["total"] + rules.going_out_bonus - sum(
@@ -185,8 +199,9 @@ class HeuristicBot:
         want_out = mine_est > theirs_est
         wilds = hand[JOKER] + sum(hand[s * 13 + 1] for s in range(4))
         return Turn(seat, side, players, hand, int(sizes[seat]), melds, codes(view["discard"]), morto_available,
-                    may_go_out, has_clean, want_out, endgame or opp_close, stock, wilds,
-                    score[side]["total"] - score[opp]["total"])
+                    may_go_out, has_clean, want_out, endgame or opp_close, int(view["stock_count"]), wilds,
+                    score[side]["total"] - score[opp]["total"], int(sizes[(seat + 1) % players]),
+                    opp_free and opp_canastra)
 
     # --- the Bot interface ---------------------------------------------------------------------------
     def choose(self, view: dict[str, Any], legal: list[Action]) -> Action:
@@ -237,13 +252,13 @@ class HeuristicBot:
     # --- taking the pile -----------------------------------------------------------------------------
     def _pile_gain(self, t: Turn) -> float:
         mine = t.melds[t.side]
-        base = plan_naturals(t.hand, mine, self.groups, self.values)
+        base = plan_naturals(t.hand, mine, self.groups, self.values, self.plan_wilds)
         both = t.hand[:]
         wilds = 0
         for c in t.pile:
             both[c] += 1
             wilds += is_wild_card(c)
-        after = plan_naturals(both, mine, self.groups, self.values)
+        after = plan_naturals(both, mine, self.groups, self.values, self.plan_wilds)
         laid = after.count - base.count
         bar, dead_cost, link_worth, small_hand = self.pile_params[self._stage(t)]
         links = 0
@@ -265,7 +280,8 @@ class HeuristicBot:
         if t.endgame:
             return "pressed"
         if t.morto_available:
-            return "morto_clean" if self.clean_needed and t.lead < self.race_lead else "morto"
+            gather = self.clean_needed and t.lead < self.race_lead and t.stock_count > self.morto_race_stock
+            return "morto_clean" if gather else "morto"
         if t.may_go_out:
             return "out"
         return "build" if t.lead < self.race_lead else "morto"
@@ -371,12 +387,12 @@ class HeuristicBot:
                 score -= self.dirtying
         if remaining == 0:
             if t.morto_available:
-                score += 400.0  # direct batida: the morto comes at once and the turn goes on
+                score += self.direct_batida  # the morto comes at once and the turn goes on
             else:
                 score += 600.0 if t.want_out else -1000.0
         elif remaining == 1:
             if t.morto_available:
-                score += 150.0  # the last card's discard takes the morto
+                score += self.indirect_batida  # the last card's discard takes the morto
             elif t.may_go_out or completes:
                 score += 300.0 if t.want_out else -1000.0
         return score
@@ -385,8 +401,20 @@ class HeuristicBot:
     def _pick_discard(self, view: dict[str, Any], t: Turn, discards: list[Discard]) -> Discard:
         best: Discard | None = None
         best_cost = 0.0
+        unseen: list[int] | None = None
+        if self.hidden_danger or self.live_cards:
+            # every copy this seat has not seen: in other hands, the stock or the mortos
+            unseen = [2] * JOKER + [self.rules.jokers]
+            for c in range(NCODES):
+                unseen[c] -= t.hand[c]
+            for c in t.pile:
+                unseen[c] -= 1
+            for side in t.melds:
+                for m in side:
+                    for c in m.cards:
+                        unseen[c] -= 1
         for d in discards:
-            cost = self._discard_cost(t, d.card) + self.rng.random() * 0.01
+            cost = self._discard_cost(t, d.card, unseen) + self.rng.random() * 0.01
             if best is None or cost < best_cost:
                 best, best_cost = d, cost
         assert best is not None, "no legal discard"
@@ -396,7 +424,7 @@ class HeuristicBot:
     def _discarding(self, view: dict[str, Any], card: int) -> None:
         self._pile_after_mine = [*codes(view["discard"]), card]
 
-    def _discard_cost(self, t: Turn, c: int) -> float:
+    def _discard_cost(self, t: Turn, c: int, unseen: list[int] | None = None) -> float:
         """How much discarding ``c`` hurts: its use to us plus its use to the next opponent."""
         hand = t.hand
         if t.hand_size == 1:
@@ -404,23 +432,45 @@ class HeuristicBot:
             return 0.0
         if is_wild_card(c):
             return 500.0
-        cost = -0.3 * self.values[c]
+        cost = -(self.pressed_shed if t.endgame else 0.3) * self.values[c]
         for m in t.melds[t.side]:
             if m.accepts(c):
                 cost += 120.0
                 break
         cost += self._closeness(hand, c, own=True)
+        if unseen is not None and self.live_cards:
+            # a card whose partners are all in sight (on the table, in the pile) is dead: let it go first
+            cost += self.live_cards * self._closeness(unseen, c, own=False) / 25.0
         # the next opponent
         nxt = (t.seat + 1) % t.players
         danger = 0.0
+        pile_counts: list[int] | None = None
         for m in t.melds[1 - t.side]:
             if m.accepts(c):
-                danger += 60.0
-                break
+                fed = True
+            elif t.pile and m.is_sequence and m.suit == c // 13:
+                if pile_counts is None:
+                    pile_counts = [0] * NCODES
+                    for p in t.pile:
+                        pile_counts[p] += 1
+                fed = m.accepts_with(c, pile_counts)
+            else:
+                fed = False
+            if fed:
+                weight = self.feed_danger
+                if m.size >= CANASTRA - 2 and not t.opp_ready:
+                    weight *= self.feed_near_canastra  # it may give them the canastra to go out
+                danger = max(danger, weight)
         known = self._known[nxt]
         danger += 0.6 * self._closeness(known, c, own=False)
         if self._discarded[nxt][c]:
             danger -= 15.0
+        if unseen is not None:
+            # cards the next opponent may hold that would meld with it (the pile's top card decides
+            # whether a closed pile can be taken)
+            pool = sum(unseen)
+            if pool > 0 and self.hidden_danger:
+                danger += self.hidden_danger * t.opp_next_size / pool * self._closeness(unseen, c, own=False) / 25.0
         danger *= 1.0 + len(t.pile) / 4.0
         return cost + danger
 

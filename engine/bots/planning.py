@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.bots.reading import TableMeld, slot_card
-from engine.cards import ACE, HIGH_ACE, TWO
+from engine.cards import ACE, HIGH_ACE, JOKER, TWO
 from engine.rules import CANASTRA
 
 
@@ -32,8 +32,13 @@ def _take(avail: list[int], used: list[int], code: int) -> bool:
     return False
 
 
-def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, values: tuple[int, ...]) -> Plan:
-    """What ``counts`` (a hand) can lay down with natural cards only, on and beside ``melds``."""
+def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, values: tuple[int, ...],
+                  wilds: bool = False) -> Plan:
+    """What ``counts`` (a hand) can lay down with natural cards, on and beside ``melds``.
+
+    With ``wilds``, each wild in ``counts`` then joins two close leftover cards (same suit within
+    two ranks, or one rank where groups are allowed) into a new meld.
+    """
     avail = counts[:]
     used = [0] * len(counts)
     canastras = 0
@@ -111,6 +116,20 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                 if total >= CANASTRA:
                     canastras += 1
                     clean += 1
+    if wilds:
+        spare = [JOKER] * avail[JOKER] + [s * 13 + 1 for s in range(4) for _ in range(avail[s * 13 + 1])]
+        if spare:
+            left = [c for c in range(JOKER) if c % 13 != 1 for _ in range(avail[c])]
+            i = 0
+            while spare and i + 1 < len(left):
+                c, d = left[i], left[i + 1]
+                if (c // 13 == d // 13 and 0 < d - c <= 2) or (groups and c == d):
+                    w = spare.pop()
+                    for code in (c, d, w):
+                        _take(avail, used, code)
+                    i += 2
+                else:
+                    i += 1
     count = 0
     value = 0
     for code, n in enumerate(used):

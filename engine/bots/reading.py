@@ -52,6 +52,7 @@ class TableMeld:
     wild_slot: int  # sequences: the slot the wild stands for; 0 otherwise
     size: int
     canastra: str  # none, dirty, clean, royal, ace_to_ace
+    cards: tuple[int, ...]  # the cards, in table order
 
     @property
     def is_canastra(self) -> bool:
@@ -86,6 +87,29 @@ class TableMeld:
         return False
 
 
+    def accepts_with(self, code: int, extra: list[int]) -> bool:
+        """Can ``code`` be added together with some of the natural cards in ``extra`` (counts)?
+
+        For a sequence, the run is first stretched with whatever ``extra`` holds next to its ends;
+        this is how a pile's cards help whoever takes it.
+        """
+        if self.accepts(code):
+            return True
+        if not self.is_sequence or code == JOKER or code // 13 != self.suit:
+            return False
+        lo, hi, mask = self.lo, self.hi, self.mask
+        base = self.suit * 13
+        while lo > ACE and extra[slot_card(self.suit, lo - 1)] and not mask >> (lo - 1) & 1:
+            lo -= 1
+            mask |= 1 << lo
+        while hi < HIGH_ACE and extra[slot_card(self.suit, hi + 1)] and not mask >> (hi + 1) & 1:
+            hi += 1
+            mask |= 1 << hi
+        rank = code - base + 1
+        slots = (ACE, HIGH_ACE) if rank == ACE else (rank,)
+        return any(not mask >> s & 1 and (s == lo - 1 or s == hi + 1) for s in slots)
+
+
 @lru_cache(maxsize=8192)
 def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     """The shape of a meld from its view form (``cards`` in table order, low to high)."""
@@ -99,7 +123,7 @@ def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
         else:  # a group of 2s: its wild can only be a joker
             rank = TWO
             wilds = [c for c in cs if c == JOKER]
-        return TableMeld(False, -1, rank, 0, 0, 0, wilds[0] if wilds else -1, 0, n, canastra)
+        return TableMeld(False, -1, rank, 0, 0, 0, wilds[0] if wilds else -1, 0, n, canastra, tuple(cs))
     # a sequence: anchor the slots on a card that can only stand for itself (3..K)
     lo = ACE
     suit = -1
@@ -119,7 +143,7 @@ def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
             mask |= 1 << slot
         else:
             wild, wild_slot = c, slot
-    return TableMeld(True, suit, 0, lo, lo + n - 1, mask, wild, wild_slot, n, canastra)
+    return TableMeld(True, suit, 0, lo, lo + n - 1, mask, wild, wild_slot, n, canastra, tuple(cs))
 
 
 def melds_of(view: dict[str, Any]) -> list[list[TableMeld]]:
