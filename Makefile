@@ -8,7 +8,7 @@ PIP_INSTALL := $(BIN)/pip install -q -c constraints.txt
 PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
-	run migrate bench-engine clean
+	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -55,8 +55,28 @@ migrate: venv ## migrate every service's local SQLite database under var/
 run: venv proto migrate ## start every service locally (SQLite under var/); Ctrl-C stops them
 	$(PY) -m services.local
 
-bench-engine: venv ## engine speed: hands/s, turns/s, legal_actions latency
-	$(PY) -m engine.bench
+# The engine's hot modules, compiled by mypyc for `make engine-native` (same source, no rewrite).
+NATIVE := build/native
+NATIVE_MODULES := cards rules melds movegen state actions events deal match bots/base bots/random_bot
 
-clean: ## remove the virtual environment, local databases and dev keys
-	rm -rf $(VENV) var
+engine-native: venv ## compile the engine with mypyc into build/native (optional, about 1.6x faster)
+	rm -rf $(NATIVE) && mkdir -p $(NATIVE) && cp -r engine $(NATIVE)/
+	cd $(NATIVE) && $(CURDIR)/$(BIN)/mypyc $(addprefix engine/,$(addsuffix .py,$(NATIVE_MODULES))) >mypyc.log 2>&1 \
+		|| (tail -20 mypyc.log; exit 1)
+
+test-engine-native: engine-native ## the engine's tests against the mypyc build (keeps the code compilable)
+	PYTHONPATH=$(NATIVE) $(BIN)/pytest -q -o pythonpath= --import-mode=append -p no:cacheprovider tests/engine \
+		-k "not test_replay"
+
+bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_actions latency (pure Python, then native)
+	$(PY) -m engine.bench --all-presets
+	cd $(NATIVE) && $(CURDIR)/$(PY) -m engine.bench
+
+bench-ranking: venv ## ranking: rating accuracy on self-play; 1M players on PostgreSQL: reads p99, matches/s
+	$(PY) -m services.ranking.bench
+
+deploy-check: venv ## render the Kubernetes overlays, validate them offline (strict), lint YAML, Dockerfile, scripts
+	BIN=$(BIN) bash deploy/check.sh
+
+clean: ## remove the virtual environment, local databases, dev keys and native builds
+	rm -rf $(VENV) var build

@@ -48,10 +48,11 @@ def is_wild_capable(code: int) -> bool:
     return code == JOKER or code % 13 == 1
 
 
+CARD_STR: tuple[str, ...] = (*(RANKS[c % 13] + SUITS[c // 13] for c in range(52)), "JK")
+
+
 def to_str(code: int) -> str:
-    if code == JOKER:
-        return "JK"
-    return RANKS[code % 13] + SUITS[code // 13]
+    return CARD_STR[code]
 
 
 _PARSE: dict[str, int] = {}
@@ -78,7 +79,7 @@ def parse_many(items: object) -> list[int]:
 
 
 def format_many(codes: Iterable[int]) -> list[str]:
-    return [to_str(c) for c in codes]
+    return [CARD_STR[c] for c in codes]
 
 
 def deck(jokers: int) -> list[int]:

@@ -103,7 +103,7 @@ class MatchState:
             "hand_scores": [[s["total"] for s in h] for h in self.hand_scores],
             "hands_played": self.hands_played,
             "winner_side": self.winner if self.winner >= 0 else None,
-            "hand": None if self.hand is None else self.hand.view(seat),
+            "hand": None if self.hand is None else self.hand.view(seat).to_dict(),
         }
         return out
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from engine.cards import ACE, HIGH_ACE, JOKER, TWO, is_two, rank_of, suit_of, to_str
+from engine.cards import ACE, CARD_STR, HIGH_ACE, JOKER, TWO, is_two, rank_of, suit_of, to_str
 from engine.errors import IllegalActionError
 from engine.rules import CANASTRA, MIN_MELD, Ruleset
 
@@ -83,7 +83,8 @@ def is_run(mask: int) -> bool:
 class Meld:
     """A meld on the table. Immutable: an addition makes a new ``Meld``."""
 
-    __slots__ = ("cards", "group_rank", "is_sequence", "mask", "suit", "wild", "wild_slot")
+    __slots__ = ("_facts", "_rules", "_touch", "cards", "group_rank", "is_sequence", "mask", "suit", "wild",
+                 "wild_slot")
 
     def __init__(self, is_sequence: bool, suit: int, mask: int, group_rank: int,
                  cards: tuple[int, ...], wild: int, wild_slot: int) -> None:
@@ -94,6 +95,33 @@ class Meld:
         self.cards = cards  # the cards in output order (sequence: low to high, wild in its place)
         self.wild = wild  # card code of the wild, or -1
         self.wild_slot = wild_slot  # sequences: slot the wild stands for; groups: 0
+        self._rules: Ruleset | None = None  # the ruleset ``_facts`` were computed for
+        self._facts: tuple[str, int, int, tuple[str, ...]] = ("", 0, 0, ())
+        self._touch: tuple[bool, int] | None = None
+
+    def touch(self) -> tuple[bool, int]:
+        """(takes a wild, touch cards as a byte mask over a hand's counts read as one integer).
+
+        Every addition holds a wild (when the meld can take one) or one of the touch cards: a natural
+        next to the naturals' ends; with a wild, also one further (the wild moves into the gap) and the
+        card the wild stands for. Move generation skips a meld the hand cannot touch.
+        """
+        if self._touch is not None:
+            return self._touch
+        if self.is_sequence:
+            lo, hi = _span(self.mask)
+            w = self.wild_slot
+            near = (lo - 1, hi + 1, lo - 2, hi + 2, w) if self.wild >= 0 else (lo - 1, hi + 1)
+            cards = [slot_card(self.suit, x) for x in near if 1 <= x <= HIGH_ACE]
+            takes_wild = self.wild < 0 or (self.wild == self.suit * 13 + 1 and not self.mask >> TWO & 1)
+        else:
+            cards = [x * 13 + self.group_rank - 1 for x in range(4)]
+            takes_wild = self.wild < 0
+        touch_bytes = 0
+        for c in cards:
+            touch_bytes |= 0xFF << (8 * c)
+        self._touch = (takes_wild, touch_bytes)
+        return self._touch
 
     # construction -------------------------------------------------------------------------------
     @staticmethod
@@ -117,44 +145,43 @@ class Meld:
     def size(self) -> int:
         return len(self.cards)
 
-    def canastra(self, rules: Ruleset) -> str:
+    def _facts_for(self, rules: Ruleset) -> tuple[str, int, int, tuple[str, ...]]:
+        """(canastra kind, bonus, card value, card strings), computed once per meld and ruleset."""
+        if self._rules is rules:
+            return self._facts
         n = len(self.cards)
-        if n < CANASTRA:
-            return "none"
-        if self.wild >= 0:
-            return "dirty"
-        if self.is_sequence:
-            if n == 14 and rules.bonus_ace_to_ace is not None:
-                return "ace_to_ace"
-            if n == 13 and rules.bonus_royal is not None:
-                return "royal"
-        return "clean"
+        kind = "none"
+        bonus = 0
+        if n >= CANASTRA:
+            if self.wild >= 0:
+                kind, bonus = "dirty", rules.bonus_dirty
+            elif self.is_sequence and n == 14 and rules.bonus_ace_to_ace is not None:
+                kind, bonus = "ace_to_ace", rules.bonus_ace_to_ace
+            elif self.is_sequence and n == 13 and rules.bonus_royal is not None:
+                kind, bonus = "royal", rules.bonus_royal
+            else:
+                kind, bonus = "clean", rules.bonus_clean
+        values = card_values(rules)
+        facts = (kind, bonus, sum(values[c] for c in self.cards), tuple(CARD_STR[c] for c in self.cards))
+        self._rules = rules
+        self._facts = facts
+        return facts
+
+    def canastra(self, rules: Ruleset) -> str:
+        return self._facts_for(rules)[0]
 
     def bonus(self, rules: Ruleset) -> int:
-        kind = self.canastra(rules)
-        if kind == "none":
-            return 0
-        if kind == "dirty":
-            return rules.bonus_dirty
-        if kind == "royal":
-            return rules.bonus_royal or 0
-        if kind == "ace_to_ace":
-            return rules.bonus_ace_to_ace or 0
-        return rules.bonus_clean
+        return self._facts_for(rules)[1]
 
     def value(self, rules: Ruleset) -> int:
-        values = card_values(rules)
-        return sum(values[c] for c in self.cards)
+        return self._facts_for(rules)[2]
 
     def is_clean_canastra(self) -> bool:
         return len(self.cards) >= CANASTRA and self.wild < 0
 
     def to_json(self, rules: Ruleset) -> dict[str, Any]:
-        return {
-            "kind": "sequence" if self.is_sequence else "group",
-            "cards": [to_str(c) for c in self.cards],
-            "canastra": self.canastra(rules),
-        }
+        facts = self._facts if self._rules is rules else self._facts_for(rules)
+        return {"kind": "sequence" if self.is_sequence else "group", "cards": list(facts[3]), "canastra": facts[0]}
 
     def state_json(self) -> dict[str, Any]:
         """Lossless form, for snapshots."""
@@ -248,7 +275,7 @@ def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: i
     foreign_wilds = [c for c in cards if c == JOKER or (is_two(c) and suit_of(c) != suit)]
     want_slot = _wild_as_slots(wild_as, suit)
 
-    best: tuple[tuple[int, ...], Meld] | None = None
+    best: tuple[tuple[int, int, int], int, int, int] | None = None  # (preference, mask, wild, slot)
     problem = "the cards do not form a run: a sequence has no gaps, except one a wild fills"
     for natural_two in ((True, False) if suit_twos else (False,)):
         wilds = foreign_wilds + suit_twos[1 if natural_two else 0:]
@@ -272,7 +299,7 @@ def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: i
                 if _popcount(mask) >= MIN_MELD and is_run(mask):
                     key = (0, ace_low, 0)
                     if best is None or key < best[0]:
-                        best = (key, Meld.sequence(suit, mask))
+                        best = (key, mask, -1, 0)
                 continue
             wild = wilds[0]
             for rank_pref, slot in enumerate(wild_slots(mask)):
@@ -282,14 +309,14 @@ def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: i
                     continue
                 key = (1, ace_low, rank_pref)
                 if best is None or key < best[0]:
-                    best = (key, Meld.sequence(suit, mask, wild, slot))
+                    best = (key, mask, wild, slot)
     if best is None:
         if want_slot and not suit_twos and not foreign_wilds:
             raise _invalid("wild_as was given but the meld has no wild")
         if want_slot:
             raise _invalid("the wild cannot stand for the card wild_as names in this sequence")
         raise _invalid(problem)
-    return best[1]
+    return Meld.sequence(suit, best[1], best[2], best[3])
 
 
 def _wild_as_slots(wild_as: int | None, suit: int) -> tuple[int, ...]:
@@ -366,7 +393,7 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
     old_wild = meld.wild
     old_slot = meld.wild_slot
     slot_two_free = not base >> TWO & 1
-    best: tuple[tuple[int, ...], Meld] | None = None
+    best: tuple[tuple[int, ...], int, int, int] | None = None  # (preference, mask, wild, slot)
     problem = "the cards do not extend the sequence into a run"
     # who fills the natural 2 slot: nobody, an added 2 of the suit, or the meld's own wild 2 going home
     two_options: list[tuple[int, bool]] = [(0, False)]
@@ -391,7 +418,7 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
                 if is_run(mask):
                     key = (0, 0, ace_low, 0)
                     if best is None or key < best[0]:
-                        best = (key, Meld.sequence(suit, mask))
+                        best = (key, mask, -1, 0)
                 continue
             wild = wilds[0]
             slots = wild_slots(mask)
@@ -401,10 +428,10 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
                 moved = 0 if (wild == old_wild and slot == old_slot) else 1
                 key = (1, moved, ace_low, rank_pref)
                 if best is None or key < best[0]:
-                    best = (key, Meld.sequence(suit, mask, wild, slot))
+                    best = (key, mask, wild, slot)
     if best is None:
         if old_wild >= 0 and _popcount(meld.mask) == 13:
             problem = "a complete ace-to-ace sequence cannot take a replacement for its wild"
         raise _invalid(problem, "INVALID_ADD")
-    return best[1]
+    return Meld.sequence(suit, best[1], best[2], best[3])
 

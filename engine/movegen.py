@@ -1,236 +1,335 @@
 """Move generation: every distinct new meld and addition a hand allows.
 
 Candidates are built from the shape of the hand (runs per suit as bitmasks of slots, ranks for
-groups), then each is checked by the same functions ``HandState.apply`` uses, so the generator
-can never list an action that ``apply`` would refuse, nor place a wild differently.
+groups); each is then placed by the very functions ``HandState.apply`` uses (``make_meld``,
+``extend_meld``, memoised here) and checked by the state's own rules, so the generator can never
+list an action that ``apply`` would refuse, nor place a wild differently. The property tests check
+the other direction: every meld or addition ``apply`` accepts is listed.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import product
 from typing import TYPE_CHECKING
 
-from engine.actions import AddCards, MeldCards
+from engine.actions import Action, AddCards, MeldCards
 from engine.cards import ACE, HIGH_ACE, JOKER, TWO
 from engine.errors import IllegalActionError
 from engine.melds import Meld, extend_meld, make_meld, slot_card
+from engine.rules import Ruleset
 
 if TYPE_CHECKING:
     from engine.state import HandState
 
-
-_Seen = set[tuple[int, ...]]
-
-
-def _wild_types(counts: list[int]) -> list[int]:
-    out = [JOKER] if counts[JOKER] else []
-    out.extend(t * 13 + 1 for t in range(4) if counts[t * 13 + 1])
-    return out
-
-
-def _avail_mask(counts: list[int], suit: int) -> int:
-    """Slots (1..14) of ``suit`` the hand can fill with a natural card."""
-    base = suit * 13
-    mask = 0
-    if counts[base]:
-        mask |= 1 << ACE | 1 << HIGH_ACE
-    for r in range(2, 14):
-        if counts[base + r - 1]:
-            mask |= 1 << r
-    return mask
-
-
-def _slots_cards(suit: int, slots: list[int]) -> list[int]:
-    return [slot_card(suit, s) for s in slots]
-
-
-def _fits(counts: list[int], cards: list[int]) -> bool:
-    need: dict[int, int] = {}
-    for c in cards:
-        need[c] = need.get(c, 0) + 1
-    return all(counts[c] >= n for c, n in need.items())
-
-
-def _accept(state: HandState, action: MeldCards | AddCards, meld: Meld, index: int) -> bool:
+# Placement is a pure function of (cards, ruleset): memoised, since the same hands are examined
+# again and again within a turn and across turns. Failures are cached as None.
+@lru_cache(maxsize=1 << 16)
+def placed(cards: tuple[int, ...], rules: Ruleset, wild_as: int | None) -> Meld | None:
     try:
-        state._check_meld_result(action, meld, index)
+        return make_meld(cards, rules, wild_as)
     except IllegalActionError:
-        return False
+        return None
+
+
+@lru_cache(maxsize=1 << 16)
+def extended(meld: Meld, cards: tuple[int, ...], rules: Ruleset) -> Meld | None:
+    try:
+        return extend_meld(meld, cards, rules)
+    except IllegalActionError:
+        return None
+
+
+def _fits(counts: list[int], cards: tuple[int, ...]) -> bool:
+    prev = -1
+    run = 0
+    for c in cards:  # sorted: equal cards are adjacent
+        run = run + 1 if c == prev else 1
+        if counts[c] < run:
+            return False
+        prev = c
     return True
 
 
-def meld_actions(state: HandState, first_only: bool = False) -> list[MeldCards]:
-    """Every legal new meld for the seat to act."""
-    rules = state.rules
-    counts = state.counts[state.to_act]
-    wilds = _wild_types(counts)
-    seen: set[tuple[tuple[int, ...], int | None]] = set()
-    out: list[MeldCards] = []
+# --- the hand's possible melds, memoised by the part of the hand each one depends on -------------
+#
+# A sequence of suit s depends only on the hand's cards of suit s and its wild cards (jokers and
+# 2s); a group of rank r on its cards of rank r and its wilds; an addition on the meld and the same
+# part of the hand. Those parts change little from one call to the next (a draw or a discard
+# touches one suit), so each is computed once and looked up afterwards.
 
-    def consider(cards: list[int], wild_slot: int, suit: int) -> bool:
-        """Record the meld these cards make; True when ``first_only`` is satisfied."""
-        if not _fits(counts, cards):
+MeldCandidate = tuple[MeldCards, Meld]
+AddCandidate = tuple[tuple[int, ...], Meld]
+_WILD_CODES = (JOKER, 1, 14, 27, 40)
+
+
+def _partial_counts(cards: tuple[int, ...], first: int, step: int, wild_counts: tuple[int, ...]) -> list[int]:
+    counts = [0] * 53
+    for i, n in enumerate(cards):
+        counts[first + i * step] = n
+    for code, n in zip(_WILD_CODES, wild_counts, strict=True):
+        counts[code] = n
+    return counts
+
+
+def _present_wilds(counts: list[int]) -> list[int]:
+    return [c for c in _WILD_CODES if counts[c]]
+
+
+@lru_cache(maxsize=1 << 14)
+def suit_melds(rules: Ruleset, suit: int, suit_counts: tuple[int, ...],
+               wild_counts: tuple[int, ...]) -> tuple[MeldCandidate, ...]:
+    """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
+    at most one slot, the wild's), each with the meld it makes."""
+    counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
+    wilds = _present_wilds(counts)
+    avail = 0
+    for rank, n in enumerate(suit_counts, start=1):
+        if n:
+            avail |= (1 << ACE | 1 << HIGH_ACE) if rank == ACE else 1 << rank
+    out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
+    two_aces = suit_counts[0] >= 2
+    for lo in range(1, 13):
+        if not avail >> lo & 1 and (not wilds or not avail >> (lo + 1) & 1):
+            continue  # a run starts with a natural card, or with the wild just before one
+        missing = 0
+        for hi in range(lo, 15):
+            if not avail >> hi & 1 or (hi == HIGH_ACE and lo == ACE and not two_aces):
+                if missing:
+                    break
+                missing = hi
+            if hi - lo < 2:
+                continue
+            cards = [slot_card(suit, x) for x in range(lo, hi + 1)]
+            if not missing:
+                _add_meld_candidate(out, counts, rules, cards, 0, suit)
+                holes = range(lo, hi + 1)
+            else:
+                holes = range(missing, missing + 1)
+            for hole in holes if wilds else ():
+                naturals = cards[:hole - lo] + cards[hole - lo + 1:]
+                for w in wilds:
+                    _add_meld_candidate(out, counts, rules, [*naturals, w], hole, suit)
+    return tuple(out.values())
+
+
+@lru_cache(maxsize=1 << 14)
+def rank_melds(rules: Ruleset, rank: int, rank_counts: tuple[int, ...],
+               wild_counts: tuple[int, ...]) -> tuple[MeldCandidate, ...]:
+    """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
+    counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
+    wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
+    out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
+    for pick in product(*(range(n + 1) for n in rank_counts)):
+        k = sum(pick)
+        if k < 2:
+            continue
+        naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
+        if k >= 3:
+            _add_meld_candidate(out, counts, rules, naturals, 0, -1)
+        for w in wilds:
+            _add_meld_candidate(out, counts, rules, [*naturals, w], 0, -1)
+    return tuple(out.values())
+
+
+def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], counts: list[int],
+                        rules: Ruleset, cards: list[int], wild_slot: int, suit: int) -> None:
+    """Record the meld these cards make, with the wild at ``wild_slot`` (0: where the rules put it)."""
+    cards_t = tuple(sorted(cards))
+    if not _fits(counts, cards_t):
+        return
+    meld = placed(cards_t, rules, None)
+    if meld is None:
+        return
+    wild_as: int | None = None
+    if wild_slot and meld.wild_slot != wild_slot:
+        wild_as = slot_card(suit, wild_slot)
+        meld = placed(cards_t, rules, wild_as)
+        if meld is None or meld.wild_slot != wild_slot:
+            return
+    key = (cards_t, wild_as)
+    if key not in out:
+        out[key] = (MeldCards(cards_t, wild_as), meld)
+
+
+@lru_cache(maxsize=1 << 14)
+def meld_additions(rules: Ruleset, meld: Meld, part: tuple[int, ...],
+                   wild_counts: tuple[int, ...]) -> tuple[AddCandidate, ...]:
+    """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
+    of the group's rank) and its wilds, each with the meld it makes."""
+    out: dict[tuple[int, ...], AddCandidate] = {}
+    if meld.is_sequence:
+        counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
+        avail = 0
+        for rank, n in enumerate(part, start=1):
+            if n:
+                avail |= (1 << ACE | 1 << HIGH_ACE) if rank == ACE else 1 << rank
+        _sequence_additions(rules, counts, meld, avail, _present_wilds(counts), out)
+    else:
+        rank = meld.group_rank
+        counts = _partial_counts(part, rank - 1, 13, wild_counts)
+        wilds = [] if meld.wild >= 0 else (
+            ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts))
+        for pick in product(*(range(n + 1) for n in part)):
+            naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
+            if naturals:
+                _add_addition(out, counts, rules, meld, naturals)
+            for w in wilds:
+                _add_addition(out, counts, rules, meld, [*naturals, w])
+    return tuple(out.values())
+
+
+def _sequence_additions(rules: Ruleset, counts: list[int], meld: Meld, avail: int, wilds: list[int],
+                        out: dict[tuple[int, ...], AddCandidate]) -> None:
+    suit = meld.suit
+    nat = meld.mask
+    nlo = (nat & -nat).bit_length() - 1
+    nhi = nat.bit_length() - 1
+    # the meld's own wild 2 may drop into its natural place and free the meld for a new wild
+    home = meld.wild == slot_card(suit, TWO) and not nat >> TWO & 1
+    if home:
+        avail |= 1 << TWO
+    # the final run spans [lo, hi] around the naturals; every slot of it that is not natural yet is
+    # filled from the hand, except at most one: the wild's (and slot 2 when the meld's 2 goes home)
+    inner = [s for s in range(nlo, nhi + 1) if not nat >> s & 1]
+    inner_missing = sum(1 for s in inner if not avail >> s & 1)
+    low: list[int] = []
+    low_missing = 0
+    for lo in range(nlo, 0, -1):
+        if lo < nlo:
+            low.append(lo)
+            low_missing += not avail >> lo & 1
+        if low_missing + inner_missing > 1:
+            break
+        high: list[int] = []
+        high_missing = 0
+        for hi in range(nhi, min(14, lo + 13) + 1):
+            if hi > nhi:
+                high.append(hi)
+                high_missing += not avail >> hi & 1
+            missing = low_missing + inner_missing + high_missing
+            if missing > 1:
+                break
+            fill = low + inner + high
+            if not fill:
+                continue
+            holes = [x for x in fill if not avail >> x & 1] if missing else [0, *fill]
+            for hole in holes:
+                slots = [x for x in fill if x != hole]
+                variants = [slots]
+                if home and TWO in slots:
+                    variants.append([x for x in slots if x != TWO])  # the meld's own 2 fills it
+                for chosen in variants:
+                    naturals = [slot_card(suit, x) for x in chosen]
+                    if not hole or meld.wild >= 0:
+                        _add_addition(out, counts, rules, meld, naturals)
+                    if hole:
+                        for w in wilds:
+                            _add_addition(out, counts, rules, meld, [*naturals, w])
+
+
+def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], rules: Ruleset, meld: Meld,
+                  cards: list[int]) -> None:
+    if not cards:
+        return
+    cards_t = tuple(sorted(cards))
+    if cards_t in out or not _fits(counts, cards_t):
+        return
+    result = extended(meld, cards_t, rules)
+    if result is not None:
+        out[cards_t] = (cards_t, result)
+
+
+# --- the legal plays of the moment ------------------------------------------------------------------
+
+def plays(state: HandState, first_only: bool = False,
+          plans: dict[Action, Meld | None] | None = None) -> list[MeldCards | AddCards]:
+    """Every legal new meld and addition for the seat to act (or the first found, ``first_only``).
+
+    The memoised candidates are structurally valid; what depends on the whole state (the closed
+    pile's top card, a hand emptied or nearly emptied, the lone-discard card) is checked here.
+    ``plans`` receives the meld each listed action makes.
+    """
+    seat = state.to_act
+    rules = state.rules
+    counts = state.counts[seat]
+    size = state.sizes[seat]
+    must = state.must_meld
+    must_natural = must >= 0 and must != JOKER and must % 13 != 1
+    # a move that keeps two cards or more always leaves a legal discard, unless a lone card taken
+    # from the pile is involved: then the state decides
+    simple_from = 2 if state.lone < 0 else 1 << 30
+    wild_counts = (counts[JOKER], counts[1], counts[14], counts[27], counts[40])
+    any_wild = any(wild_counts)
+    out: list[MeldCards | AddCards] = []
+
+    def accept(action: MeldCards | AddCards, meld: Meld, index: int) -> bool:
+        if must >= 0 and must not in action.cards:
             return False
-        cards_t = tuple(sorted(cards))
+        if size - len(action.cards) >= simple_from:
+            return True
         try:
-            meld = make_meld(cards_t, rules)
+            state._check_meld_result(action, meld, index)
         except IllegalActionError:
             return False
-        wild_as: int | None = None
-        if wild_slot and meld.wild_slot != wild_slot:
-            wild_as = slot_card(suit, wild_slot)
-            try:
-                meld = make_meld(cards_t, rules, wild_as)
-            except IllegalActionError:
-                return False
-            if meld.wild_slot != wild_slot:
-                return False
-        key = (cards_t, wild_as)
-        if key in seen:
-            return False
-        seen.add(key)
-        action = MeldCards(cards_t, wild_as)
-        if _accept(state, action, meld, -1):
-            out.append(action)
-            return first_only
-        return False
+        return True
 
-    # sequences: an interval of slots, naturals everywhere but at most one slot (the wild's)
-    for suit in range(4):
-        avail = _avail_mask(counts, suit)
-        if not avail:
-            continue
-        for lo in range(1, 13):
-            missing = 0
-            for hi in range(lo, 15):
-                if not avail >> hi & 1 or (hi == HIGH_ACE and lo == ACE and counts[suit * 13] < 2):
-                    if missing:
-                        break
-                    missing = hi
-                if hi - lo + 1 < 3:
-                    continue
-                slots = list(range(lo, hi + 1))
-                if not missing and consider(_slots_cards(suit, slots), 0, suit):
-                    return out
-                holes = [missing] if missing else slots
-                for hole in holes:
-                    naturals = _slots_cards(suit, [s for s in slots if s != hole])
-                    for w in wilds:
-                        if consider([*naturals, w], hole, suit):
-                            return out
-    # groups: any multiset of one rank (2 naturals at least), with at most one wild
-    if rules.groups:
-        ranks = [ACE, *range(3, 14)] + ([TWO] if rules.groups_of_twos else [])
-        for rank in ranks:
-            per_suit = [counts[s * 13 + rank - 1] for s in range(4)]
-            if sum(per_suit) < 2:
+    suits = [tuple(counts[0:13]), tuple(counts[13:26]), tuple(counts[26:39]), tuple(counts[39:52])]
+    if size >= 3:
+        for suit in range(4):
+            if must_natural and must // 13 != suit:
                 continue
-            group_wilds = [JOKER] if rank == TWO and counts[JOKER] else (
-                [] if rank == TWO else wilds)
-            for pick in product(*(range(n + 1) for n in per_suit)):
-                k = sum(pick)
-                if k < 2:
-                    continue
-                naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
-                if k >= 3 and consider(naturals, 0, -1):
-                    return out
-                for w in group_wilds:
-                    if consider([*naturals, w], 0, -1):
+            suit_counts = suits[suit]
+            if sum(suit_counts) + any_wild < 3:
+                continue
+            for action, meld in suit_melds(rules, suit, suit_counts, wild_counts):
+                if accept(action, meld, -1):
+                    out.append(action)
+                    if plans is not None:
+                        plans[action] = meld
+                    if first_only:
                         return out
-    return out
-
-
-def add_actions(state: HandState, first_only: bool = False) -> list[AddCards]:
-    """Every legal addition to the side's melds for the seat to act."""
-    counts = state.counts[state.to_act]
-    wilds = _wild_types(counts)
-    side_melds = state.melds[state.to_act & 1]
-    out: list[AddCards] = []
-    for index, meld in enumerate(side_melds):
-        seen: set[tuple[int, ...]] = set()
-
-        def consider(cards: list[int], index: int = index, meld: Meld = meld, seen: _Seen = seen) -> bool:
-            return _consider_add(state, counts, meld, index, cards, seen, out) and first_only
-
+        if rules.groups:
+            by_rank = list(zip(*suits, strict=True))  # per rank, its count in each suit
+            need = 3 - any_wild
+            ranks = [must % 13 + 1] if must_natural else [
+                r for r in _GROUP_RANKS[rules.groups_of_twos] if sum(by_rank[r - 1]) >= need]
+            for rank in ranks:
+                rank_counts = by_rank[rank - 1]
+                if sum(rank_counts) < need:
+                    continue
+                for action, meld in rank_melds(rules, rank, rank_counts, wild_counts):
+                    if accept(action, meld, -1):
+                        out.append(action)
+                        if plans is not None:
+                            plans[action] = meld
+                        if first_only:
+                            return out
+    held = int.from_bytes(bytes(counts), "little")  # a byte per card: its count
+    for index, meld in enumerate(state.melds[seat & 1]):
+        takes_wild, touch_bytes = meld.touch()
+        if not held & touch_bytes and not (any_wild and takes_wild):
+            continue  # the hand holds nothing this meld could take
         if meld.is_sequence:
-            suit = meld.suit
-            avail = _avail_mask(counts, suit)
-            nat = meld.mask
-            nlo = (nat & -nat).bit_length() - 1
-            nhi = nat.bit_length() - 1
-            # the meld's own wild 2 may drop into its natural place and free the meld for a new wild
-            home = meld.wild == slot_card(suit, TWO) and not nat >> TWO & 1
-            if home:
-                avail |= 1 << TWO
-            # the final run spans [lo, hi] around the naturals; every slot of it that is not natural
-            # yet is filled from the hand, except at most one: the wild's (and slot 2 when it goes home)
-            inner = [s for s in range(nlo, nhi + 1) if not nat >> s & 1]
-            inner_missing = sum(1 for s in inner if not avail >> s & 1)
-            low: list[int] = []
-            low_missing = 0
-            for lo in range(nlo, 0, -1):
-                if lo < nlo:
-                    low.append(lo)
-                    low_missing += not avail >> lo & 1
-                if low_missing + inner_missing > 1:
-                    break
-                high: list[int] = []
-                high_missing = 0
-                for hi in range(nhi, min(14, lo + 13) + 1):
-                    if hi > nhi:
-                        high.append(hi)
-                        high_missing += not avail >> hi & 1
-                    missing = low_missing + inner_missing + high_missing
-                    if missing > 1:
-                        break
-                    fill = low + inner + high
-                    if not fill:
-                        continue
-                    holes: list[int] = [x for x in fill if not avail >> x & 1] if missing else [0, *fill]
-                    for hole in holes:
-                        slots = [x for x in fill if x != hole]
-                        variants = [slots]
-                        if home and TWO in slots:
-                            variants.append([x for x in slots if x != TWO])  # the meld's 2 fills it
-                        for chosen in variants:
-                            naturals = _slots_cards(suit, chosen)
-                            if (not hole or meld.wild >= 0) and consider(naturals):
-                                return out
-                            if hole:
-                                for w in wilds:
-                                    if consider([*naturals, w]):
-                                        return out
+            if must_natural and must // 13 != meld.suit:
+                continue
+            part = suits[meld.suit]
         else:
             rank = meld.group_rank
-            per_suit = [counts[s * 13 + rank - 1] for s in range(4)]
-            group_wilds = [] if meld.wild >= 0 else ([JOKER] if rank == TWO and counts[JOKER] else (
-                [] if rank == TWO else wilds))
-            for pick in product(*(range(n + 1) for n in per_suit)):
-                naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
-                if naturals and consider(naturals):
+            if must_natural and must % 13 + 1 != rank:
+                continue
+            part = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+        if not any_wild and not any(part):
+            continue
+        for cards_t, result in meld_additions(rules, meld, part, wild_counts):
+            addition = AddCards(index, cards_t)
+            if accept(addition, result, index):
+                out.append(addition)
+                if plans is not None:
+                    plans[addition] = result
+                if first_only:
                     return out
-                for w in group_wilds:
-                    if consider([*naturals, w]):
-                        return out
     return out
 
 
-
-def _consider_add(state: HandState, counts: list[int], meld: Meld, index: int, cards: list[int],
-                  seen: set[tuple[int, ...]], out: list[AddCards]) -> bool:
-    """Record the addition of ``cards`` to meld ``index`` if legal; True when it was recorded."""
-    if not cards or not _fits(counts, cards):
-        return False
-    cards_t = tuple(sorted(cards))
-    if cards_t in seen:
-        return False
-    seen.add(cards_t)
-    try:
-        result = extend_meld(meld, cards_t, state.rules)
-    except IllegalActionError:
-        return False
-    action = AddCards(index, cards_t)
-    if _accept(state, action, result, index):
-        out.append(action)
-        return True
-    return False
+_GROUP_RANKS = {False: [ACE, *range(3, 14)], True: [ACE, TWO, *range(3, 14)]}

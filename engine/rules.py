@@ -70,6 +70,16 @@ class Ruleset:
     #: match wins ("starter"), or another hand is played ("extra_hand")
     tie: TieRule = "starter"
 
+    #: the hash, computed once (rulesets key the engine's memo tables, looked up on every move)
+    _hash: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        values = tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "_hash")
+        object.__setattr__(self, "_hash", hash(values))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     @property
     def deck_size(self) -> int:
         return 104 + self.jokers
@@ -105,16 +115,36 @@ class Ruleset:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {name: getattr(self, name) for name in _FIELD_ORDER}
 
     def override(self, **changes: Any) -> Ruleset:
         unknown = sorted(set(changes) - PARAMETERS)
         if unknown:
             raise RulesetError(f"unknown ruleset parameter(s): {', '.join(unknown)}")
+        wrong = [f"{k} must be {_KIND_NAMES[type(getattr(self, k))]}, not {v!r}" for k, v in changes.items()
+                 if k != "name" and not _same_kind(getattr(self, k), v, k)]
+        if wrong:
+            raise RulesetError(f"ruleset {self.name!r}: " + "; ".join(wrong))
         return dataclasses.replace(self, **changes).check()
 
 
-PARAMETERS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Ruleset))
+_NULLABLE = frozenset({"bonus_royal", "bonus_ace_to_ace"})
+_KIND_NAMES = {bool: "true or false", int: "an integer", str: "a string", type(None): "an integer or null"}
+
+
+def _same_kind(current: object, value: object, field: str) -> bool:
+    """An override has the parameter's type (checked before the frozen dataclass is built)."""
+    if value is None:
+        return field in _NULLABLE
+    if isinstance(current, bool) or isinstance(value, bool):
+        return isinstance(current, bool) and isinstance(value, bool)
+    if current is None:
+        return isinstance(value, int)
+    return isinstance(value, type(current))
+
+
+_FIELD_ORDER: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Ruleset) if f.init)
+PARAMETERS: frozenset[str] = frozenset(_FIELD_ORDER)
 
 _P = Ruleset(name="", target=2000, tie="starter")
 

@@ -28,8 +28,10 @@ from engine.errors import IllegalActionError
 from engine.events import Event
 from engine.melds import Meld, card_values, extend_meld, make_meld
 from engine.rules import CANASTRA, Ruleset
+from engine.view import View
 
 DRAW_PHASE = "draw"
+DISCARDS = tuple(Discard(code) for code in range(NCODES))
 PLAY_PHASE = "play"
 OVER = "hand_over"
 
@@ -42,6 +44,7 @@ class HandState:
     """One hand of Buraco. Seats ``0..players-1``; side 0 is seats 0 and 2, side 1 seats 1 and 3."""
 
     __slots__ = (
+        "_legal",
         "counts",
         "deal",
         "dealer",
@@ -63,8 +66,34 @@ class HandState:
         "stock",
         "to_act",
         "turns",
+        "version",
         "went_out",
     )
+
+    rules: Ruleset
+    players: int
+    deal: Deal
+    dealer: int
+    hand_number: int
+    counts: list[list[int]]
+    sizes: list[int]
+    melds: list[list[Meld]]
+    pile: list[int]
+    stock: list[int]
+    mortos: list[tuple[int, ...] | None]
+    morto_taken: list[bool]
+    morto_to_stock: list[bool]
+    morto_pending: list[int]
+    to_act: int
+    phase: str
+    must_meld: int
+    lone: int
+    went_out: int
+    end_reason: str
+    turns: int
+    history: list[tuple[int, Action]]
+    version: int
+    _legal: tuple[int, list[Action], dict[Action, Meld | None]] | None
 
     def __init__(self, rules: Ruleset, players: int, deal: Deal, dealer: int | None = None,
                  hand_number: int = 1) -> None:
@@ -79,17 +108,17 @@ class HandState:
         if not 0 <= self.dealer < players:
             raise ValueError(f"dealer must be a seat 0..{players - 1}")
         self.hand_number = hand_number
-        self.counts: list[list[int]] = []
+        self.counts = []
         for hand in deal.hands:
             counts = [0] * NCODES
             for c in hand:
                 counts[c] += 1
             self.counts.append(counts)
         self.sizes = [len(h) for h in deal.hands]
-        self.melds: list[list[Meld]] = [[], []]
-        self.pile: list[int] = []
-        self.stock: list[int] = list(reversed(deal.stock))  # the next card to draw is at the end
-        self.mortos: list[tuple[int, ...] | None] = [deal.mortos[0], deal.mortos[1]]
+        self.melds = [[], []]
+        self.pile = []
+        self.stock = list(reversed(deal.stock))  # the next card to draw is at the end
+        self.mortos = [deal.mortos[0], deal.mortos[1]]
         self.morto_taken = [False, False]
         self.morto_to_stock = [False, False]
         self.morto_pending = [-1, -1]  # seat that took it by discarding and has not played since
@@ -100,7 +129,9 @@ class HandState:
         self.went_out = -1
         self.end_reason = ""
         self.turns = 1
-        self.history: list[tuple[int, Action]] = []
+        self.history = []
+        self.version = 0  # counts the changes; a view (and the legal-action memo) is valid for one version
+        self._legal = None
 
     # --- OpenSpiel-style basics ------------------------------------------------------------------
     def current_player(self) -> int:
@@ -115,12 +146,7 @@ class HandState:
         return [totals[side_of(seat)] for seat in range(self.players)]
 
     def clone(self) -> HandState:
-        other = HandState.__new__(HandState)
-        other.rules = self.rules
-        other.players = self.players
-        other.deal = self.deal
-        other.dealer = self.dealer
-        other.hand_number = self.hand_number
+        other = HandState(self.rules, self.players, self.deal, self.dealer, self.hand_number)
         other.counts = [c[:] for c in self.counts]
         other.sizes = self.sizes[:]
         other.melds = [self.melds[0][:], self.melds[1][:]]
@@ -138,6 +164,7 @@ class HandState:
         other.end_reason = self.end_reason
         other.turns = self.turns
         other.history = self.history[:]
+        other.version = self.version
         return other
 
     # --- facts the rules ask about ------------------------------------------------------------------
@@ -161,22 +188,30 @@ class HandState:
     # --- legal actions -------------------------------------------------------------------------------
     def legal_actions(self) -> list[Action]:
         """Every legal action now, without duplicates, in a stable order."""
-        if self.phase == OVER:
-            return []
-        if self.phase == DRAW_PHASE:
-            out: list[Action] = [DRAW]
-            if self._take_pile_problem() is None:
-                out.append(TAKE_PILE)
-            return out
+        cached = self._legal
+        if cached is not None and cached[0] == self.version:
+            return list(cached[1])
+        plans: dict[Action, Meld | None] = {}
         actions: list[Action] = []
-        actions.extend(movegen.meld_actions(self))
-        actions.extend(movegen.add_actions(self))
-        if self.must_meld < 0:
-            counts = self.counts[self.to_act]
-            for code in range(NCODES):
-                if counts[code] and self._discard_problem(code) is None:
-                    actions.append(Discard(code))
-        return actions
+        if self.phase == DRAW_PHASE:
+            actions.append(DRAW)
+            if self._take_pile_problem() is None:
+                actions.append(TAKE_PILE)
+        elif self.phase == PLAY_PHASE:
+            actions.extend(movegen.plays(self, plans=plans))
+            if self.must_meld < 0:
+                counts = self.counts[self.to_act]
+                if self.sizes[self.to_act] > 1 and self.lone < 0:
+                    actions.extend([DISCARDS[code] for code in range(NCODES) if counts[code]])
+                else:
+                    actions.extend([DISCARDS[code] for code in range(NCODES)
+                                    if counts[code] and self._discard_problem(code) is None])
+        for action in actions:
+            if action not in plans:
+                plans[action] = None
+        # remembered for this version of the state, so that applying a listed action skips the checks
+        self._legal = (self.version, actions, plans)
+        return list(actions)
 
     def is_legal(self, action: Action) -> bool:
         try:
@@ -195,7 +230,11 @@ class HandState:
             raise IllegalActionError("HAND_OVER", "the hand is over")
         if seat is not None and seat != self.to_act:
             raise IllegalActionError("NOT_YOUR_TURN", f"it is seat {self.to_act}'s turn, not seat {seat}'s")
-        plan = self._plan(action)
+        cached = self._legal
+        if cached is not None and cached[0] == self.version and action in cached[2]:
+            plan = cached[2][action]  # listed as legal for exactly this state
+        else:
+            plan = self._plan(action)
         actor = self.to_act
         events = self._do(action, plan)
         self.history.append((actor, action))
@@ -226,7 +265,8 @@ class HandState:
         if isinstance(action, MeldCards):
             self._check_holds(action.cards)
             self._check_pile_top(action.cards)
-            meld = make_meld(action.cards, self.rules, action.wild_as)
+            made = movegen.placed(action.cards, self.rules, action.wild_as)
+            meld = made if made is not None else make_meld(action.cards, self.rules, action.wild_as)
             self._check_meld_result(action, meld, -1)
             return meld
         if isinstance(action, AddCards):
@@ -235,7 +275,8 @@ class HandState:
                 raise IllegalActionError("UNKNOWN_MELD", f"the side has no meld number {action.meld}")
             self._check_holds(action.cards)
             self._check_pile_top(action.cards)
-            meld = extend_meld(side_melds[action.meld], action.cards, self.rules)
+            made = movegen.extended(side_melds[action.meld], action.cards, self.rules)
+            meld = made if made is not None else extend_meld(side_melds[action.meld], action.cards, self.rules)
             self._check_meld_result(action, meld, action.meld)
             return meld
         raise TypeError(f"not an action: {action!r}")
@@ -277,21 +318,46 @@ class HandState:
 
     def _finishable_after(self, action: MeldCards | AddCards, meld: Meld, index: int, remaining: int) -> bool:
         side = side_of(self.to_act)
-        if remaining == 0:
-            if self.mortos[side] is not None:
-                return True  # direct batida: the morto comes into the hand
-            melds = self.melds[side][:]
-            if index < 0:
-                melds.append(meld)
-            else:
-                melds[index] = meld
-            return self.rules.go_out_by_meld and self.may_go_out(side, melds)
         if remaining >= 2 and (self.lone < 0 or self._holds_other_than(action.cards, self.lone)):
             return True
-        # a near-empty hand: play it out on a copy (rare, and the hand is tiny)
+        if remaining == 0 and self.mortos[side] is not None:
+            return True  # direct batida: the morto comes into the hand
+        melds = self.melds[side][:]
+        if index < 0:
+            melds.append(meld)
+        else:
+            melds[index] = meld
+        if remaining == 0:
+            return self.rules.go_out_by_meld and self.may_go_out(side, melds)
+        if remaining == 1:
+            counts = self.counts[self.to_act]
+            last = next(c for c in range(NCODES) if counts[c] > action.cards.count(c))
+            return self._last_card_playable(side, last, melds)
+        # two cards or more, all copies of the lone card: play it out on a copy (rare, tiny hand)
         trial = self.clone()
         trial._do(action, meld)
         return trial._any_way_to_finish()
+
+    def _last_card_playable(self, side: int, card: int, melds: list[Meld]) -> bool:
+        """With ``card`` alone in hand (after a meld or addition), can the turn still end legally?"""
+        rules = self.rules
+        morto = self.mortos[side] is not None
+        extensions = [(i, movegen.extended(m, (card,), rules)) for i, m in enumerate(melds)]
+        fits = [(i, e) for i, e in extensions if e is not None]
+        if card != self.lone:
+            if morto:
+                return True  # discarding it takes the morto (indirect batida)
+            if self.has_canastra_to_go_out(side, melds) and not (
+                    rules.no_wild_going_out and rules.go_out_by_meld and is_wild_capable(card) and fits):
+                return True  # discarding it goes out
+        for i, extended_meld in fits:  # adding it empties the hand
+            if morto:
+                return True
+            after = melds[:]
+            after[i] = extended_meld
+            if rules.go_out_by_meld and self.has_canastra_to_go_out(side, after):
+                return True
+        return False
 
     def _holds_other_than(self, removed: tuple[int, ...], card: int) -> bool:
         """After removing ``removed``, does the hand still hold a card other than ``card``?"""
@@ -307,26 +373,45 @@ class HandState:
             for code in range(NCODES):
                 if counts[code] and self._discard_problem(code) is None:
                     return True
-        return bool(movegen.meld_actions(self, first_only=True) or movegen.add_actions(self, first_only=True))
+        return bool(movegen.plays(self, first_only=True))
 
     def _take_pile_problem(self) -> IllegalActionError | None:
         if not self.pile:
             return IllegalActionError("EMPTY_PILE", "the discard pile is empty")
         if not self.rules.closed_pile and not (self.rules.lone_discard and len(self.pile) == 1):
             return None  # the hand grows to two cards or more: a discard is always possible
-        trial = self.clone()
-        trial._do(TAKE_PILE, None)
-        if self.rules.closed_pile:
-            if not (movegen.meld_actions(trial, first_only=True) or movegen.add_actions(trial, first_only=True)):
-                return IllegalActionError(
-                    "PILE_TOP_REQUIRED",
-                    f"the pile is closed: it can be taken only to meld its top card "
-                    f"{to_str(self.pile[-1])} at once, and that is not possible",
-                )
+        # try the take in place and undo it (cheaper than a copy of the whole state)
+        seat, pile = self.to_act, self.pile
+        counts = self.counts[seat]
+        for c in pile:
+            counts[c] += 1
+        self.sizes[seat] += len(pile)
+        self.pile = []
+        self.phase = PLAY_PHASE
+        self.must_meld = pile[-1] if self.rules.closed_pile else -1
+        self.lone = pile[0] if len(pile) == 1 and self.rules.lone_discard else -1
+        try:
+            if self.rules.closed_pile:
+                ok = bool(movegen.plays(self, first_only=True))
+            else:
+                ok = self.lone < 0 or self._any_way_to_finish()
+        finally:
+            for c in pile:
+                counts[c] -= 1
+            self.sizes[seat] -= len(pile)
+            self.pile = pile
+            self.phase = DRAW_PHASE
+            self.must_meld = -1
+            self.lone = -1
+        if ok:
             return None
-        if trial.lone >= 0 and not trial._any_way_to_finish():
-            return IllegalActionError("LONE_DISCARD", "taking this single card would leave no card to discard")
-        return None
+        if self.rules.closed_pile:
+            return IllegalActionError(
+                "PILE_TOP_REQUIRED",
+                f"the pile is closed: it can be taken only to meld its top card "
+                f"{to_str(pile[-1])} at once, and that is not possible",
+            )
+        return IllegalActionError("LONE_DISCARD", "taking this single card would leave no card to discard")
 
     def _discard_problem(self, card: int) -> IllegalActionError | None:
         seat = self.to_act
@@ -359,16 +444,16 @@ class HandState:
         return None
 
     def _playable(self, card: int, side: int) -> bool:
-        for m in self.melds[side]:
-            try:
-                extend_meld(m, (card,), self.rules)
-            except IllegalActionError:
-                continue
-            return True
-        return False
+        return any(movegen.extended(m, (card,), self.rules) is not None for m in self.melds[side])
 
     # --- mutation (only after the checks) ---------------------------------------------------------
+    def touch(self) -> None:
+        """Declare a change made outside ``apply`` (tests and tools that set positions up by hand)."""
+        self.version += 1
+        self._legal = None
+
     def _do(self, action: Action, plan: Meld | None) -> list[Event]:
+        self.version += 1
         seat = self.to_act
         side = side_of(seat)
         counts = self.counts[seat]
@@ -488,8 +573,11 @@ class HandState:
         out = []
         over = self.phase == OVER
         for side in (0, 1):
-            cards = sum(m.value(rules) for m in self.melds[side])
-            bonus = sum(m.bonus(rules) for m in self.melds[side])
+            cards = bonus = 0
+            for m in self.melds[side]:
+                facts = m._facts_for(rules)
+                bonus += facts[1]
+                cards += facts[2]
             going_out = rules.going_out_bonus if self.went_out >= 0 and side_of(self.went_out) == side else 0
             hand = 0
             morto = 0
@@ -507,32 +595,12 @@ class HandState:
         return out
 
     # --- what a seat sees ----------------------------------------------------------------------------
-    def view(self, seat: int | None) -> dict[str, Any]:
-        """Exactly what ``seat`` may see (``None``: a spectator, who sees no hand at all)."""
-        out: dict[str, Any] = {
-            "seat": seat,
-            "players": self.players,
-            "hand_number": self.hand_number,
-            "dealer": self.dealer,
-            "phase": self.phase,
-            "to_act": self.current_player(),
-            "hand_sizes": self.sizes[:],
-            "melds": [[m.to_json(self.rules) for m in side] for side in self.melds],
-            "discard": format_many(self.pile),
-            "stock_count": len(self.stock),
-            "mortos_taken": self.morto_taken[:],
-            "mortos_in_stock": self.morto_to_stock[:],
-            "must_meld": to_str(self.must_meld) if self.must_meld >= 0 else None,
-            "lone_card": to_str(self.lone) if self.lone >= 0 else None,
-            "score": self.score(),
-        }
-        if seat is not None:
-            out["hand"] = format_many(self.hand_of(seat))
-        if self.phase == OVER:
-            out["went_out"] = self.went_out
-            out["end_reason"] = self.end_reason
-            out["hands"] = [format_many(self.hand_of(s)) for s in range(self.players)]
-        return out
+    def view(self, seat: int | None) -> View:
+        """Exactly what ``seat`` may see (``None``: a spectator, who sees no hand at all).
+
+        A read-only mapping computed lazily (``engine/view.py``); ``view(seat).to_dict()`` is a plain dict.
+        """
+        return View(self, seat)
 
     def record_state(self) -> dict[str, Any]:
         """The whole state in the game-record output form (every hand shown)."""

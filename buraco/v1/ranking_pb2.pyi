@@ -52,8 +52,8 @@ class RecordMatchRequest(_message.Message):
         canastras: _builtins.int
         """OPTIONAL. Canastras the player laid or completed."""
         client_ip: _builtins.str
-        """INPUT_ONLY, OPTIONAL. The player's address as the gateway signed it; used only to detect
-        players sharing an address; never returned.
+        """INPUT_ONLY, OPTIONAL. The player's address as the gateway signed it (IPv4 or IPv6); used only
+        to detect players sharing an address; never stored, never returned. Empty: unknown.
         """
         def __init__(
             self,
@@ -89,7 +89,9 @@ class RecordMatchRequest(_message.Message):
 
     @_builtins.property
     def participants(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordMatchRequest.Participant]:
-        """REQUIRED. Every human player; bots are not recorded."""
+        """REQUIRED. Every human player, at most one per seat; bots are not recorded. Outcomes: WON or
+        LOST (one side wins), ABANDONED, or VOID (only with `annulled`).
+        """
 
     @_builtins.property
     def end_time(self) -> _timestamp_pb2.Timestamp:
@@ -137,7 +139,11 @@ class RecordMatchResponse(_message.Message):
         level_up: _builtins.bool
         """True when this match took the player to a new level."""
         @_builtins.property
-        def rating_before(self) -> Global___Rating: ...
+        def rating_before(self) -> Global___Rating:
+            """The player's rating for the match's preset and table size before and after the match; set
+            only when the match was rated.
+            """
+
         @_builtins.property
         def rating_after(self) -> Global___Rating: ...
         def __init__(
@@ -160,9 +166,11 @@ class RecordMatchResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _builtins.int
     RATED_FIELD_NUMBER: _builtins.int
     rated: _builtins.bool
-    """False when ratings were left unchanged (practice, annulled, shared address)."""
+    """False when ratings were left unchanged (practice, annulled, shared address, an empty seat)."""
     @_builtins.property
-    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordMatchResponse.PlayerResult]: ...
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordMatchResponse.PlayerResult]:
+        """One per participant, in the request's order."""
+
     def __init__(
         self,
         *,
@@ -377,10 +385,12 @@ class Rating(_message.Message):
     player: _builtins.str
     """OUTPUT_ONLY. `players/{player}`."""
     preset: _builtins.str
-    """OUTPUT_ONLY. The ruleset preset and table size it is for."""
+    """OUTPUT_ONLY. The ruleset preset (the modality) and table size it is for."""
     players: _builtins.int
     mu: _builtins.float
-    """OUTPUT_ONLY. The model's mean and uncertainty, and the displayed conservative estimate."""
+    """OUTPUT_ONLY. The model's mean and uncertainty, and the displayed conservative estimate
+    `ordinal` = mu - 3 sigma (a new player: mu 25, sigma 8.333, ordinal 0).
+    """
     sigma: _builtins.float
     ordinal: _builtins.float
     matches: _builtins.int
@@ -388,7 +398,11 @@ class Rating(_message.Message):
     match_id: _builtins.str
     """OUTPUT_ONLY. In a history, the match this rating followed."""
     @_builtins.property
-    def update_time(self) -> _timestamp_pb2.Timestamp: ...
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """OUTPUT_ONLY. When it last changed (the end time of the match that changed it); unset for a
+        player never rated.
+        """
+
     def __init__(
         self,
         *,
@@ -588,7 +602,9 @@ class Leaderboard(_message.Message):
         PERIOD_YEARLY: Leaderboard._Period.ValueType  # 5
 
     class Period(_Period, metaclass=_PeriodEnumTypeWrapper):
-        """Over which time."""
+        """Over which time. Periods start at midnight in the service's time zone
+        (BURACO_RANKING_TIME_ZONE); weeks start on Monday.
+        """
 
     PERIOD_UNSPECIFIED: Leaderboard.Period.ValueType  # 0
     PERIOD_ALL_TIME: Leaderboard.Period.ValueType  # 1
@@ -605,20 +621,29 @@ class Leaderboard(_message.Message):
         DESCRIPTOR: _descriptor.EnumDescriptor
         METRIC_UNSPECIFIED: Leaderboard._Metric.ValueType  # 0
         METRIC_XP: Leaderboard._Metric.ValueType  # 1
+        """XP earned in the period (all-time: the player's XP)."""
         METRIC_RATING: Leaderboard._Metric.ValueType  # 2
+        """The rating's ordinal after the player's last rated match in the period, to 2 decimals.
+        Global scope: the rating over every modality for the table size.
+        """
 
     class Metric(_Metric, metaclass=_MetricEnumTypeWrapper):
         """Ranked by what."""
 
     METRIC_UNSPECIFIED: Leaderboard.Metric.ValueType  # 0
     METRIC_XP: Leaderboard.Metric.ValueType  # 1
+    """XP earned in the period (all-time: the player's XP)."""
     METRIC_RATING: Leaderboard.Metric.ValueType  # 2
+    """The rating's ordinal after the player's last rated match in the period, to 2 decimals.
+    Global scope: the rating over every modality for the table size.
+    """
 
     SCOPE_FIELD_NUMBER: _builtins.int
     PRESET_FIELD_NUMBER: _builtins.int
     PERIOD_FIELD_NUMBER: _builtins.int
     METRIC_FIELD_NUMBER: _builtins.int
     AT_FIELD_NUMBER: _builtins.int
+    PLAYERS_FIELD_NUMBER: _builtins.int
     scope: Global___Leaderboard.Scope.ValueType
     """REQUIRED."""
     preset: _builtins.str
@@ -627,6 +652,8 @@ class Leaderboard(_message.Message):
     """REQUIRED."""
     metric: Global___Leaderboard.Metric.ValueType
     """REQUIRED."""
+    players: _builtins.int
+    """REQUIRED when `metric` is RATING: the table size, 2 or 4. Must be 0 for XP."""
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp:
         """OPTIONAL. Which period: the one containing this instant (in the configured time zone);
@@ -641,10 +668,11 @@ class Leaderboard(_message.Message):
         period: Global___Leaderboard.Period.ValueType = ...,
         metric: Global___Leaderboard.Metric.ValueType = ...,
         at: _timestamp_pb2.Timestamp | None = ...,
+        players: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "metric", b"metric", "period", b"period", "preset", b"preset", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "metric", b"metric", "period", b"period", "players", b"players", "preset", b"preset", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -659,21 +687,30 @@ class LeaderboardEntry(_message.Message):
     RANK_FIELD_NUMBER: _builtins.int
     PLAYER_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
+    ACHIEVE_TIME_FIELD_NUMBER: _builtins.int
     rank: _builtins.int
-    """1-based; players with equal values share a rank."""
+    """OUTPUT_ONLY. 1-based and distinct: a higher value ranks first; equal values rank by the
+    earlier `achieve_time`, then by player id.
+    """
     player: _builtins.str
+    """OUTPUT_ONLY. `players/{player}`."""
     value: _builtins.float
-    """The metric's value: XP, or the rating's ordinal."""
+    """OUTPUT_ONLY. The metric's value: XP, or the rating's ordinal (2 decimals)."""
+    @_builtins.property
+    def achieve_time(self) -> _timestamp_pb2.Timestamp:
+        """OUTPUT_ONLY. When the player reached this value: the end time of the match that brought it."""
+
     def __init__(
         self,
         *,
         rank: _builtins.int = ...,
         player: _builtins.str = ...,
         value: _builtins.float = ...,
+        achieve_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["achieve_time", b"achieve_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["player", b"player", "rank", b"rank", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["achieve_time", b"achieve_time", "player", b"player", "rank", b"rank", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -807,7 +844,9 @@ class ListLeaderboardNeighborsResponse(_message.Message):
 
     ENTRIES_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaderboardEntry]: ...
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaderboardEntry]:
+        """Ordered by rank; the player's own entry among them."""
+
     def __init__(
         self,
         *,

@@ -87,8 +87,9 @@ class RankingServiceServicer:
     """
 
     def RecordMatch(self, request, context):
-        """Records a finished match, once per match id: a second call returns the first answer.
-        Service only.
+        """Records a finished match, once per match id: a second call returns the first answer; the same
+        match id with other content is ALREADY_EXISTS. Service only (the game-session service).
+        The XP rules, levels, ratings and what is stored of addresses: docs/ranking.md.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -102,7 +103,8 @@ class RankingServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListXpEvents(self, request, context):
-        """A player's XP history (level-ups included), newest first.
+        """A player's XP history (level-ups included), newest first. A player reads their own; services
+        and admins anyone's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -116,7 +118,7 @@ class RankingServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def BatchGetRatings(self, request, context):
-        """Several players' ratings at once (matchmaking, tournament seeding).
+        """Several players' ratings at once (matchmaking, tournament seeding). Services and admins.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

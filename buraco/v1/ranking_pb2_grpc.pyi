@@ -38,17 +38,20 @@ class RankingServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> RankingServiceAsyncStub: ...
     RecordMatch: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.RecordMatchRequest, _ranking_pb2.RecordMatchResponse]
-    """Records a finished match, once per match id: a second call returns the first answer.
-    Service only.
+    """Records a finished match, once per match id: a second call returns the first answer; the same
+    match id with other content is ALREADY_EXISTS. Service only (the game-session service).
+    The XP rules, levels, ratings and what is stored of addresses: docs/ranking.md.
     """
     GetPlayer: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.GetPlayerRequest, _ranking_pb2.PlayerProfile]
     """A player's profile: XP, level and statistics."""
     ListXpEvents: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.ListXpEventsRequest, _ranking_pb2.ListXpEventsResponse]
-    """A player's XP history (level-ups included), newest first."""
+    """A player's XP history (level-ups included), newest first. A player reads their own; services
+    and admins anyone's.
+    """
     GetRating: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.GetRatingRequest, _ranking_pb2.Rating]
     """A player's rating for a modality and table size."""
     BatchGetRatings: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.BatchGetRatingsRequest, _ranking_pb2.BatchGetRatingsResponse]
-    """Several players' ratings at once (matchmaking, tournament seeding)."""
+    """Several players' ratings at once (matchmaking, tournament seeding). Services and admins."""
     ListRatingHistory: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.ListRatingHistoryRequest, _ranking_pb2.ListRatingHistoryResponse]
     """A player's rating after each match, newest first."""
     ListLeaderboardEntries: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.ListLeaderboardEntriesRequest, _ranking_pb2.ListLeaderboardEntriesResponse]
@@ -64,17 +67,20 @@ class RankingServiceAsyncStub(RankingServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     RecordMatch: _aio.UnaryUnaryMultiCallable[_ranking_pb2.RecordMatchRequest, _ranking_pb2.RecordMatchResponse]  # type: ignore[assignment]
-    """Records a finished match, once per match id: a second call returns the first answer.
-    Service only.
+    """Records a finished match, once per match id: a second call returns the first answer; the same
+    match id with other content is ALREADY_EXISTS. Service only (the game-session service).
+    The XP rules, levels, ratings and what is stored of addresses: docs/ranking.md.
     """
     GetPlayer: _aio.UnaryUnaryMultiCallable[_ranking_pb2.GetPlayerRequest, _ranking_pb2.PlayerProfile]  # type: ignore[assignment]
     """A player's profile: XP, level and statistics."""
     ListXpEvents: _aio.UnaryUnaryMultiCallable[_ranking_pb2.ListXpEventsRequest, _ranking_pb2.ListXpEventsResponse]  # type: ignore[assignment]
-    """A player's XP history (level-ups included), newest first."""
+    """A player's XP history (level-ups included), newest first. A player reads their own; services
+    and admins anyone's.
+    """
     GetRating: _aio.UnaryUnaryMultiCallable[_ranking_pb2.GetRatingRequest, _ranking_pb2.Rating]  # type: ignore[assignment]
     """A player's rating for a modality and table size."""
     BatchGetRatings: _aio.UnaryUnaryMultiCallable[_ranking_pb2.BatchGetRatingsRequest, _ranking_pb2.BatchGetRatingsResponse]  # type: ignore[assignment]
-    """Several players' ratings at once (matchmaking, tournament seeding)."""
+    """Several players' ratings at once (matchmaking, tournament seeding). Services and admins."""
     ListRatingHistory: _aio.UnaryUnaryMultiCallable[_ranking_pb2.ListRatingHistoryRequest, _ranking_pb2.ListRatingHistoryResponse]  # type: ignore[assignment]
     """A player's rating after each match, newest first."""
     ListLeaderboardEntries: _aio.UnaryUnaryMultiCallable[_ranking_pb2.ListLeaderboardEntriesRequest, _ranking_pb2.ListLeaderboardEntriesResponse]  # type: ignore[assignment]
@@ -93,8 +99,9 @@ class RankingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _ranking_pb2.RecordMatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_ranking_pb2.RecordMatchResponse, _abc.Awaitable[_ranking_pb2.RecordMatchResponse]]:
-        """Records a finished match, once per match id: a second call returns the first answer.
-        Service only.
+        """Records a finished match, once per match id: a second call returns the first answer; the same
+        match id with other content is ALREADY_EXISTS. Service only (the game-session service).
+        The XP rules, levels, ratings and what is stored of addresses: docs/ranking.md.
         """
 
     @_abc_1.abstractmethod
@@ -111,7 +118,9 @@ class RankingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _ranking_pb2.ListXpEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_ranking_pb2.ListXpEventsResponse, _abc.Awaitable[_ranking_pb2.ListXpEventsResponse]]:
-        """A player's XP history (level-ups included), newest first."""
+        """A player's XP history (level-ups included), newest first. A player reads their own; services
+        and admins anyone's.
+        """
 
     @_abc_1.abstractmethod
     def GetRating(
@@ -127,7 +136,7 @@ class RankingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _ranking_pb2.BatchGetRatingsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_ranking_pb2.BatchGetRatingsResponse, _abc.Awaitable[_ranking_pb2.BatchGetRatingsResponse]]:
-        """Several players' ratings at once (matchmaking, tournament seeding)."""
+        """Several players' ratings at once (matchmaking, tournament seeding). Services and admins."""
 
     @_abc_1.abstractmethod
     def ListRatingHistory(

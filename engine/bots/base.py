@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from engine.actions import Action, Discard
@@ -15,11 +16,11 @@ class Bot(Protocol):
 
     name: str
 
-    def choose(self, view: dict[str, Any], legal: list[Action]) -> Action:
+    def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
         """The next action: one of ``legal``."""
         ...
 
-    def choose_discard(self, view: dict[str, Any], legal: list[Action]) -> Discard:
+    def choose_discard(self, view: Mapping[str, Any], legal: list[Action]) -> Discard:
         """The card this bot would discard now (``legal`` must contain discards)."""
         ...
 

@@ -8,6 +8,7 @@ chosen legal card. When a closed pile obliges a meld, the bot melds before anyth
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
 from engine.actions import Action, AddCards, Discard, MeldCards, TakePile
@@ -21,7 +22,7 @@ class RandomBot:
         self.melds_this_turn = 0
         self.stopped = False
 
-    def choose(self, view: dict[str, Any], legal: list[Action]) -> Action:
+    def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
         rng = self.rng
         if view["phase"] == "draw":
             self.melds_this_turn = 0
@@ -38,5 +39,5 @@ class RandomBot:
             self.stopped = True
         return rng.choice(discards)
 
-    def choose_discard(self, view: dict[str, Any], legal: list[Action]) -> Discard:
+    def choose_discard(self, view: Mapping[str, Any], legal: list[Action]) -> Discard:
         return self.rng.choice([a for a in legal if isinstance(a, Discard)])

@@ -6,6 +6,7 @@ Modules (each small, each importable on its own):
     auth         JWT identities (player, service, admin), key loading, dev keys, token minting
     logs         structured JSON logs with the request id of the call
     metrics      Prometheus metrics per method and status code
+    tracing      OpenTelemetry tracing across services (off by default)
     ratelimit    per-caller token buckets and stream counters
     interceptor  the server pipeline: request id, auth, limits, metrics, error mapping, shutdown
     validation   request checks that name the field

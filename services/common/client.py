@@ -12,7 +12,7 @@ fixed token or a token function.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -69,11 +69,20 @@ def channel(
     *,
     token: str | Callable[[], str | None] | None = None,
     options: list[tuple[str, Any]] | None = None,
+    interceptors: Sequence[Any] = (),
 ) -> grpc.aio.Channel:
-    """An insecure channel (TLS ends at the mesh or the gateway) that authenticates every call."""
+    """An insecure channel (TLS ends at the mesh or the gateway) that authenticates every call;
+    `interceptors` come after (services.common.tracing's, when tracing is on)."""
     source: Callable[[], str | None] = (lambda: token) if isinstance(token, str) or token is None else token
-    interceptors: Any = [_Outbound(source)]  # grpc-stubs leaves client interceptors untyped
-    return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+    chain: Any = [_Outbound(source), *interceptors]  # grpc-stubs leaves client interceptors untyped
+    return grpc.aio.insecure_channel(address, options=options, interceptors=chain)
+
+
+def balancing(address: str) -> list[tuple[str, Any]] | None:
+    """Channel options for `address`: a `dns:///name:port` target (a headless Service in
+    Kubernetes) spreads calls over every address the name resolves to (round robin); any other
+    target keeps gRPC's default (one connection)."""
+    return [("grpc.lb_policy_name", "round_robin")] if address.startswith("dns:") else None
 
 
 class ServiceTokens:
@@ -95,8 +104,9 @@ class ServiceTokens:
 class Clients:
     """Lazy channels and stubs to the other services."""
 
-    def __init__(self, config: Config, minter: Minter | None) -> None:
+    def __init__(self, config: Config, minter: Minter | None, *, interceptors: Sequence[Any] = ()) -> None:
         self._config = config
+        self._interceptors = tuple(interceptors)
         self._tokens: Callable[[], str | None] = (
             ServiceTokens(minter, config.service) if minter is not None else (lambda: None)
         )
@@ -104,7 +114,10 @@ class Clients:
 
     def channel(self, service: str) -> grpc.aio.Channel:
         if service not in self._channels:
-            self._channels[service] = channel(self._config.addresses[service], token=self._tokens)
+            address = self._config.addresses[service]
+            self._channels[service] = channel(
+                address, token=self._tokens, options=balancing(address), interceptors=self._interceptors
+            )
         return self._channels[service]
 
     @property

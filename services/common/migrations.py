@@ -38,6 +38,11 @@ def alembic_config(service: str, migrations: Path, database: Database) -> Alembi
 
 async def _run(database: Database, config: AlembicConfig, action: Any, *args: Any, **kwargs: Any) -> None:
     async with database.engine.begin() as connection:
+        if database.dialect == "postgresql":
+            # replicas or a release Job may migrate at once: one at a time per service and schema
+            # (the lock ends with the transaction)
+            key = f"buraco-migrate:{config.attributes['service']}:{database.schema or ''}"
+            await connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
         if database.schema and database.dialect == "postgresql":
             await connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"'))
             await connection.execute(text(f'SET search_path TO "{database.schema}"'))

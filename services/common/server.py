@@ -24,20 +24,24 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 
 from services.common import config as config_module
-from services.common import logs, migrations
+from services.common import logs, migrations, tracing
 from services.common.auth import Minter, Verifier, keys_from_config
 from services.common.client import Clients
 from services.common.config import Config, ConfigError
 from services.common.db import Database
 from services.common.interceptor import Limits, Pipeline
 from services.common.metrics import Metrics
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger("buraco.server")
 
@@ -53,6 +57,8 @@ class Deps:
     clients: Clients
     minter: Minter | None
     log: logging.Logger
+    #: The registry served on /metrics: a service's own metrics go here (`registry=deps.registry`).
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
 
 @dataclass(frozen=True)
@@ -74,9 +80,11 @@ class ServiceSpec:
 class Server:
     """One running service. `start()`, then `wait()` or `stop()`."""
 
-    def __init__(self, spec: ServiceSpec, config: Config) -> None:
+    def __init__(self, spec: ServiceSpec, config: Config, *, tracer_provider: TracerProvider | None = None) -> None:
         self.spec = spec
         self.config = config
+        #: OpenTelemetry (services.common.tracing); None: tracing off.
+        self.tracer_provider = tracer_provider
         self.verifier: Verifier
         self.minter: Minter | None
         self.verifier, self.minter = keys_from_config(config)
@@ -95,7 +103,7 @@ class Server:
             ),
         )
         self.db = Database(config.database_url, schema=config.database_schema)
-        self.clients = Clients(config, self.minter)
+        self.clients = Clients(config, self.minter, interceptors=tracing.client_interceptors(tracer_provider))
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.port = 0
         self.metrics_port: int | None = None
@@ -111,7 +119,7 @@ class Server:
         if self.config.migrate_on_start:
             await migrations.upgrade(self.spec.name, self.spec.migrations, self.db)
         server = grpc.aio.server(
-            interceptors=[self.pipeline, *self.spec.interceptors],
+            interceptors=[*tracing.server_interceptors(self.tracer_provider), self.pipeline, *self.spec.interceptors],
             options=[
                 ("grpc.max_receive_message_length", self.config.max_message_bytes),
                 ("grpc.max_send_message_length", SEND_MESSAGE_BYTES),
@@ -119,7 +127,8 @@ class Server:
             ],
         )
         deps = Deps(
-            self.config, self.db, self.clients, self.minter, logging.getLogger(f"buraco.{self.spec.name}")
+            self.config, self.db, self.clients, self.minter, logging.getLogger(f"buraco.{self.spec.name}"),
+            registry=self.metrics.registry,
         )
         self.spec.register(server, deps)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -184,7 +193,15 @@ class Server:
 
 async def serve(spec: ServiceSpec, config: Config) -> None:
     """Run until SIGTERM or SIGINT, then stop gracefully."""
-    server = Server(spec, config)
+    tracer_provider = tracing.provider_from_env(spec.name)
+    try:
+        await _serve(spec, config, tracer_provider)
+    finally:
+        tracing.shutdown(tracer_provider)
+
+
+async def _serve(spec: ServiceSpec, config: Config, tracer_provider: TracerProvider | None) -> None:
+    server = Server(spec, config, tracer_provider=tracer_provider)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stop)

@@ -95,6 +95,7 @@ def position(
     state.morto_to_stock = list(morto_to_stock)
     state.to_act = to_act
     state.phase = phase
+    state.touch()
     return state
 
 

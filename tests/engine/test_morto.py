@@ -72,6 +72,7 @@ def test_one_morto_per_side_in_four_players() -> None:
     s.counts[3] = [0] * 53
     s.counts[3][parse("8D")] = 1
     s.sizes[3] = 1
+    s.touch()
     act(s, 3, do="discard", card="8D")
     assert s.morto_taken == [True, True] and s.sizes[3] == 11 and s.hand_of(3) == sorted(
         parse(c) for c in MORTO_B.split())
@@ -232,6 +233,7 @@ def test_an_unplayed_morto_costs_the_penalty_as_if_not_taken() -> None:
     s.counts[1] = [0] * 53
     s.counts[1][parse("8D")] = 1
     s.sizes[1] = 1
+    s.touch()
     act(s, 1, do="discard", card="8D")
     assert s.is_terminal()
     a, _ = s.score()
@@ -246,6 +248,7 @@ def test_aberto_sujo_has_no_penalty_for_an_unplayed_morto() -> None:
     s.counts[1] = [0] * 53
     s.counts[1][parse("8D")] = 1
     s.sizes[1] = 1
+    s.touch()
     act(s, 1, do="discard", card="8D")
     a, _ = s.score()
     assert a["morto"] == 0 and a["hand"] == -(10 * 5 + 10)  # the morto counts as hand

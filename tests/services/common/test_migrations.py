@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from services.common import migrations
@@ -69,3 +69,25 @@ async def test_services_share_a_database_without_mixing_histories(db_target: Dat
         assert "wallet_idempotency_keys" not in tables and "ranking_idempotency_keys" in tables
     finally:
         await database.dispose()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+async def test_concurrent_migrations_of_one_service_are_serialised(spec: ServiceSpec, postgres_url: str) -> None:
+    """Two replicas (or a release Job and a replica) migrating one PostgreSQL schema at once both
+    succeed. (SQLite has one writer at a time by construction.)"""
+    import asyncio
+    import uuid
+
+    schema = f"test_concurrent_{uuid.uuid4().hex[:12]}"
+    first, second = Database(postgres_url, schema=schema), Database(postgres_url, schema=schema)
+    try:
+        await asyncio.gather(migrations.upgrade(spec.name, spec.migrations, first),
+                             migrations.upgrade(spec.name, spec.migrations, second))
+        assert await migrations.current(spec.name, spec.migrations, first) is not None
+        metadata = _models(spec).metadata  # type: ignore[attr-defined]
+        assert set(metadata.tables) <= await _tables(first)
+    finally:
+        async with first.engine.begin() as connection:
+            await connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        await first.dispose()
+        await second.dispose()

@@ -1,0 +1,168 @@
+"""Engine speed: ``python -m engine.bench`` (``make bench-engine``).
+
+Prints one figure per line as ``bench: NAME VALUE UNIT``:
+
+- hands/s and turns/s of random-legal self-play (the comparison policy of ``engine/bots/random_bot.py``)
+  and of heuristic self-play, on one core, for 2 and 4 players;
+- microseconds per ``legal_actions()`` call (median and p99) on 22-card hands after the morto.
+
+Options: ``--seconds S`` per measurement (default 5), ``--ruleset R`` (default ``fechado``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from engine.actions import Discard, MeldCards
+from engine.bots.base import Bot, make_bot
+from engine.deal import deal_from_seed
+from engine.rules import PRESETS, Ruleset, ruleset_from_spec
+from engine.state import HandState
+
+
+def play_hand(rules: Ruleset, players: int, seed: int, bots: list[Bot]) -> int:
+    """One hand of self-play; returns the number of turns."""
+    state = HandState(rules, players, deal_from_seed(rules, players, seed), dealer=seed % players)
+    while not state.is_terminal():
+        seat = state.to_act
+        action = bots[seat].choose(state.view(seat), state.legal_actions())
+        state.apply(action, seat)
+    return state.turns
+
+
+def hands_per_second(rules: Ruleset, players: int, kind: str, seconds: float) -> tuple[float, float, int]:
+    bots = [make_bot(kind, seed=s) for s in range(players)]
+    hands = turns = 0
+    start = time.process_time()
+    seed = 0
+    while time.process_time() - start < seconds:
+        turns += play_hand(rules, players, seed, bots)
+        hands += 1
+        seed += 1
+    elapsed = time.process_time() - start
+    return hands / elapsed, turns / elapsed, hands
+
+
+def positions_after_morto(rules: Ruleset, count: int, seed: int = 0) -> list[HandState]:
+    """Play-phase positions where the player to act holds 22 cards, having taken the morto.
+
+    Built from real deals: the seat draws, melds its way to an empty hand (taking its morto directly),
+    and the hand is padded from the stock to exactly 22 cards.
+    """
+    rng = random.Random(seed)
+    out: list[HandState] = []
+    attempt = 0
+    while len(out) < count:
+        attempt += 1
+        state = HandState(rules, 2, deal_from_seed(rules, 2, f"bench-{seed}-{attempt}"))
+        state.apply(state.legal_actions()[0])  # draw
+        seat = state.to_act
+        # meld greedily until the morto comes in
+        for _ in range(30):
+            if state.morto_taken[seat & 1] or state.phase != "play":
+                break
+            melds = [a for a in state.legal_actions() if isinstance(a, MeldCards)]
+            if not melds:
+                break
+            state.apply(rng.choice(melds))
+        if not state.morto_taken[seat & 1] or state.phase != "play":
+            # no direct batida from this deal: give the seat its morto as if it had
+            morto = state.mortos[seat & 1]
+            assert morto is not None
+            state.touch()
+            for c in morto:
+                state.counts[seat][c] += 1
+            state.sizes[seat] += len(morto)
+            state.mortos[seat & 1] = None
+            state.morto_taken[seat & 1] = True
+        while state.sizes[seat] < 22 and state.stock:
+            c = state.stock.pop()
+            state.counts[seat][c] += 1
+            state.sizes[seat] += 1
+        while state.sizes[seat] > 22:
+            discard = next(a for a in state.legal_actions() if isinstance(a, Discard))
+            state.counts[seat][discard.card] -= 1
+            state.sizes[seat] -= 1
+            state.stock.append(discard.card)
+            state.touch()
+        state.touch()
+        out.append(state)
+    return out
+
+
+def legal_actions_latency(rules: Ruleset, samples: int) -> tuple[float, float, float]:
+    positions = positions_after_morto(rules, samples)
+    times: list[float] = []
+    sizes: list[int] = []
+    for state in positions:
+        # CPU time of this thread: on a shared machine, time spent waiting for a core is not the engine's
+        t0 = time.thread_time_ns()
+        actions = state.legal_actions()
+        times.append((time.thread_time_ns() - t0) / 1000)
+        sizes.append(len(actions))
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.99) - 1], statistics.mean(sizes)
+
+
+def baseline_mops(seconds: float = 1.0) -> float:
+    """A fixed pure-Python workload (millions of loop steps per CPU second), measured in the same
+    run: figures divided by it compare across machines and across a noisy shared machine."""
+    steps = 0
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        acc: dict[int, int] = {}
+        for i in range(100_000):
+            acc[i & 255] = acc.get(i & 255, 0) + (i ^ (i >> 3))
+        steps += 100_000
+    return steps / (time.process_time() - start) / 1e6
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--ruleset", default="fechado")
+    parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--all-presets", action="store_true", help="also random-legal hands/s for every preset")
+    args = parser.parse_args(argv)
+    rules = ruleset_from_spec(args.ruleset)
+
+    def report(name: str, value: float, unit: str) -> None:
+        print(f"bench: {name} {value:.1f} {unit}", flush=True)
+
+    print(f"# ruleset {rules.name}; CPU time of one core; {'native (mypyc)' if native() else 'pure Python'}")
+    base = baseline_mops()
+    report("python_baseline", base, "Mops/s")
+    kinds = ["random"]
+    try:
+        make_bot("heuristic")
+        kinds.append("heuristic")
+    except ValueError:
+        print("# the heuristic bot is not available", flush=True)
+    for kind in kinds:
+        for players in (2, 4):
+            hps, tps, _ = hands_per_second(rules, players, kind, args.seconds)
+            report(f"{kind}_hands_per_s_{players}p", hps, "hands/s")
+            report(f"{kind}_turns_per_s_{players}p", tps, "turns/s")
+            report(f"{kind}_hands_per_s_{players}p_per_baseline_mops", hps / base, "hands/Mops")
+    if args.all_presets:
+        for name in PRESETS:
+            hps, _, _ = hands_per_second(PRESETS[name], 2, "random", args.seconds / 2)
+            report(f"random_hands_per_s_2p_{name}", hps, "hands/s")
+    median, p99, mean_actions = legal_actions_latency(rules, args.samples)
+    report("legal_actions_22_cards_median", median, "us")
+    report("legal_actions_22_cards_p99", p99, "us")
+    report("legal_actions_22_cards_mean_count", mean_actions, "actions")
+
+
+def native() -> bool:
+    """Whether the engine runs compiled by mypyc (``make engine-native``)."""
+    import engine.state
+
+    return not engine.state.__file__.endswith(".py")
+
+
+if __name__ == "__main__":
+    main()

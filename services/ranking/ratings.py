@@ -1,0 +1,57 @@
+"""Skill ratings: the Weng-Lin Bayesian model (OpenSkill, Plackett-Luce) over sides of one or two
+players (docs/ranking.md, "Ratings"). Pure functions.
+
+Each player has, per modality (ruleset preset) and table size, a belief about their skill: a mean
+`mu` and an uncertainty `sigma` (new players: 25 and 25/3). A match is two teams (the two sides);
+the model moves every player of the winning side up and of the losing side down, by how surprising
+the result was and how uncertain each player is, and shrinks their sigmas. The displayed rating is
+the conservative `ordinal` = mu - 3 sigma (0 for a new player), which rises as a player proves
+themselves. The same update also runs on each player's overall rating for the table size (preset
+`*`, every modality together), which the global rating leaderboards rank.
+
+A player who abandons is rated as having lost, whatever their side did afterwards with a bot in
+the seat: their new rating comes from the same match with their side ranked last. Everyone else is
+rated on the table's result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from openskill.models import PlackettLuce
+
+#: The model with the library's defaults: mu 25, sigma 25/3, beta 25/6, tau 25/300 (a little
+#: uncertainty added before each match, so ratings keep moving for returning players).
+MODEL = PlackettLuce()
+DEFAULT_MU: float = MODEL.mu
+DEFAULT_SIGMA: float = MODEL.sigma
+#: The conservative estimate shown and ranked: mu - ORDINAL_SIGMAS * sigma.
+ORDINAL_SIGMAS = 3.0
+
+
+@dataclass(frozen=True)
+class Skill:
+    mu: float = DEFAULT_MU
+    sigma: float = DEFAULT_SIGMA
+
+    @property
+    def ordinal(self) -> float:
+        return ordinal(self.mu, self.sigma)
+
+
+def ordinal(mu: float, sigma: float) -> float:
+    return mu - ORDINAL_SIGMAS * sigma
+
+
+def rate_sides(sides: list[list[Skill]], winner: int) -> list[list[Skill]]:
+    """New skills after a match between `sides` (two teams, in side order) won by side `winner`."""
+    teams = [[MODEL.create_rating([s.mu, s.sigma]) for s in side] for side in sides]
+    ranks = [0.0 if index == winner else 1.0 for index in range(len(sides))]
+    rated = MODEL.rate(teams, ranks=ranks)
+    return [[Skill(r.mu, r.sigma) for r in team] for team in rated]
+
+
+def win_probability(sides: list[list[Skill]]) -> list[float]:
+    """The model's probability that each side wins."""
+    teams = [[MODEL.create_rating([s.mu, s.sigma]) for s in side] for side in sides]
+    return list(MODEL.predict_win(teams))
