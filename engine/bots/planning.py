@@ -1,9 +1,11 @@
-"""A quick estimate of what a hand can lay down with natural cards.
+"""A quick estimate of what a hand can lay down.
 
-``plan_naturals`` greedily extends the side's melds, then lays new runs of 3+ natural cards per
-suit, then groups of 3+ of one rank (where groups are allowed). It ignores wilds and the order of
-the turn: it is an estimate, cheap enough to run a few times a turn (pile decisions, discards),
-not a move generator. The moves themselves always come from the engine's legal-action list.
+``plan_naturals`` greedily extends the side's melds with natural cards, then lays new runs of 3+
+natural cards per suit, then groups of 3+ of one rank (where groups are allowed), and finally lets
+each wild join two close leftover cards into a new meld. It ignores the order of the turn and the
+wild's exact placement: it is an estimate, cheap enough to run a few times a turn (the pile
+decision, whether the hand can be emptied now), not a move generator. The moves themselves always
+come from the engine's legal-action list.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.bots.reading import TableMeld, slot_card
-from engine.cards import ACE, HIGH_ACE, JOKER, TWO
+from engine.cards import ACE, HIGH_ACE, JOKER, NCODES
 from engine.rules import CANASTRA
+
+_GROUP_RANKS = (ACE, *range(3, 14))
 
 
 @dataclass(slots=True)
@@ -24,23 +28,14 @@ class Plan:
     clean_canastras: int  # of which without a wild
 
 
-def _take(avail: list[int], used: list[int], code: int) -> bool:
-    if avail[code]:
-        avail[code] -= 1
-        used[code] += 1
-        return True
-    return False
-
-
 def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, values: tuple[int, ...],
-                  wilds: bool = False) -> Plan:
-    """What ``counts`` (a hand) can lay down with natural cards, on and beside ``melds``.
+                  wilds: bool = True) -> Plan:
+    """What ``counts`` (a hand) can lay down on and beside ``melds``.
 
-    With ``wilds``, each wild in ``counts`` then joins two close leftover cards (same suit within
-    two ranks, or one rank where groups are allowed) into a new meld.
+    Natural cards first; then, with ``wilds``, each wild in ``counts`` joins two close leftover
+    cards (same suit within two ranks, or one rank where groups are allowed) into a new meld.
     """
     avail = counts[:]
-    used = [0] * len(counts)
     canastras = 0
     clean = 0
     for m in melds:
@@ -51,68 +46,73 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
             progress = True
             while progress:
                 progress = False
-                if wild_slot and (lo > ACE or hi < HIGH_ACE) and _take(avail, used, slot_card(suit, wild_slot)):
-                    mask |= 1 << wild_slot
-                    if hi < HIGH_ACE:
-                        hi += 1
-                        wild_slot = hi
-                    else:
+                if wild_slot and (lo > ACE or hi < HIGH_ACE):
+                    code = slot_card(suit, wild_slot)
+                    if avail[code]:  # the natural card takes the wild's place; the wild moves to an end
+                        avail[code] -= 1
+                        mask |= 1 << wild_slot
+                        if hi < HIGH_ACE:
+                            hi += 1
+                            wild_slot = hi
+                        else:
+                            lo -= 1
+                            wild_slot = lo
+                        size += 1
+                        progress = True
+                if lo > ACE and not mask >> (lo - 1) & 1:
+                    code = slot_card(suit, lo - 1)
+                    if avail[code]:
+                        avail[code] -= 1
                         lo -= 1
-                        wild_slot = lo
-                    size += 1
-                    progress = True
-                if lo > ACE and not mask >> (lo - 1) & 1 and _take(avail, used, slot_card(suit, lo - 1)):
-                    lo -= 1
-                    mask |= 1 << lo
-                    size += 1
-                    progress = True
-                if hi < HIGH_ACE and not mask >> (hi + 1) & 1 and _take(avail, used, slot_card(suit, hi + 1)):
-                    hi += 1
-                    mask |= 1 << hi
-                    size += 1
-                    progress = True
+                        mask |= 1 << lo
+                        size += 1
+                        progress = True
+                if hi < HIGH_ACE and not mask >> (hi + 1) & 1:
+                    code = slot_card(suit, hi + 1)
+                    if avail[code]:
+                        avail[code] -= 1
+                        hi += 1
+                        mask |= 1 << hi
+                        size += 1
+                        progress = True
         else:
-            for suit in range(4):
-                code = suit * 13 + m.rank - 1
-                while _take(avail, used, code):
-                    size += 1
+            rank = m.rank
+            for code in (rank - 1, 13 + rank - 1, 26 + rank - 1, 39 + rank - 1):
+                size += avail[code]
+                avail[code] = 0
         if m.size < CANASTRA <= size:
             canastras += 1
             clean += m.wild < 0
-    # new runs of natural cards, twice (the second copies of the deck can make a second run)
+    # new runs of natural cards, twice (the deck's second copies can make a second run)
     for _ in range(2):
         for suit in range(4):
             base = suit * 13
-            slots = [False] * 15
-            for slot in range(TWO, 14):
-                slots[slot] = avail[base + slot - 1] > 0
-            slots[ACE] = slots[HIGH_ACE] = avail[base] > 0
-            slot = ACE
-            while slot <= HIGH_ACE:
-                if not slots[slot]:
-                    slot += 1
-                    continue
-                end = slot
-                while end + 1 <= HIGH_ACE and slots[end + 1]:
-                    end += 1
-                if end == HIGH_ACE and slot == ACE and avail[base] < 2:
-                    end -= 1  # one ace cannot stand at both ends
-                length = end - slot + 1
+            mask = 0
+            for r in range(1, 13):  # ranks 2..K are slots 2..13
+                if avail[base + r]:
+                    mask |= 1 << (r + 1)
+            if avail[base]:
+                mask |= 1 << ACE | 1 << HIGH_ACE
+            while mask:
+                lo = (mask & -mask).bit_length() - 1
+                x = mask >> lo
+                length = (x ^ (x + 1)).bit_length() - 1
+                mask &= ~(((1 << length) - 1) << lo)
+                if lo == ACE and lo + length - 1 == HIGH_ACE and avail[base] < 2:
+                    length -= 1  # one ace cannot stand at both ends
                 if length >= 3:
-                    for s in range(slot, end + 1):
-                        _take(avail, used, slot_card(suit, s))
+                    for s in range(lo, lo + length):
+                        avail[slot_card(suit, s)] -= 1
                     if length >= CANASTRA:
                         canastras += 1
                         clean += 1
-                slot = end + 1
     if groups:
-        for rank in (ACE, *range(3, 14)):
-            total = sum(avail[s * 13 + rank - 1] for s in range(4))
+        for rank in _GROUP_RANKS:
+            codes = (rank - 1, 13 + rank - 1, 26 + rank - 1, 39 + rank - 1)
+            total = avail[codes[0]] + avail[codes[1]] + avail[codes[2]] + avail[codes[3]]
             if total >= 3:
-                for s in range(4):
-                    code = s * 13 + rank - 1
-                    while _take(avail, used, code):
-                        pass
+                for code in codes:
+                    avail[code] = 0
                 if total >= CANASTRA:
                     canastras += 1
                     clean += 1
@@ -124,16 +124,19 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
             while spare and i + 1 < len(left):
                 c, d = left[i], left[i + 1]
                 if (c // 13 == d // 13 and 0 < d - c <= 2) or (groups and c == d):
-                    w = spare.pop()
-                    for code in (c, d, w):
-                        _take(avail, used, code)
+                    avail[c] -= 1
+                    avail[d] -= 1
+                    avail[spare.pop()] -= 1
                     i += 2
                 else:
                     i += 1
+    used = [0] * NCODES
     count = 0
     value = 0
-    for code, n in enumerate(used):
+    for code in range(NCODES):
+        n = counts[code] - avail[code]
         if n:
+            used[code] = n
             count += n
             value += n * values[code]
     return Plan(used, count, value, canastras, clean)

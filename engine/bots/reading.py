@@ -8,6 +8,7 @@ so that "does this card fit that meld" is a couple of integer tests. It reads on
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -146,7 +147,7 @@ def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     return TableMeld(True, suit, 0, lo, lo + n - 1, mask, wild, wild_slot, n, canastra, tuple(cs))
 
 
-def melds_of(view: dict[str, Any]) -> list[list[TableMeld]]:
+def melds_of(view: Mapping[str, Any]) -> list[list[TableMeld]]:
     return [[read_meld(m["kind"], tuple(m["cards"]), m["canastra"]) for m in side] for side in view["melds"]]
 
 
