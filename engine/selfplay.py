@@ -95,18 +95,30 @@ def play_hand(match: MatchState, bots: Sequence[Bot]) -> int:
     return actions
 
 
+def side_of_bot(bot: int, game: int) -> int:
+    """The side bot ``bot`` (0: the first named) plays in game ``game``: they swap every game."""
+    return (bot + game) % 2
+
+
+def first_dealer(game: int, players: int) -> int:
+    """The first dealer of game ``game``: it moves every two games, so that over each four games
+    (two players) each bot both starts and follows from each side."""
+    return (game // 2) % players
+
+
 def run(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str | int, games: int = 0,
-        hands: int = 0) -> SelfPlayResult:
-    """Play ``games`` matches (or, when ``hands`` > 0, that many single hands) between two bot kinds."""
+        hands: int = 0, min_hands: int = 0) -> SelfPlayResult:
+    """Play ``games`` matches between two bot kinds (more, until ``min_hands`` hands were played),
+    or, when ``hands`` > 0, that many single hands."""
     stats = [BotStats(kinds[0]), BotStats(kinds[1])]
     result = SelfPlayResult(rules, players, stats)
-    count = hands if hands > 0 else games
     started = time.perf_counter()
-    for game in range(count):
-        swap = game % 2  # bot b plays side (b + swap) % 2
+    game = 0
+    while game < (hands if hands > 0 else games) or (hands == 0 and result.hands < min_hands):
+        swap = side_of_bot(0, game)  # bot b plays side (b + swap) % 2
         side_kind = [kinds[swap], kinds[1 - swap]]
         bots: list[Bot] = [make_bot(side_kind[seat & 1], f"{seed}/{game}/{seat}", rules) for seat in range(players)]
-        match = MatchState(rules, players, first_dealer=(game // 2) % players)
+        match = MatchState(rules, players, first_dealer=first_dealer(game, players))
         while match.needs_deal():
             match.start_hand(seed=f"{seed}/{game}/{match.hands_played}")
             result.actions += play_hand(match, bots)
@@ -134,6 +146,7 @@ def run(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str | int, g
                 st.matches += 1
                 st.match_points += match.totals[side]
                 st.matches_won += match.winner == side
+        game += 1
     result.seconds = time.perf_counter() - started
     return result
 
@@ -156,9 +169,9 @@ def report(result: SelfPlayResult, bench: bool = False) -> list[str]:
         if st.matches:
             line += f", average match score {st.match_points / st.matches:.1f}"
         lines.append(line)
-    lines.append(f"played {result.matches} matches, {result.hands} hands, {result.turns} turns, "
-                 f"{result.actions} actions in {result.seconds:.2f} s: {result.hands_per_second:.1f} hands/s, "
-                 f"{result.turns_per_second:.0f} turns/s")
+    played = f"{result.matches} matches, {result.hands} hands" if result.matches else f"{result.hands} single hands"
+    lines.append(f"played {played}, {result.turns} turns, {result.actions} actions in {result.seconds:.2f} s: "
+                 f"{result.hands_per_second:.1f} hands/s, {result.turns_per_second:.0f} turns/s")
     if bench:
         a, b = result.stats
         name = f"{a.kind}_vs_{b.kind}"
@@ -206,14 +219,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument("--hands", type=int, default=0, help="single hands to play instead of matches")
     parser.add_argument("--bots", type=_bots_arg, default=("heuristic", "random"),
                         help="two bot kinds, the first for side 0 in even games: heuristic,random")
+    parser.add_argument("--min-hands", type=int, default=0,
+                        help="with --games: keep playing matches until this many hands were played")
     parser.add_argument("--seed", default="0", help="seeds every deal and every bot")
     parser.add_argument("--bench", action="store_true", help="also print bench: lines")
     args = parser.parse_args(argv)
-    if args.games < 0 or args.hands < 0:
-        parser.error("--games and --hands must not be negative")
-    games = args.games if args.games or args.hands else 100
+    if args.games < 0 or args.hands < 0 or args.min_hands < 0:
+        parser.error("--games, --hands and --min-hands must not be negative")
+    if args.hands and args.min_hands:
+        parser.error("--min-hands goes with --games (matches), not with --hands")
+    games = args.games if args.games or args.hands or args.min_hands else 100
     result = run(args.ruleset, args.players, args.bots, args.seed, games=games if not args.hands else 0,
-                 hands=args.hands)
+                 hands=args.hands, min_hands=args.min_hands)
     for line in report(result, bench=args.bench):
         print(line)
     return 0

@@ -71,6 +71,7 @@ class Turn:
     want_out: bool  # going out now would leave the side ahead (estimated)
     pressed: bool  # the hand may end any time: cards in hand will soon count against the side
     opp_ready: bool  # the opponents may go out
+    next_seat: int
     next_size: int  # cards in the next seat's hand
     emptiable: int = -1  # 1: the hand can be emptied this turn, wilds spent (estimate); -1: not worked out
 
@@ -103,6 +104,7 @@ class HeuristicBot:
     feed_danger = 60.0  # discarding a card that fits an opponent meld
     feed_near_canastra = 3.0  # ... a meld two cards or less from the canastra they lack
     close_hand = 4  # an opponent side that may go out, or nearly, with a hand this small presses us
+    out_when_pressed = True
     close_meld = 6  # "nearly": free of its morto with a meld this long, of the kind it needs
 
     def __init__(self, seed: int | str = 0, rules: Ruleset | None = None) -> None:
@@ -152,24 +154,25 @@ class HeuristicBot:
             self._discarded[s][c] += 1
             if self._known[s][c]:
                 self._known[s][c] -= 1
-        if self._known_any:
-            # cards of theirs that reached the table are no longer in a hand
-            for side, side_melds in enumerate(view["melds"]):
-                now = [0] * NCODES
-                for m in side_melds:
-                    for c in m["cards"]:
-                        now[CODE[c]] += 1
-                old = self._table[side]
-                for c in range(NCODES):
-                    grew = now[c] - old[c]
-                    s = side
-                    while grew > 0 and s < players:
-                        if self._known[s][c]:
-                            self._known[s][c] -= 1
-                            grew -= 1
-                        else:
-                            s += 2
-                self._table[side] = now
+
+    def _forget_laid(self, t: Turn) -> None:
+        """Cards the others took from the pile and have since laid down are no longer in their hands."""
+        for side, side_melds in enumerate(t.melds):
+            now = [0] * NCODES
+            for m in side_melds:
+                for c in m.cards:
+                    now[c] += 1
+            old = self._table[side]
+            for c in range(NCODES):
+                grew = now[c] - old[c]
+                s = side
+                while grew > 0 and s < t.players:
+                    if self._known[s][c]:
+                        self._known[s][c] -= 1
+                        grew -= 1
+                    else:
+                        s += 2
+            self._table[side] = now
 
     # --- reading -------------------------------------------------------------------------------------
     def _read(self, view: Mapping[str, Any], pile: list[int]) -> Turn:
@@ -212,11 +215,13 @@ class HeuristicBot:
             theirs = score[opp]["total"] - avg * sum(sizes[s] for s in range(opp, players, 2))
             if not opp_free:
                 theirs -= rules.morto_penalty
-            want_out = mine > theirs
+            # ahead: go out; behind, in a match to a target, go out before opponents about to (points
+            # count); in a one-hand match only the win counts: play on
+            want_out = mine > theirs or (opp_close and rules.target > 0 and self.out_when_pressed)
         wilds = hand[JOKER] + hand[1] + hand[14] + hand[27] + hand[40]
         return Turn(seat, side, players, hand, int(sizes[seat]), wilds, melds, pile, morto_available,
                     may_go_out, has_clean, want_out, stock <= 2 * players or opp_close, opp_ready,
-                    int(sizes[(seat + 1) % players]))
+                    (seat + 1) % players, int(sizes[(seat + 1) % players]))
 
     def _stage(self, t: Turn) -> str:
         if t.pressed:
@@ -377,48 +382,53 @@ class HeuristicBot:
     def _pick_discard(self, t: Turn, discards: list[Discard]) -> Discard:
         best = discards[0]
         if len(discards) > 1:
+            if self._known_any:
+                self._forget_laid(t)
+            mine: set[int] = set()
+            for m in t.melds[t.side]:
+                mine |= m.fits
+            # what each card would give the opponents' melds, with the pile they would take with it
+            feeds: dict[int, float] = {}
+            pile_counts: list[int] | None = None
+            for m in t.melds[1 - t.side]:
+                fits = m.fits
+                if t.pile and m.is_sequence:
+                    if pile_counts is None:
+                        pile_counts = [0] * NCODES
+                        for p in t.pile:
+                            pile_counts[p] += 1
+                    fits = m.fits_with(pile_counts)
+                weight = self.feed_danger
+                if m.size >= CANASTRA - 2 and not t.opp_ready:
+                    weight *= self.feed_near_canastra  # it may give them the canastra they need
+                for c in fits:
+                    if feeds.get(c, 0.0) < weight:
+                        feeds[c] = weight
             best_cost = 0.0
             for i, d in enumerate(discards):
-                cost = self._discard_cost(t, d.card) + self.rng.random() * 0.01
+                cost = self._discard_cost(t, d.card, mine, feeds) + self.rng.random() * 0.01
                 if i == 0 or cost < best_cost:
                     best, best_cost = d, cost
         self._pile_after_mine = [*t.pile, best.card]
         return best
 
-    def _discard_cost(self, t: Turn, c: int) -> float:
-        """How much discarding ``c`` hurts: its use to us, plus its use to the next opponent."""
+    def _discard_cost(self, t: Turn, c: int, mine: set[int], feeds: dict[int, float]) -> float:
+        """How much discarding ``c`` hurts: its use to us, plus its use to the next opponent.
+
+        ``mine``: the cards that fit the side's melds; ``feeds``: per card, how much it would give
+        the opponents' melds.
+        """
         if t.hand_size == 1:
             return 0.0  # going out, or the indirect batida
         if is_wild_card(c):
             return 500.0
-        cost = -0.3 * self.values[c]  # a card kept costs its value if the hand ends
-        for m in t.melds[t.side]:
-            if m.accepts(c):
-                cost += 120.0
-                break
-        cost += self._closeness(t.hand, c, True)
-        nxt = (t.seat + 1) % t.players
-        danger = 0.0
-        pile_counts: list[int] | None = None
-        for m in t.melds[1 - t.side]:
-            if m.accepts(c):
-                fed = True
-            elif t.pile and m.is_sequence and m.suit == c // 13:
-                if pile_counts is None:
-                    pile_counts = [0] * NCODES
-                    for p in t.pile:
-                        pile_counts[p] += 1
-                fed = m.accepts_with(c, pile_counts)
-            else:
-                fed = False
-            if fed:
-                weight = self.feed_danger
-                if m.size >= CANASTRA - 2 and not t.opp_ready:
-                    weight *= self.feed_near_canastra
-                danger = max(danger, weight)
+        cost = -0.3 * self.values[c] + self._closeness(t.hand, c, True)  # a card kept costs its value
+        if c in mine:
+            cost += 120.0
+        danger = feeds.get(c, 0.0)
         if self._known_any:
-            danger += 0.6 * self._closeness(self._known[nxt], c, False)
-        if self._discarded[nxt][c]:
+            danger += 0.6 * self._closeness(self._known[t.next_seat], c, False)
+        if self._discarded[t.next_seat][c]:
             danger -= 15.0
         return cost + danger * (1.0 + len(t.pile) / 4.0)
 

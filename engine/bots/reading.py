@@ -54,6 +54,7 @@ class TableMeld:
     size: int
     canastra: str  # none, dirty, clean, royal, ace_to_ace
     cards: tuple[int, ...]  # the cards, in table order
+    fits: frozenset[int]  # the natural cards that can be added on their own
 
     @property
     def is_canastra(self) -> bool:
@@ -65,28 +66,7 @@ class TableMeld:
 
     def accepts(self, code: int) -> bool:
         """Can the natural card ``code`` be added on its own (the wild may move to an end)?"""
-        if code == JOKER:
-            return False
-        rank = code % 13 + 1
-        if not self.is_sequence:
-            if rank == TWO:
-                return self.rank == TWO
-            return rank == self.rank
-        if code // 13 != self.suit:
-            return False
-        if rank == ACE:
-            slots: tuple[int, ...] = (ACE, HIGH_ACE)
-        else:
-            slots = (rank,)
-        for slot in slots:
-            if self.mask >> slot & 1:
-                continue
-            if slot == self.lo - 1 or slot == self.hi + 1:
-                return True
-            if self.wild >= 0 and slot == self.wild_slot and (self.lo > ACE or self.hi < HIGH_ACE):
-                return True
-        return False
-
+        return code in self.fits
 
     def accepts_with(self, code: int, extra: list[int]) -> bool:
         """Can ``code`` be added together with some of the natural cards in ``extra`` (counts)?
@@ -94,21 +74,30 @@ class TableMeld:
         For a sequence, the run is first stretched with whatever ``extra`` holds next to its ends;
         this is how a pile's cards help whoever takes it.
         """
-        if self.accepts(code):
+        if code in self.fits:
             return True
         if not self.is_sequence or code == JOKER or code // 13 != self.suit:
             return False
+        return code in self.fits_with(extra)
+
+    def fits_with(self, extra: list[int]) -> frozenset[int]:
+        """The natural cards that fit once the run is stretched with the cards ``extra`` holds."""
+        if not self.is_sequence:
+            return self.fits
         lo, hi, mask = self.lo, self.hi, self.mask
-        base = self.suit * 13
         while lo > ACE and extra[slot_card(self.suit, lo - 1)] and not mask >> (lo - 1) & 1:
             lo -= 1
             mask |= 1 << lo
         while hi < HIGH_ACE and extra[slot_card(self.suit, hi + 1)] and not mask >> (hi + 1) & 1:
             hi += 1
             mask |= 1 << hi
-        rank = code - base + 1
-        slots = (ACE, HIGH_ACE) if rank == ACE else (rank,)
-        return any(not mask >> s & 1 and (s == lo - 1 or s == hi + 1) for s in slots)
+        if lo == self.lo and hi == self.hi:
+            return self.fits
+        out = set(self.fits)
+        for s in (lo - 1, hi + 1):
+            if ACE <= s <= HIGH_ACE and not mask >> s & 1:
+                out.add(slot_card(self.suit, s))
+        return frozenset(out)
 
 
 @lru_cache(maxsize=8192)
@@ -124,7 +113,8 @@ def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
         else:  # a group of 2s: its wild can only be a joker
             rank = TWO
             wilds = [c for c in cs if c == JOKER]
-        return TableMeld(False, -1, rank, 0, 0, 0, wilds[0] if wilds else -1, 0, n, canastra, tuple(cs))
+        fits = frozenset(s * 13 + rank - 1 for s in range(4))
+        return TableMeld(False, -1, rank, 0, 0, 0, wilds[0] if wilds else -1, 0, n, canastra, tuple(cs), fits)
     # a sequence: anchor the slots on a card that can only stand for itself (3..K)
     lo = ACE
     suit = -1
@@ -144,7 +134,12 @@ def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
             mask |= 1 << slot
         else:
             wild, wild_slot = c, slot
-    return TableMeld(True, suit, 0, lo, lo + n - 1, mask, wild, wild_slot, n, canastra, tuple(cs))
+    hi = lo + n - 1
+    slots = {lo - 1, hi + 1}
+    if wild >= 0 and (lo > ACE or hi < HIGH_ACE):
+        slots.add(wild_slot)  # the natural card takes the wild's place; the wild moves to an end
+    fits = frozenset(slot_card(suit, s) for s in slots if ACE <= s <= HIGH_ACE and not mask >> s & 1)
+    return TableMeld(True, suit, 0, lo, hi, mask, wild, wild_slot, n, canastra, tuple(cs), fits)
 
 
 def melds_of(view: Mapping[str, Any]) -> list[list[TableMeld]]:
