@@ -105,6 +105,8 @@ class HeuristicBot:
     feed_near_canastra = 3.0  # ... a meld two cards or less from the canastra they lack
     close_hand = 4  # an opponent side that may go out, or nearly, with a hand this small presses us
     out_when_pressed = True
+    length_weight = 2.0  # per card of the meld after the play: longer melds first
+    shed_value = 0.3  # how much a card's value argues for discarding it (it costs that if the hand ends)
     close_meld = 6  # "nearly": free of its morto with a meld this long, of the kind it needs
 
     def __init__(self, seed: int | str = 0, rules: Ruleset | None = None) -> None:
@@ -345,7 +347,7 @@ class HeuristicBot:
         dirty = had_wild or dirtying > 0
         remaining = t.hand_size - k
         rules = self.rules
-        score = 10.0 * (k - wilds) + 0.5 * natural_value + 2.0 * after
+        score = 10.0 * (k - wilds) + 0.5 * natural_value + self.length_weight * after
         completes = before < CANASTRA <= after
         if completes:
             score += rules.bonus_dirty if dirty else rules.bonus_clean
@@ -422,7 +424,7 @@ class HeuristicBot:
             return 0.0  # going out, or the indirect batida
         if is_wild_card(c):
             return 500.0
-        cost = -0.3 * self.values[c] + self._closeness(t.hand, c, True)  # a card kept costs its value
+        cost = -self.shed_value * self.values[c] + self._closeness(t.hand, c, True)  # a card kept costs its value
         if c in mine:
             cost += 120.0
         danger = feeds.get(c, 0.0)
