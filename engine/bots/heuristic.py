@@ -124,7 +124,7 @@ class HeuristicBot:
         self._known: list[list[int]] = [[0] * NCODES for _ in range(4)]  # taken from the pile, per seat
         self._known_any = False
         self._discarded: list[list[int]] = [[0] * NCODES for _ in range(4)]  # discarded, per seat
-        self._table: list[list[int]] = [[0] * NCODES, [0] * NCODES]  # cards on the table, per side
+        self._table: list[list[int]] = [[0] * NCODES, [0] * NCODES]  # cards seen on the table, per side
         self._stock_seen = -1  # the stock at this seat's previous turn
         self._stale_turns = 0  # own turns in a row at which the stock had not shrunk since the one before
 
@@ -158,23 +158,23 @@ class HeuristicBot:
                 self._known[s][c] -= 1
 
     def _forget_laid(self, t: Turn) -> None:
-        """Cards the others took from the pile and have since laid down are no longer in their hands."""
-        for side, side_melds in enumerate(t.melds):
-            now = [0] * NCODES
-            for m in side_melds:
-                for c in m.cards:
-                    now[c] += 1
-            old = self._table[side]
-            for c in range(NCODES):
-                grew = now[c] - old[c]
-                s = side
-                while grew > 0 and s < t.players:
-                    if self._known[s][c]:
-                        self._known[s][c] -= 1
-                        grew -= 1
-                    else:
-                        s += 2
-            self._table[side] = now
+        """Cards an opponent took from the pile and has since laid down are no longer in its hand."""
+        opp = 1 - t.side
+        now = [0] * NCODES
+        for m in t.melds[opp]:
+            for c in m.cards:
+                now[c] += 1
+        old = self._table[opp]
+        for c in range(NCODES):
+            grew = now[c] - old[c]
+            s = opp
+            while grew > 0 and s < t.players:
+                if self._known[s][c]:
+                    self._known[s][c] -= 1
+                    grew -= 1
+                else:
+                    s += 2
+        self._table[opp] = now
 
     # --- reading -------------------------------------------------------------------------------------
     def _read(self, view: Mapping[str, Any], pile: list[int]) -> Turn:
