@@ -72,7 +72,6 @@ class Turn:
     pressed: bool  # the hand may end any time: cards in hand will soon count against the side
     opp_ready: bool  # the opponents may go out
     next_seat: int
-    next_size: int  # cards in the next seat's hand
     emptiable: int = -1  # 1: the hand can be emptied this turn, wilds spent (estimate); -1: not worked out
 
 
@@ -223,7 +222,7 @@ class HeuristicBot:
         wilds = hand[JOKER] + hand[1] + hand[14] + hand[27] + hand[40]
         return Turn(seat, side, players, hand, int(sizes[seat]), wilds, melds, pile, morto_available,
                     may_go_out, has_clean, want_out, stock <= 2 * players or opp_close, opp_ready,
-                    (seat + 1) % players, int(sizes[(seat + 1) % players]))
+                    (seat + 1) % players)
 
     def _stage(self, t: Turn) -> str:
         if t.pressed:

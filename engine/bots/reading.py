@@ -1,9 +1,10 @@
 """Reading a seat's view: cards back to codes, melds back to their shape, what fits where.
 
 Bots get ``HandState.view(seat)`` (cards as strings, melds as ordered card lists) and nothing else.
-This module turns that into what a bot reasons with: card codes, count vectors, and for each meld
-on the table its shape (a sequence's suit, span of slots, natural slots and wild; a group's rank),
-so that "does this card fit that meld" is a couple of integer tests. It reads only the view.
+This module turns that into what a bot reasons with: card codes, and for each meld on the table its
+shape (a sequence's suit, span of slots, natural slots and wild; a group's rank) and the natural
+cards that would fit it, so that "does this card fit that meld" is a set lookup. Shapes are cached
+per meld (a meld's cards decide its shape). It reads only the view.
 """
 
 from __future__ import annotations
@@ -14,20 +15,12 @@ from functools import lru_cache
 from typing import Any
 
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES, TWO, to_str
-from engine.rules import CANASTRA
 
 CODE: dict[str, int] = {to_str(c): c for c in range(NCODES)}
 
 
 def codes(cards: list[str]) -> list[int]:
     return [CODE[c] for c in cards]
-
-
-def counts_of_view(cards: list[str]) -> list[int]:
-    counts = [0] * NCODES
-    for c in cards:
-        counts[CODE[c]] += 1
-    return counts
 
 
 def slot_card(suit: int, slot: int) -> int:
@@ -54,31 +47,8 @@ class TableMeld:
     size: int
     canastra: str  # none, dirty, clean, royal, ace_to_ace
     cards: tuple[int, ...]  # the cards, in table order
-    fits: frozenset[int]  # the natural cards that can be added on their own
-
-    @property
-    def is_canastra(self) -> bool:
-        return self.size >= CANASTRA
-
-    @property
-    def is_clean(self) -> bool:
-        return self.wild < 0
-
-    def accepts(self, code: int) -> bool:
-        """Can the natural card ``code`` be added on its own (the wild may move to an end)?"""
-        return code in self.fits
-
-    def accepts_with(self, code: int, extra: list[int]) -> bool:
-        """Can ``code`` be added together with some of the natural cards in ``extra`` (counts)?
-
-        For a sequence, the run is first stretched with whatever ``extra`` holds next to its ends;
-        this is how a pile's cards help whoever takes it.
-        """
-        if code in self.fits:
-            return True
-        if not self.is_sequence or code == JOKER or code // 13 != self.suit:
-            return False
-        return code in self.fits_with(extra)
+    fits: frozenset[int]  # the natural cards that can be added on their own (an ace closing an A..A
+    # run is counted in; whether the ruleset allows it is the engine's to say)
 
     def fits_with(self, extra: list[int]) -> frozenset[int]:
         """The natural cards that fit once the run is stretched with the cards ``extra`` holds."""
@@ -146,4 +116,4 @@ def melds_of(view: Mapping[str, Any]) -> list[list[TableMeld]]:
     return [[read_meld(m["kind"], tuple(m["cards"]), m["canastra"]) for m in side] for side in view["melds"]]
 
 
-__all__ = ["CODE", "TableMeld", "codes", "counts_of_view", "is_wild_card", "melds_of", "read_meld", "slot_card"]
+__all__ = ["CODE", "TableMeld", "codes", "is_wild_card", "melds_of", "read_meld", "slot_card"]
