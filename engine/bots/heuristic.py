@@ -7,8 +7,8 @@ weighs depends on the stage of its side's hand (``_stage``):
   the hand quickly; where going out needs a clean canastra, gather cards first (take the pile
   readily: the material makes clean canastras, and it starves the opponents of the pile).
 - ``build``: the morto is taken, the canastra to go out is missing: gather and build.
-- ``out``: the side may go out; it does so when it is ahead, shedding cards and refusing piles
-  that would leave it more cards than they let it lay down.
+- ``out``: the side may go out; it sheds cards and refuses piles that would leave it more cards
+  than they let it lay down.
 - ``pressed``: the hand may end any time (the stock is nearly out, or an opponent who may go out
   holds few cards): lay down everything, wilds included, and take no pile that brings dead cards.
 
@@ -23,8 +23,9 @@ The decisions:
   holds more wilds than it keeps (``keep_wilds``) or when pressed; a wild does not dirty a meld that
   could still become the clean canastra the side needs. Emptying the hand for the morto comes
   before anything else (direct batida).
-- **Go out** when the side may and is ahead on an estimate of both sides' totals; otherwise the bot
-  keeps cards and plays on.
+- **Go out** when the side may and is ahead on an estimate of both sides' totals, or, in a match to
+  a target (where points count, not only the hand), when the opponents are about to go out;
+  otherwise the bot keeps cards and plays on.
 - **Discard** (``_discard_cost``) what is least useful to the hand and to the next opponent: never a
   wild while another card is legal, not a card that fits the opponents' melds (with the pile's
   cards; far worse when it may give them their canastra), nothing next to the cards they took from
@@ -91,9 +92,8 @@ class HeuristicBot:
     }
     pile_per_laid = 8.0  # per card the pile lets the hand lay down at once
     pile_wild = 25.0  # per wild in the pile
-    max_stale_turns = 1  # turns in a row the bot may take the pile while nobody draws
-    wild_spent = 90.0  # the cost of spending a wild where it does not pay (clean canastra needed)
-    wild_spent_sujo = 90.0  # the same where any canastra lets a side go out
+    max_stale_turns = 1  # own turns the stock may stay still before the bot draws instead of taking
+    wild_spent = 90.0  # the cost of spending a wild where it does not pay
     wild_spent_well = 4.0  # ... to complete a canastra, to empty the hand, or when pressed
     keep_wilds = 2  # wilds kept in hand for canastras and batidas; more are spent more freely
     wild_surplus = 12.0
@@ -103,10 +103,10 @@ class HeuristicBot:
     feed_danger = 60.0  # discarding a card that fits an opponent meld
     feed_near_canastra = 3.0  # ... a meld two cards or less from the canastra they lack
     close_hand = 4  # an opponent side that may go out, or nearly, with a hand this small presses us
-    out_when_pressed = True
+    close_meld = 6  # "nearly": free of its morto with a meld this long, of the kind it needs
+    out_when_pressed = True  # in a match to a target, go out before pressing opponents do, even behind
     length_weight = 2.0  # per card of the meld after the play: longer melds first
     shed_value = 0.3  # how much a card's value argues for discarding it (it costs that if the hand ends)
-    close_meld = 6  # "nearly": free of its morto with a meld this long, of the kind it needs
 
     def __init__(self, seed: int | str = 0, rules: Ruleset | None = None) -> None:
         self.rng = random.Random(seed)
@@ -237,7 +237,7 @@ class HeuristicBot:
         if view["phase"] == "draw":
             self._observe(view, pile)
             take = next((a for a in legal if isinstance(a, TakePile)), None)
-            if take is None or self._stale_turns > self.max_stale_turns - 1:
+            if take is None or self._stale_turns >= self.max_stale_turns:
                 return DRAW if DRAW in legal else legal[0]
             return take if self._pile_gain(self._read(view, pile)) > 0 else DRAW
         if len(legal) == 1:
@@ -363,7 +363,7 @@ class HeuristicBot:
             elif completes and (dirty_ok or before == CANASTRA - 1):
                 score -= self.wild_spent_well * wilds
             else:
-                score -= (self.wild_spent if self.clean_needed else self.wild_spent_sujo) * wilds
+                score -= self.wild_spent * wilds
             if dirtying and not had_wild and before >= 4 and self.clean_needed and not t.has_clean \
                     and not t.pressed:
                 score -= self.dirtying

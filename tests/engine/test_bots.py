@@ -162,6 +162,24 @@ def test_the_heuristic_decides_from_the_view_alone(name: str) -> None:
     assert "hand" in read and "discard" in read
 
 
+def test_the_heuristic_forgets_a_hand_when_the_next_one_starts() -> None:
+    """A bot kept for a whole match remembers within a hand only."""
+    rules = ruleset_from_spec({"preset": "aberto", "target": 5000})
+    bots = [HeuristicBot(seat, rules) for seat in range(2)]
+    match = MatchState(rules, 2)
+    match.start_hand(seed="memory")
+    play_hand(match, bots)
+    assert any(any(row) for bot in bots for row in bot._discarded), "nothing was remembered in hand 1"
+    assert match.needs_deal()
+    match.start_hand(seed="memory-2")
+    hand = match.hand
+    assert hand is not None
+    seat = hand.to_act
+    bots[seat].choose(hand.view(seat), hand.legal_actions())
+    assert not any(any(row) for row in bots[seat]._discarded) and not bots[seat]._known_any
+    assert bots[seat]._hand_key == (2, hand.dealer)
+
+
 def test_choose_discard_returns_a_legal_discard() -> None:
     s = position("fechado", ["5S 9D KH JK 2C", "3S 4S 8D"], stock_top="7C")
     s.apply(DRAW, 0)
