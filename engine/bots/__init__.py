@@ -1,11 +1,12 @@
 """Bots: players that see only ``view(seat)`` and the legal actions of the moment.
 
-``make_bot(kind, seed)`` builds one (``"random"`` or ``"heuristic"``); ``bot.choose(view, legal)``
-returns the next action; ``bot.choose_discard(view, legal)`` the discard the bot would make (used by
-the game-session service when a player's time runs out).
+``make_bot(kind, seed, rules=None)`` builds one (``"random"`` or ``"heuristic"``);
+``bot.choose(view, legal)`` returns the next action; ``bot.choose_discard(view, legal)`` the discard
+the bot would make (used by the game-session service when a player's time runs out).
 """
 
-from engine.bots.base import Bot, make_bot
+from engine.bots.base import BOT_KINDS, Bot, make_bot
+from engine.bots.heuristic import HeuristicBot
 from engine.bots.random_bot import RandomBot
 
-__all__ = ["Bot", "RandomBot", "make_bot"]
+__all__ = ["BOT_KINDS", "Bot", "HeuristicBot", "RandomBot", "make_bot"]

@@ -6,6 +6,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from engine.actions import Action, Discard
+from engine.rules import Ruleset
+
+BOT_KINDS = ("random", "heuristic")
 
 
 class Bot(Protocol):
@@ -22,9 +25,18 @@ class Bot(Protocol):
         ...
 
 
-def make_bot(kind: str, seed: int | str = 0) -> Bot:
+def make_bot(kind: str, seed: int | str = 0, rules: Ruleset | None = None) -> Bot:
+    """A bot of ``kind``, deterministic for ``seed``.
+
+    ``rules`` is the table's ruleset (public knowledge); the heuristic bot plays better with it
+    (card values, groups, the clean canastra to go out) and otherwise learns what the table shows.
+    """
     if kind == "random":
         from engine.bots.random_bot import RandomBot
 
         return RandomBot(seed)
+    if kind == "heuristic":
+        from engine.bots.heuristic import HeuristicBot
+
+        return HeuristicBot(seed, rules)
     raise ValueError(f"unknown bot {kind!r}: random or heuristic")

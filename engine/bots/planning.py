@@ -1,0 +1,145 @@
+"""A quick estimate of what a hand can lay down.
+
+``plan_naturals`` greedily extends the side's melds with natural cards, then lays new runs of 3+
+natural cards per suit, then groups of 3+ of one rank (where groups are allowed), and finally lets
+each wild join two close leftover cards into a new meld. It ignores the order of the turn and the
+wild's exact placement: it is an estimate, cheap enough to run a few times a turn (the pile
+decision, whether the hand can be emptied now), not a move generator. The moves themselves always
+come from the engine's legal-action list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.bots.reading import TableMeld, slot_card
+from engine.cards import ACE, HIGH_ACE, JOKER, NCODES
+from engine.rules import CANASTRA
+
+_GROUP_RANKS = (ACE, *range(3, 14))
+
+
+@dataclass(slots=True)
+class Plan:
+    used: list[int]  # per card code: how many copies the plan lays down
+    count: int  # cards laid down
+    value: int  # their point value
+    canastras: int  # melds (new or extended) that reach a canastra
+    clean_canastras: int  # of which without a wild
+
+
+def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, values: tuple[int, ...],
+                  wilds: bool = True) -> Plan:
+    """What ``counts`` (a hand) can lay down on and beside ``melds``.
+
+    Natural cards first; then, with ``wilds``, each wild in ``counts`` joins two close leftover
+    cards (same suit within two ranks, or one rank where groups are allowed) into a new meld.
+    """
+    avail = counts[:]
+    canastras = 0
+    clean = 0
+    for m in melds:
+        size = m.size
+        if m.is_sequence:
+            suit, lo, hi, mask = m.suit, m.lo, m.hi, m.mask
+            wild_slot = m.wild_slot if m.wild >= 0 else 0
+            progress = True
+            while progress:
+                progress = False
+                if wild_slot and (lo > ACE or hi < HIGH_ACE):
+                    code = slot_card(suit, wild_slot)
+                    if avail[code]:  # the natural card takes the wild's place; the wild moves to an end
+                        avail[code] -= 1
+                        mask |= 1 << wild_slot
+                        if hi < HIGH_ACE:
+                            hi += 1
+                            wild_slot = hi
+                        else:
+                            lo -= 1
+                            wild_slot = lo
+                        size += 1
+                        progress = True
+                if lo > ACE and not mask >> (lo - 1) & 1:
+                    code = slot_card(suit, lo - 1)
+                    if avail[code]:
+                        avail[code] -= 1
+                        lo -= 1
+                        mask |= 1 << lo
+                        size += 1
+                        progress = True
+                if hi < HIGH_ACE and not mask >> (hi + 1) & 1:
+                    code = slot_card(suit, hi + 1)
+                    if avail[code]:
+                        avail[code] -= 1
+                        hi += 1
+                        mask |= 1 << hi
+                        size += 1
+                        progress = True
+        else:
+            rank = m.rank
+            for code in (rank - 1, 13 + rank - 1, 26 + rank - 1, 39 + rank - 1):
+                size += avail[code]
+                avail[code] = 0
+        if m.size < CANASTRA <= size:
+            canastras += 1
+            clean += m.wild < 0
+    # new runs of natural cards, twice (the deck's second copies can make a second run)
+    for _ in range(2):
+        for suit in range(4):
+            base = suit * 13
+            mask = 0
+            for r in range(1, 13):  # ranks 2..K are slots 2..13
+                if avail[base + r]:
+                    mask |= 1 << (r + 1)
+            if avail[base]:
+                mask |= 1 << ACE | 1 << HIGH_ACE
+            while mask:
+                lo = (mask & -mask).bit_length() - 1
+                x = mask >> lo
+                length = (x ^ (x + 1)).bit_length() - 1
+                mask &= ~(((1 << length) - 1) << lo)
+                if lo == ACE and lo + length - 1 == HIGH_ACE and avail[base] < 2:
+                    length -= 1  # one ace cannot stand at both ends
+                if length >= 3:
+                    for s in range(lo, lo + length):
+                        avail[slot_card(suit, s)] -= 1
+                    if length >= CANASTRA:
+                        canastras += 1
+                        clean += 1
+    if groups:
+        for rank in _GROUP_RANKS:
+            codes = (rank - 1, 13 + rank - 1, 26 + rank - 1, 39 + rank - 1)
+            total = avail[codes[0]] + avail[codes[1]] + avail[codes[2]] + avail[codes[3]]
+            if total >= 3:
+                for code in codes:
+                    avail[code] = 0
+                if total >= CANASTRA:
+                    canastras += 1
+                    clean += 1
+    if wilds:
+        spare = [JOKER] * avail[JOKER] + [s * 13 + 1 for s in range(4) for _ in range(avail[s * 13 + 1])]
+        if spare:
+            left = [c for c in range(JOKER) if c % 13 != 1 for _ in range(avail[c])]
+            i = 0
+            while spare and i + 1 < len(left):
+                c, d = left[i], left[i + 1]
+                if (c // 13 == d // 13 and 0 < d - c <= 2) or (groups and c == d):
+                    avail[c] -= 1
+                    avail[d] -= 1
+                    avail[spare.pop()] -= 1
+                    i += 2
+                else:
+                    i += 1
+    used = [0] * NCODES
+    count = 0
+    value = 0
+    for code in range(NCODES):
+        n = counts[code] - avail[code]
+        if n:
+            used[code] = n
+            count += n
+            value += n * values[code]
+    return Plan(used, count, value, canastras, clean)
+
+
+__all__ = ["Plan", "plan_naturals"]

@@ -1,0 +1,119 @@
+"""Reading a seat's view: cards back to codes, melds back to their shape, what fits where.
+
+Bots get ``HandState.view(seat)`` (cards as strings, melds as ordered card lists) and nothing else.
+This module turns that into what a bot reasons with: card codes, and for each meld on the table its
+shape (a sequence's suit, span of slots, natural slots and wild; a group's rank) and the natural
+cards that would fit it, so that "does this card fit that meld" is a set lookup. Shapes are cached
+per meld (a meld's cards decide its shape). It reads only the view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from engine.cards import ACE, HIGH_ACE, JOKER, NCODES, TWO, to_str
+
+CODE: dict[str, int] = {to_str(c): c for c in range(NCODES)}
+
+
+def codes(cards: list[str]) -> list[int]:
+    return [CODE[c] for c in cards]
+
+
+def slot_card(suit: int, slot: int) -> int:
+    return suit * 13 + (0 if slot == HIGH_ACE else slot - 1)
+
+
+def is_wild_card(code: int) -> bool:
+    """A joker or any 2 (whether it ends up natural depends on the meld)."""
+    return code == JOKER or code % 13 == 1
+
+
+@dataclass(frozen=True, slots=True)
+class TableMeld:
+    """A meld on the table as a bot reads it from the view."""
+
+    is_sequence: bool
+    suit: int  # sequences: 0..3; groups: -1
+    rank: int  # groups: 1..13; sequences: 0
+    lo: int  # sequences: lowest slot, the wild's included (slot 1 = low ace, 14 = high ace)
+    hi: int  # sequences: highest slot
+    mask: int  # sequences: slots held by natural cards
+    wild: int  # the wild's card code, or -1
+    wild_slot: int  # sequences: the slot the wild stands for; 0 otherwise
+    size: int
+    canastra: str  # none, dirty, clean, royal, ace_to_ace
+    cards: tuple[int, ...]  # the cards, in table order
+    fits: frozenset[int]  # the natural cards that can be added on their own (an ace closing an A..A
+    # run is counted in; whether the ruleset allows it is the engine's to say)
+
+    def fits_with(self, extra: list[int]) -> frozenset[int]:
+        """The natural cards that fit once the run is stretched with the cards ``extra`` holds."""
+        if not self.is_sequence:
+            return self.fits
+        lo, hi, mask = self.lo, self.hi, self.mask
+        while lo > ACE and extra[slot_card(self.suit, lo - 1)] and not mask >> (lo - 1) & 1:
+            lo -= 1
+            mask |= 1 << lo
+        while hi < HIGH_ACE and extra[slot_card(self.suit, hi + 1)] and not mask >> (hi + 1) & 1:
+            hi += 1
+            mask |= 1 << hi
+        if lo == self.lo and hi == self.hi:
+            return self.fits
+        out = set(self.fits)
+        for s in (lo - 1, hi + 1):
+            if ACE <= s <= HIGH_ACE and not mask >> s & 1:
+                out.add(slot_card(self.suit, s))
+        return frozenset(out)
+
+
+@lru_cache(maxsize=8192)
+def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
+    """The shape of a meld from its view form (``cards`` in table order, low to high)."""
+    cs = [CODE[c] for c in cards]
+    n = len(cs)
+    if kind == "group":
+        naturals = [c for c in cs if c != JOKER and c % 13 != 1]
+        if naturals:
+            rank = naturals[0] % 13 + 1
+            wilds = [c for c in cs if c == JOKER or c % 13 == 1]
+        else:  # a group of 2s: its wild can only be a joker
+            rank = TWO
+            wilds = [c for c in cs if c == JOKER]
+        fits = frozenset(s * 13 + rank - 1 for s in range(4))
+        return TableMeld(False, -1, rank, 0, 0, 0, wilds[0] if wilds else -1, 0, n, canastra, tuple(cs), fits)
+    # a sequence: anchor the slots on a card that can only stand for itself (3..K)
+    lo = ACE
+    suit = -1
+    for i, c in enumerate(cs):
+        if c != JOKER and c % 13 >= 2:
+            lo = c % 13 + 1 - i
+            suit = c // 13
+            break
+    if suit < 0:  # only aces, 2s and a joker: A-2 at the bottom
+        suit = next(c // 13 for c in cs if c != JOKER and c % 13 == 0)
+    mask = 0
+    wild = -1
+    wild_slot = 0
+    for i, c in enumerate(cs):
+        slot = lo + i
+        if c == slot_card(suit, slot):
+            mask |= 1 << slot
+        else:
+            wild, wild_slot = c, slot
+    hi = lo + n - 1
+    slots = {lo - 1, hi + 1}
+    if wild >= 0 and (lo > ACE or hi < HIGH_ACE):
+        slots.add(wild_slot)  # the natural card takes the wild's place; the wild moves to an end
+    fits = frozenset(slot_card(suit, s) for s in slots if ACE <= s <= HIGH_ACE and not mask >> s & 1)
+    return TableMeld(True, suit, 0, lo, hi, mask, wild, wild_slot, n, canastra, tuple(cs), fits)
+
+
+def melds_of(view: Mapping[str, Any]) -> list[list[TableMeld]]:
+    return [[read_meld(m["kind"], tuple(m["cards"]), m["canastra"]) for m in side] for side in view["melds"]]
+
+
+__all__ = ["CODE", "TableMeld", "codes", "is_wild_card", "melds_of", "read_meld", "slot_card"]
