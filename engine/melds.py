@@ -83,7 +83,7 @@ def is_run(mask: int) -> bool:
 class Meld:
     """A meld on the table. Immutable: an addition makes a new ``Meld``."""
 
-    __slots__ = ("_facts", "_rules", "_touch", "cards", "group_rank", "is_sequence", "mask", "suit", "wild",
+    __slots__ = ("_facts", "_hash", "_rules", "_touch", "cards", "group_rank", "is_sequence", "mask", "suit", "wild",
                  "wild_slot")
 
     def __init__(self, is_sequence: bool, suit: int, mask: int, group_rank: int,
@@ -98,6 +98,7 @@ class Meld:
         self._rules: Ruleset | None = None  # the ruleset ``_facts`` were computed for
         self._facts: tuple[str, int, int, tuple[str, ...]] = ("", 0, 0, ())
         self._touch: tuple[bool, int] | None = None
+        self._hash = hash((cards, wild_slot))  # melds key the move generator's memo tables
 
     def touch(self) -> tuple[bool, int]:
         """(takes a wild, touch cards as a byte mask over a hand's counts read as one integer).
@@ -201,7 +202,7 @@ class Meld:
                 and self.is_sequence == other.is_sequence)
 
     def __hash__(self) -> int:
-        return hash((self.cards, self.wild_slot))
+        return self._hash
 
     def __repr__(self) -> str:
         kind = "seq" if self.is_sequence else "group"

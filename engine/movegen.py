@@ -283,7 +283,7 @@ def plays(state: HandState, first_only: bool = False,
             if sum(suit_counts) + any_wild < 3:
                 continue
             for action, meld in suit_melds(rules, suit, suit_counts, wild_counts):
-                if accept(action, meld, -1):
+                if (must < 0 and size - len(action.cards) >= simple_from) or accept(action, meld, -1):
                     out.append(action)
                     if plans is not None:
                         plans[action] = meld
@@ -291,15 +291,15 @@ def plays(state: HandState, first_only: bool = False,
                         return out
         if rules.groups:
             by_rank = list(zip(*suits, strict=True))  # per rank, its count in each suit
+            totals = list(map(sum, by_rank))
             need = 3 - any_wild
-            ranks = [must % 13 + 1] if must_natural else [
-                r for r in _GROUP_RANKS[rules.groups_of_twos] if sum(by_rank[r - 1]) >= need]
+            ranks = [must % 13 + 1] if must_natural else _GROUP_RANKS[rules.groups_of_twos]
             for rank in ranks:
-                rank_counts = by_rank[rank - 1]
-                if sum(rank_counts) < need:
+                if totals[rank - 1] < need:
                     continue
+                rank_counts = by_rank[rank - 1]
                 for action, meld in rank_melds(rules, rank, rank_counts, wild_counts):
-                    if accept(action, meld, -1):
+                    if (must < 0 and size - len(action.cards) >= simple_from) or accept(action, meld, -1):
                         out.append(action)
                         if plans is not None:
                             plans[action] = meld
@@ -307,7 +307,7 @@ def plays(state: HandState, first_only: bool = False,
                             return out
     held = int.from_bytes(bytes(counts), "little")  # a byte per card: its count
     for index, meld in enumerate(state.melds[seat & 1]):
-        takes_wild, touch_bytes = meld.touch()
+        takes_wild, touch_bytes = meld._touch or meld.touch()
         if not held & touch_bytes and not (any_wild and takes_wild):
             continue  # the hand holds nothing this meld could take
         if meld.is_sequence:
@@ -323,7 +323,7 @@ def plays(state: HandState, first_only: bool = False,
             continue
         for cards_t, result in meld_additions(rules, meld, part, wild_counts):
             addition = AddCards(index, cards_t)
-            if accept(addition, result, index):
+            if (must < 0 and size - len(cards_t) >= simple_from) or accept(addition, result, index):
                 out.append(addition)
                 if plans is not None:
                     plans[addition] = result
