@@ -142,6 +142,14 @@ def check_state(state: HandState, rng: random.Random, events: list[Event]) -> No
         return
     legal = state.legal_actions()
     assert legal, "a player must always have a legal action"
+    # the meld each listed action will make is the one the placement rules give its cards
+    assert state._legal is not None
+    for action, plan in state._legal[2].items():
+        if isinstance(action, MeldCards):
+            assert plan == make_meld(action.cards, state.rules, action.wild_as), action
+        elif isinstance(action, AddCards):
+            assert plan == extend_meld(state.melds[side_of(state.to_act)][action.meld], action.cards,
+                                       state.rules), action
     assert len(legal) == len(set(legal)), "legal_actions has duplicates"
     for action in rng.sample(legal, min(len(legal), 6)):
         trial = state.clone()
