@@ -103,7 +103,8 @@ class TableModel:
     last_hand_end: game_session_pb2.HandEnded | None = None
     match_end: game_session_pb2.MatchEnded | None = None
     annulment: game_session_pb2.AnnulmentProposed | None = None
-    messages: list[str] = field(default_factory=list)  # one line per event, for people
+    messages: list[str] = field(default_factory=list)  # one line per event, for people (the last 200)
+    said: int = 0  # lines said so far (messages keeps the last ones)
 
     # --- reading ------------------------------------------------------------------------------
     def seat_name(self, seat: int) -> str:
@@ -146,6 +147,7 @@ class TableModel:
 
     def _say(self, line: str) -> None:
         self.messages.append(line)
+        self.said += 1
         del self.messages[:-200]
 
     def _load(self, snap: game_session_pb2.TableSnapshot) -> None:
