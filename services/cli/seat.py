@@ -57,7 +57,31 @@ class Timing:
     """When each action was sent, to measure the time until its first event arrives on the stream."""
 
     pending: dict[int, float] = field(default_factory=dict)  # first event seq -> send time
-    latencies: list[float] = field(default_factory=list)
+    samples: list[tuple[float, float]] = field(default_factory=list)  # (send time, latency), perf_counter
+
+
+class ChannelPool:
+    """Channels shared by many connections (a few HTTP/2 connections per address, round robin)."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._channels: dict[str, list[grpc.aio.Channel]] = {}
+        self._next = 0
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        channels = self._channels.setdefault(address, [])
+        if len(channels) < self.size:
+            # a distinct option keeps grpc from sharing one subchannel between them
+            channels.append(grpc.aio.insecure_channel(address, options=[("grpc.channel_pool_index", len(channels))]))
+            return channels[-1]
+        self._next += 1
+        return channels[self._next % len(channels)]
+
+    async def close(self) -> None:
+        for channels in self._channels.values():
+            for channel in channels:
+                await channel.close(None)
+        self._channels.clear()
 
 
 class TableConnection:
@@ -70,6 +94,7 @@ class TableConnection:
         table: str,
         on_event: Callable[[game_session_pb2.TableEvent], None] | None = None,
         retry_seconds: float = 30.0,
+        channels: ChannelPool | None = None,
     ) -> None:
         self.address = address
         self.metadata = (("authorization", f"Bearer {token}"),)
@@ -77,6 +102,7 @@ class TableConnection:
         self.model = TableModel(table)
         self.on_event = on_event
         self.retry_seconds = retry_seconds
+        self.channels = channels
         self.timing: Timing | None = None
         self.received: list[game_session_pb2.TableEvent] = []  # every event applied, in order
         self.keep_received = False
@@ -94,12 +120,15 @@ class TableConnection:
     @property
     def stub(self) -> game_session_pb2_grpc.GameSessionServiceAsyncStub:
         if self._stub is None or self._channel_address != self.address:
-            if self._channel is not None:
-                old = self._channel
-                asyncio.get_running_loop().create_task(old.close(None))
-            self._channel = grpc.aio.insecure_channel(self.address)
+            if self.channels is not None:
+                self._stub = game_session_pb2_grpc.GameSessionServiceStub(self.channels.get(self.address))
+            else:
+                if self._channel is not None:
+                    old = self._channel
+                    asyncio.get_running_loop().create_task(old.close(None))
+                self._channel = grpc.aio.insecure_channel(self.address)
+                self._stub = game_session_pb2_grpc.GameSessionServiceStub(self._channel)
             self._channel_address = self.address
-            self._stub = game_session_pb2_grpc.GameSessionServiceStub(self._channel)
         return self._stub
 
     def _redirect(self, error: grpc.aio.AioRpcError) -> None:
@@ -162,7 +191,8 @@ class TableConnection:
             self.received.append(event)
         timing = self.timing
         if timing is not None and timing.pending and event.seq in timing.pending:
-            timing.latencies.append(time.perf_counter() - timing.pending.pop(event.seq))
+            sent = timing.pending.pop(event.seq)
+            timing.samples.append((sent, time.perf_counter() - sent))
         if self.on_event is not None:
             self.on_event(event)
         self._ready.set()
