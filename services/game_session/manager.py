@@ -92,6 +92,8 @@ class Manager:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self.stopping = False
+        #: False only in tests that simulate a crash: the leases then run out instead.
+        self.release_on_stop = True
         #: Called after a change that ended a match wrote outbox rows (wakes the deliverer).
         self.on_outbox: Callable[[], None] = lambda: None
         self.events_total = Counter(
@@ -131,6 +133,8 @@ class Manager:
         for task in list(self._tasks):
             task.cancel()
         await self.writer.stop()
+        if not self.release_on_stop:
+            return
         try:
             released = await store.release(self.db, self.owner_id)
             log.info("leases released", extra={"fields": {"tables": released}})
