@@ -1,4 +1,5 @@
-"""The matchmaking service as it stands: served, fuzzed, and its RPCs pending issue #7."""
+"""The matchmaking service as a process: served, fuzzed, stopped; the RPCs still to build answer
+UNIMPLEMENTED."""
 
 from pathlib import Path
 
@@ -9,7 +10,22 @@ from tests.services.service_checks import check_service_process, check_unbuilt_r
 SERVICE = matchmaking_pb2.DESCRIPTOR.services_by_name["MatchmakingService"]
 
 #: RPCs whose bodies issue #7 has not built yet; take each off as it lands.
-UNBUILT = [method.name for method in SERVICE.methods]
+UNBUILT = [
+    method.name
+    for method in SERVICE.methods
+    if "Lobby" in method.name
+    or method.name
+    in (
+        "UpdateLobbyTable",
+        "SitDown",
+        "StandUp",
+        "InviteToTable",
+        "FillWithBots",
+        "SetReady",
+        "StartMatch",
+        "RequestRematch",
+    )
+]
 
 
 async def test_unbuilt_rpcs_answer_unimplemented(tmp_path: Path) -> None:
