@@ -428,6 +428,11 @@ class Service:
         self.clock.advance(seconds)
         await self.settle()
 
+    async def retries(self, times: int = 6) -> None:
+        """Lets `times` rounds of retries run: each moves the clock past the longest backoff."""
+        for _ in range(times):
+            await self.advance(2 * FAST.max_retry_seconds)
+
     async def ticket(
         self,
         player: str,
