@@ -4,25 +4,21 @@ call core, build the reply; errors are mapped by the server pipeline).
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 import grpc
 
 from buraco.v1 import common_pb2, matchmaking_pb2, matchmaking_pb2_grpc
-from engine.errors import RulesetError
-from engine.rules import PARAMETERS, PRESETS, ruleset_from_spec
+from engine.rules import PRESETS
 from services.common import validation as check
 from services.common.auth import Identity, Kind, current_identity
-from services.common.errors import InvalidArgumentError, not_built
 from services.common.server import Deps
-from services.matchmaking.core import Core, Preferences, Viewer
+from services.matchmaking.core import Core, Viewer
+from services.matchmaking.lobby import UPDATABLE, Filters, Lobby
+from services.matchmaking.options import check_preferences, check_table_options
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
-ISSUE = 7
-#: The largest bet a table takes (the wallet's own limit per stake is far above).
-MAX_BET_CHIPS = 10**12
 
 
 def viewer_of(identity: Identity) -> Viewer:
@@ -34,68 +30,11 @@ def acting_player(identity: Identity) -> str:
     return identity.require_player()
 
 
-def check_preferences(p: matchmaking_pb2.MatchPreferences, field: str) -> Preferences:
-    check.require(p.preset in PRESETS, f"{field}.preset", f"one of {', '.join(PRESETS)}")
-    check.require(p.players in (2, 4), f"{field}.players", "must be 2 or 4")
-    check.enum(p.length, f"{field}.length", common_pb2.MatchLength.DESCRIPTOR)
-    if p.length == common_pb2.MATCH_LENGTH_POINTS:
-        check.int_range(p.target_points, f"{field}.target_points", 505, 3005)
-    else:
-        check.require(p.target_points == 0, f"{field}.target_points", "must be 0 for an express match")
-    check.enum(p.mode, f"{field}.mode", common_pb2.TableMode.DESCRIPTOR)
-    if p.mode == common_pb2.TABLE_MODE_COMPETITIVE:
-        check.int_range(p.bet_chips, f"{field}.bet_chips", 1, MAX_BET_CHIPS)
-    else:
-        check.require(p.bet_chips == 0, f"{field}.bet_chips", "must be 0 at practice tables (no chips)")
-    return Preferences(p.preset, p.players, p.length, p.target_points, p.mode, p.bet_chips)
-
-
-def _override(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw  # a bare word
-
-
-def check_table_options(options: common_pb2.TableOptions, field: str) -> common_pb2.TableOptions:
-    """A lobby table's options, checked as the game-session service checks them."""
-    out = common_pb2.TableOptions()
-    out.CopyFrom(options)
-    preset = options.ruleset.preset
-    check.require(preset in PRESETS, f"{field}.ruleset.preset", f"one of {', '.join(PRESETS)}")
-    check.require(options.players in (2, 4), f"{field}.players", "must be 2 or 4")
-    check.enum(options.length, f"{field}.length", common_pb2.MatchLength.DESCRIPTOR)
-    if options.length == common_pb2.MATCH_LENGTH_POINTS:
-        check.int_range(options.target_points, f"{field}.target_points", 505, 3005)
-    else:
-        check.require(options.target_points == 0, f"{field}.target_points", "must be 0 for an express match")
-    check.enum(options.mode, f"{field}.mode", common_pb2.TableMode.DESCRIPTOR)
-    if options.mode == common_pb2.TABLE_MODE_COMPETITIVE:
-        check.int_range(options.bet_chips, f"{field}.bet_chips", 1, MAX_BET_CHIPS)
-    else:
-        check.require(options.bet_chips == 0, f"{field}.bet_chips", "must be 0 at practice tables (no chips)")
-    if options.draw_seconds:
-        check.int_range(options.draw_seconds, f"{field}.draw_seconds", 5, 300)
-    if options.play_seconds:
-        check.int_range(options.play_seconds, f"{field}.play_seconds", 5, 600)
-    spec: dict[str, Any] = {"preset": preset}
-    for key in sorted(options.ruleset.overrides):
-        path = f"{field}.ruleset.overrides[{key[:40]!r}]"
-        check.require(key in PARAMETERS and key != "name", path, "not a ruleset parameter")
-        check.require(key != "target", path, "set the match length with length and target_points")
-        spec[key] = _override(options.ruleset.overrides[key])
-    spec["target"] = options.target_points if options.length == common_pb2.MATCH_LENGTH_POINTS else 0
-    try:
-        ruleset_from_spec(spec)
-    except (RulesetError, TypeError, ValueError) as error:
-        raise InvalidArgumentError(f"{field}.ruleset", str(error)[:200]) from None
-    return out
-
-
 class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
-    def __init__(self, deps: Deps, core: Core) -> None:
+    def __init__(self, deps: Deps, core: Core, lobby: Lobby) -> None:
         self.deps = deps
         self.core = core
+        self.lobby = lobby
 
     # -- tickets ----------------------------------------------------------------------------------
 
@@ -183,66 +122,144 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
 
     # -- the lobby --------------------------------------------------------------------------------
 
+    def _lobby_id(self, name: str, field: str = "name") -> str:
+        return check.resource_id(name, field, "lobbyTables")
+
     async def CreateLobbyTable(
         self, request: matchmaking_pb2.CreateLobbyTableRequest, context: Context
     ) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/CreateLobbyTable", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        check.request_id(request.request_id)
+        check.message(request, "lobby_table")
+        check.message(request.lobby_table, "options", "lobby_table.options")
+        options = check_table_options(request.lobby_table.options, "lobby_table.options")
+        return await self.lobby.create(identity.principal, request, player, options)
 
     async def GetLobbyTable(
         self, request: matchmaking_pb2.GetLobbyTableRequest, context: Context
     ) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/GetLobbyTable", ISSUE)
+        identity = current_identity()
+        return await self.lobby.get(self._lobby_id(request.name), viewer_of(identity))
 
     async def ListLobbyTables(
         self, request: matchmaking_pb2.ListLobbyTablesRequest, context: Context
     ) -> matchmaking_pb2.ListLobbyTablesResponse:
-        raise not_built("buraco.v1.MatchmakingService/ListLobbyTables", ISSUE)
+        identity = current_identity()
+        size = check.page_size(request.page_size, default=20, maximum=100)
+        token = check.page_token(request.page_token)
+        after = token.get("after")
+        check.require(after is None or isinstance(after, str), "page_token", "not a page token of this service")
+        return await self.lobby.list_tables(viewer_of(identity), _filters(request), size, after)
 
     async def UpdateLobbyTable(
         self, request: matchmaking_pb2.UpdateLobbyTableRequest, context: Context
     ) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/UpdateLobbyTable", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        check.request_id(request.request_id)
+        check.message(request, "lobby_table")
+        table = self._lobby_id(request.lobby_table.name, "lobby_table.name")
+        check.message(request, "update_mask")
+        paths = list(request.update_mask.paths)
+        check.require(bool(paths), "update_mask", "required: the options to change, e.g. options.bet_chips")
+        for i, path in enumerate(paths):
+            check.require(path in UPDATABLE, f"update_mask.paths[{i}]", f"one of {', '.join(sorted(UPDATABLE))}")
+        return await self.lobby.update_options(identity.principal, request, table, player, paths)
 
     async def SitDown(self, request: matchmaking_pb2.SitDownRequest, context: Context) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/SitDown", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        table = self._lobby_id(request.name)
+        check.request_id(request.request_id)
+        seat = None
+        if request.HasField("seat"):
+            seat = check.int_range(request.seat, "seat", 0, 3)
+        return await self.lobby.sit(identity.principal, request, table, player, seat)
 
     async def StandUp(self, request: matchmaking_pb2.StandUpRequest, context: Context) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/StandUp", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        table = self._lobby_id(request.name)
+        check.request_id(request.request_id)
+        return await self.lobby.stand(identity.principal, request, table, player)
 
     async def LeaveLobbyTable(
         self, request: matchmaking_pb2.LeaveLobbyTableRequest, context: Context
     ) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/LeaveLobbyTable", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        table = self._lobby_id(request.name)
+        check.request_id(request.request_id)
+        return await self.lobby.leave(identity.principal, request, table, player)
 
     async def InviteToTable(
         self, request: matchmaking_pb2.InviteToTableRequest, context: Context
     ) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/InviteToTable", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        table = self._lobby_id(request.name)
+        check.request_id(request.request_id)
+        invitee = check.player(request.player, "player")
+        check.require(invitee != player, "player", "the chief needs no invitation")
+        return await self.lobby.invite(identity.principal, request, table, player, invitee)
 
     async def FillWithBots(
         self, request: matchmaking_pb2.FillWithBotsRequest, context: Context
     ) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/FillWithBots", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        table = self._lobby_id(request.name)
+        check.request_id(request.request_id)
+        check.enum(request.level, "level", common_pb2.BotLevel.DESCRIPTOR, required=False)
+        level = request.level or common_pb2.BOT_LEVEL_MEDIUM
+        return await self.lobby.fill_with_bots(identity.principal, request, table, player, level)
 
     async def SetReady(self, request: matchmaking_pb2.SetReadyRequest, context: Context) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/SetReady", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        table = self._lobby_id(request.name)
+        check.request_id(request.request_id)
+        return await self.lobby.set_ready(identity.principal, request, table, player, request.ready)
 
     async def StartMatch(
         self, request: matchmaking_pb2.StartMatchRequest, context: Context
     ) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/StartMatch", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        table = self._lobby_id(request.name)
+        check.request_id(request.request_id)
+        return await self.lobby.start(identity.principal, request, table, player)
 
     async def RequestRematch(
         self, request: matchmaking_pb2.RequestRematchRequest, context: Context
     ) -> matchmaking_pb2.LobbyTable:
-        raise not_built("buraco.v1.MatchmakingService/RequestRematch", ISSUE)
+        identity = current_identity()
+        player = acting_player(identity)
+        table = self._lobby_id(request.name)
+        check.request_id(request.request_id)
+        return await self.lobby.request_rematch(identity.principal, request, table, player)
 
-    def WatchLobbyTable(
+    async def WatchLobbyTable(
         self, request: matchmaking_pb2.WatchLobbyTableRequest, context: Context
     ) -> AsyncIterator[matchmaking_pb2.LobbyTable]:
-        raise not_built("buraco.v1.MatchmakingService/WatchLobbyTable", ISSUE)
+        identity = current_identity()
+        table = self._lobby_id(request.name)
+        async for update in self.lobby.watch(table, viewer_of(identity)):
+            yield update
 
-    def WatchLobby(
+    async def WatchLobby(
         self, request: matchmaking_pb2.WatchLobbyRequest, context: Context
     ) -> AsyncIterator[matchmaking_pb2.LobbyUpdate]:
-        raise not_built("buraco.v1.MatchmakingService/WatchLobby", ISSUE)
+        identity = current_identity()
+        async for update in self.lobby.watch_lobby(viewer_of(identity), _filters(request)):
+            yield update
+
+
+def _filters(request: matchmaking_pb2.ListLobbyTablesRequest | matchmaking_pb2.WatchLobbyRequest) -> Filters:
+    if request.preset:
+        check.require(request.preset in PRESETS, "preset", f"one of {', '.join(PRESETS)}")
+    check.require(request.players in (0, 2, 4), "players", "2 or 4 (0: any)")
+    check.enum(request.mode, "mode", common_pb2.TableMode.DESCRIPTOR, required=False)
+    check.require(request.max_bet_chips >= 0, "max_bet_chips", "must not be negative")
+    return Filters(request.preset, request.players, request.mode, request.max_bet_chips, request.only_with_free_seat)

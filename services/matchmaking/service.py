@@ -16,6 +16,7 @@ from services.common.server import Deps, ServiceSpec
 from services.matchmaking import api, models
 from services.matchmaking import settings as settings_module
 from services.matchmaking.core import Clock, Core
+from services.matchmaking.lobby import Lobby
 from services.matchmaking.loop import Loop
 from services.matchmaking.ports import Platform
 from services.matchmaking.remote import GrpcPlatform
@@ -57,7 +58,9 @@ def registrar(
         sagas = Sagas(core)
         loop = Loop(core, sagas)
         core.wake = loop.wake
-        matchmaking_pb2_grpc.add_MatchmakingServiceServicer_to_server(api.MatchmakingApi(deps, core), server)
+        lobby = Lobby(core, sagas)
+        servicer = api.MatchmakingApi(deps, core, lobby)
+        matchmaking_pb2_grpc.add_MatchmakingServiceServicer_to_server(servicer, server)
         _hook_lifecycle(server, loop, remote)
         if on_ready is not None:
             on_ready(Running(core, sagas, loop))
