@@ -26,6 +26,7 @@ from buraco.v1 import (
     matchmaking_pb2_grpc,
     ranking_pb2,
     ranking_pb2_grpc,
+    tournament_pb2_grpc,
     wallet_pb2,
     wallet_pb2_grpc,
 )
@@ -51,7 +52,15 @@ FAST_ENV = {
     "BURACO_MATCHMAKING_WATCH_POLL_SECONDS": "0.1",
     "BURACO_MATCHMAKING_RETRY_SECONDS": "0.05",
     "BURACO_WALLET_STARTING_GRANT_CHIPS": "0",
+    "BURACO_TOURNAMENT_TICK_SECONDS": "0.1",
+    "BURACO_TOURNAMENT_POLL_SECONDS": "0.2",
+    "BURACO_TOURNAMENT_RECONCILE_SECONDS": "0.5",
+    "BURACO_TOURNAMENT_WATCH_POLL_SECONDS": "0.1",
+    "BURACO_TOURNAMENT_RETRY_SECONDS": "0.1",
+    "BURACO_TOURNAMENT_SEEDING_WAIT_SECONDS": "5",
+    "BURACO_TOURNAMENT_RESULT_GRACE_SECONDS": "0.5",
 }
+SERVICES = ("wallet", "ranking", "game_session", "matchmaking")
 
 
 @dataclass
@@ -74,6 +83,8 @@ class Suite:
         self.ranking = ranking_pb2_grpc.RankingServiceStub(self._channel("ranking"))
         self.tables = game_session_pb2_grpc.GameSessionServiceStub(self._channel("game_session"))
         self.matchmaking = matchmaking_pb2_grpc.MatchmakingServiceStub(self._channel("matchmaking"))
+        if "tournament" in self.processes:
+            self.tournaments = tournament_pb2_grpc.TournamentServiceStub(self._channel("tournament"))
 
     # identities
     def player(self, name: str) -> Metadata:
@@ -207,9 +218,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _processes(db_target: DatabaseTarget, tmp_path: Path, extra: dict[str, str]) -> Iterator[dict[str, ServiceProcess]]:
+def _processes(
+    db_target: DatabaseTarget, tmp_path: Path, names: tuple[str, ...], extra: dict[str, str]
+) -> Iterator[dict[str, ServiceProcess]]:
     """Every process at once, on ports chosen beforehand so each knows the others' addresses."""
-    names = ("wallet", "ranking", "game_session", "matchmaking")
     ports = {name: _free_port() for name in names}
     addresses = {f"BURACO_{name.upper()}_ADDRESS": f"127.0.0.1:{port}" for name, port in ports.items()}
     contexts = {
@@ -236,8 +248,10 @@ def _processes(db_target: DatabaseTarget, tmp_path: Path, extra: dict[str, str])
 
 
 @contextlib.asynccontextmanager
-async def suite(db_target: DatabaseTarget, tmp_path: Path, **extra: str) -> AsyncIterator[Suite]:
-    with _processes(db_target, tmp_path, dict(extra)) as processes:
+async def suite(
+    db_target: DatabaseTarget, tmp_path: Path, names: tuple[str, ...] = SERVICES, **extra: str
+) -> AsyncIterator[Suite]:
+    with _processes(db_target, tmp_path, names, dict(extra)) as processes:
         running = Suite(processes, dev_minter(tmp_path / "dev-keys"), db_target)
         try:
             yield running
