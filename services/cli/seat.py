@@ -96,7 +96,8 @@ class TableConnection:
         retry_seconds: float = 30.0,
         channels: ChannelPool | None = None,
     ) -> None:
-        self.address = address
+        self.address = address  # where calls go now: the entry address, or the owner it redirected to
+        self.home = address  # the entry address (a load balancer in production), to fall back to
         self.metadata = (("authorization", f"Bearer {token}"),)
         self.table = table
         self.model = TableModel(table)
@@ -106,6 +107,8 @@ class TableConnection:
         self.timing: Timing | None = None
         self.received: list[game_session_pb2.TableEvent] = []  # every event applied, in order
         self.keep_received = False
+        # every message as it arrives (stream events, duplicates included, and unary responses)
+        self.on_message: Callable[[str, Any], None] | None = None
         self.reconnects = 0
         self.stream_error: BaseException | None = None
         self._changed = asyncio.Condition()
@@ -131,10 +134,15 @@ class TableConnection:
             self._channel_address = self.address
         return self._stub
 
+    def retarget(self, address: str) -> None:
+        """Use another entry address from now on (the service moved)."""
+        self.home = self.address = address
+
     def _redirect(self, error: grpc.aio.AioRpcError) -> None:
+        """After UNAVAILABLE: to the owner the status names, else back to the entry address (an
+        owner named earlier may have died; the entry address reaches whoever takes over)."""
         owner = trailer(error, OWNER_HEADER)
-        if owner:
-            self.address = owner
+        self.address = owner or self.home
 
     @property
     def closed(self) -> bool:
@@ -161,6 +169,8 @@ class TableConnection:
                     metadata=self.metadata,
                 )
                 async for event in call:
+                    if self.on_message is not None:
+                        self.on_message("Subscribe", event)
                     await self._apply(event)
                     delay = 0.05
                     give_up = time.monotonic() + self.retry_seconds
@@ -228,7 +238,10 @@ class TableConnection:
         give_up = time.monotonic() + self.retry_seconds
         while True:
             try:
-                return await getattr(self.stub, method)(request, metadata=self.metadata, timeout=10)
+                response = await getattr(self.stub, method)(request, metadata=self.metadata, timeout=10)
+                if self.on_message is not None:
+                    self.on_message(method, response)
+                return response
             except grpc.aio.AioRpcError as error:
                 if error.code() not in RETRYABLE or time.monotonic() > give_up:
                     raise
