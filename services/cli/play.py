@@ -266,17 +266,19 @@ async def play(
     address: str,
     player_token: str,
     table: str,
-    lines: AsyncIterator[str],
+    lines: AsyncIterator[str] | Callable[[TableConnection], AsyncIterator[str]],
     write: Write,
     color: bool = False,
 ) -> int:
-    """Play `table` as the token's player, reading commands from `lines`."""
+    """Play `table` as the token's player, reading commands from `lines` (or from the lines a
+    function of the connection gives: scripted players that look at the table)."""
     connection = TableConnection(address, player_token, table)
     connection.on_event = Printer(lambda: connection.model, write)
     try:
         await connection.start()
         write(f"joined {table} as seat {connection.model.viewer_seat} (type `help` for the commands)")
-        return await Session(connection, write, color).run(lines)
+        source = lines(connection) if callable(lines) else lines
+        return await Session(connection, write, color).run(source)
     finally:
         await connection.close()
 

@@ -56,7 +56,7 @@ def trailer(error: grpc.aio.AioRpcError, key: str) -> str | None:
 class Timing:
     """When each action was sent, to measure the time until its first event arrives on the stream."""
 
-    pending: dict[int, float] = field(default_factory=dict)  # first event seq -> send time
+    pending: dict[tuple[str, int], float] = field(default_factory=dict)  # (table, first event seq) -> sent
     samples: list[tuple[float, float]] = field(default_factory=list)  # (send time, latency), perf_counter
 
 
@@ -200,9 +200,10 @@ class TableConnection:
         if self.keep_received:
             self.received.append(event)
         timing = self.timing
-        if timing is not None and timing.pending and event.seq in timing.pending:
-            sent = timing.pending.pop(event.seq)
-            timing.samples.append((sent, time.perf_counter() - sent))
+        if timing is not None and timing.pending:
+            sent = timing.pending.pop((self.table, event.seq), None)
+            if sent is not None:
+                timing.samples.append((sent, time.perf_counter() - sent))
         if self.on_event is not None:
             self.on_event(event)
         self._ready.set()
@@ -275,12 +276,12 @@ class TableConnection:
         method, request = self.request_for(action, request_id)
         timing = self.timing
         if timing is not None:
-            timing.pending[request.expected_seq + 1] = time.perf_counter()
+            timing.pending[(self.table, request.expected_seq + 1)] = time.perf_counter()
         try:
             response = await self._unary(method, request)
         except grpc.aio.AioRpcError as error:
             if timing is not None:
-                timing.pending.pop(request.expected_seq + 1, None)
+                timing.pending.pop((self.table, request.expected_seq + 1), None)
             current = trailer(error, CURRENT_SEQ_HEADER)
             raise ActionRefused(error.code(), error.details() or "", int(current) if current else None) from None
         result: game_session_pb2.ActionResult = response.result

@@ -341,11 +341,12 @@ async def drive() -> None:
 class Child:
     """A child process speaking JSON lines."""
 
-    def __init__(self, command: list[str], env: dict[str, str], stdin: bool = False) -> None:
+    def __init__(self, command: list[str], env: dict[str, str], stdin: bool = False,
+                 merge_stderr: bool = False) -> None:
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stderr=None,
+            stderr=subprocess.STDOUT if merge_stderr else None,
         )
         self.log: list[str] = []
 
@@ -419,7 +420,6 @@ def server_env(workdir: Path, args: argparse.Namespace, schema: str | None) -> d
         "BURACO_ENV": "local",
         "BURACO_PORT": "0",
         "BURACO_METRICS_ENABLED": "false",
-        "BURACO_LOG_LEVEL": "WARNING",
         "BURACO_RATE_LIMIT_PER_SECOND": "1000000",
         "BURACO_RATE_LIMIT_BURST": "1000000",
         "BURACO_SERVICE_RATE_LIMIT_PER_SECOND": "1000000",
@@ -465,7 +465,7 @@ async def orchestrate(args: argparse.Namespace) -> int:
             if schema is not None:
                 await create_schema(args.postgres_url, schema)
             server = Child(pinned([sys.executable, "-m", "services.game_session", "serve"], "0"),
-                           server_env(workdir, args, schema))
+                           server_env(workdir, args, schema), merge_stderr=True)
             children.append(server)
             address = (await server.read("listening"))["address"]
             server.drain()
