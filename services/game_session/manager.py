@@ -46,6 +46,8 @@ from services.game_session.table import (
 
 log = logging.getLogger("buraco.game_session")
 
+#: How long a finished table stays in memory after its last event (then it is read from the log).
+FINISHED_KEPT_MS = 600_000
 #: Most entries a stream may have queued before it is ended (the client resumes with after_seq).
 MAX_QUEUED = 2000
 
@@ -170,10 +172,15 @@ class Manager:
         ttl = int(self.settings.lease_seconds * 1000)
         held = await store.renew(self.db, self.owner_id, now, ttl)
         for table_id, table in list(self.tables.items()):
-            if table.live and held.get(table_id) != table.epoch:
+            runtime = self.runtime.get(table_id)
+            if not table.live and (runtime is None or not runtime.subscribers) and \
+                    now - table.last_event_ms > FINISHED_KEPT_MS:
+                self._evict(table_id)  # finished and quiet: any replica reloads it from the log if asked
+            elif table.live and held.get(table_id) != table.epoch:
                 log.warning("lease lost", extra={"fields": {"table": table_id}})
                 self._evict(table_id)
-        for table_id, epoch, force in await store.expired_live(self.db, now, address=self.address):
+        expired = await store.expired_live(self.db, now, address=self.address, owner_id=self.owner_id)
+        for table_id, epoch, force in expired:
             if table_id in self.tables or self.stopping:
                 continue
             try:
@@ -230,6 +237,8 @@ class Manager:
         return table
 
     async def _take_over(self, table_id: str, epoch: int, *, force: bool) -> LiveTable | None:
+        if self.stopping:
+            return None
         new_epoch = await store.take_over(
             self.db, table_id, seen_epoch=epoch, owner_address=self.address, owner_id=self.owner_id,
             now_ms=self.now_ms(), ttl_ms=int(self.settings.lease_seconds * 1000), force=force,
@@ -247,6 +256,8 @@ class Manager:
         description = game_session_pb2.Table.FromString(stored.description)
         table = LiveTable(table_id, description, stored.created_ms)
         table.restore(stored.entries)
+        if table_id in self.tables:  # an older copy (from before a lost lease) must never write again
+            self._evict(table_id)
         if stored.state == State.STATE_CANCELLED:
             table.state = State.STATE_CANCELLED
         table.epoch = epoch
@@ -289,7 +300,7 @@ class Manager:
         itself) appended, publish them. `request` = (scope, request_id, hash) makes the change
         idempotent: a retry gets the entries of the first call (`work` does not run again)."""
         runtime = self.runtime.get(table.table_id)
-        if runtime is None or table.lost:
+        if runtime is None or table.lost or self.tables.get(table.table_id) is not table:
             raise self._not_owner(table)
         async with runtime.lock:
             if table.lost:
