@@ -264,9 +264,28 @@ class Manager:
         runtime = Runtime(mutes=await store.mutes_of(self.db, table_id))
         self.tables[table_id] = table
         self.runtime[table_id] = runtime
-        if table.live:
-            self.schedule(table)
+        if table.live and epoch > 0:
+            self._resume_timers(table, runtime)
         return table
+
+    def _resume_timers(self, table: LiveTable, runtime: Runtime) -> None:
+        """After a takeover or a restart: a turn whose time ran out meanwhile gets its full time
+        again (the players were not to blame), and every human seat starts its disconnection grace
+        until its player's stream comes back (here)."""
+        hand = table.match.hand
+        now = self.now_ms()
+        if table.state == State.STATE_PLAYING and hand is not None and table.turn_deadline_ms <= now:
+            seconds = table.draw_seconds if hand.phase == "draw" else table.play_seconds
+            table.turn_deadline_ms = now + int(seconds * 1000)
+        if table.state == State.STATE_PLAYING:
+            for seat in table.seats:
+                if seat.human and not seat.bot_controlled:
+                    number = seat.seat
+                    runtime.grace[number] = self.clock.call_later(
+                        self.settings.disconnect_grace_seconds,
+                        lambda n=number: self.spawn(self._disconnected(table, n)),  # type: ignore[misc]
+                    )
+        self.schedule(table)
 
     def adopt(self, table: LiveTable) -> None:
         """A table this replica just created (its lease is ours, epoch 1)."""
