@@ -19,8 +19,9 @@ Scenarios:
 (a) human pace: `--tables` (1,000) tables, one action every `--pace` (2) seconds per table; the
     target is p99 under 50 ms;
 (b) ramp: `--ramp-tables` tables, the offered rate raised step by step (x1.5) until the p99 passes
-    100 ms or the rate achieved falls below 90% of the rate offered; the highest passing step is
-    the sustained rate, which should reach 40% of the echo rate.
+    100 ms or the rate achieved falls below 90% of the rate offered (halved instead while no step
+    has passed yet); the highest passing step is the sustained rate, which should reach 40% of the
+    echo rate.
 
 Printed as `bench: NAME VALUE UNIT`: echo rate, concurrent tables, actions/s, p50/p99 latency,
 memory per table (server RSS growth / tables), server CPU per 1,000 actions, the ramp's
@@ -536,6 +537,8 @@ async def orchestrate(args: argparse.Namespace) -> int:
                 if passed:
                     best = (rate, p50, p99, cpu_used / max(1, result["actions"]) * 1000)
                     offered *= 1.5
+                elif best is None and offered / 2 >= args.ramp_min:
+                    offered /= 2  # the first steps failed: come down until one passes
                 else:
                     break
             if best is None:
@@ -571,6 +574,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ramp-tables", type=int, default=int(env("ramp_tables", 200)))
     parser.add_argument("--ramp-start", type=float, default=float(env("ramp_start", 200.0)))
     parser.add_argument("--ramp-steps", type=int, default=int(env("ramp_steps", 12)))
+    parser.add_argument("--ramp-min", type=float, default=float(env("ramp_min", 20.0)),
+                        help="the lowest rate tried when the first steps fail")
     parser.add_argument("--ramp-warmup", type=float, default=float(env("ramp_warmup", 2.0)))
     parser.add_argument("--ramp-seconds", type=float, default=float(env("ramp_seconds", 5.0)))
     parser.add_argument("--echo-seconds", type=float, default=float(env("echo_seconds", 3.0)))
