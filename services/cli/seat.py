@@ -107,6 +107,7 @@ class TableConnection:
         self.timing: Timing | None = None
         self.received: list[game_session_pb2.TableEvent] = []  # every event applied, in order
         self.keep_received = False
+        self.accepted: list[tuple[str, Any, game_session_pb2.ActionResult]] = []  # kept with keep_received
         # every message as it arrives (stream events, duplicates included, and unary responses)
         self.on_message: Callable[[str, Any], None] | None = None
         self.reconnects = 0
@@ -285,6 +286,8 @@ class TableConnection:
             current = trailer(error, CURRENT_SEQ_HEADER)
             raise ActionRefused(error.code(), error.details() or "", int(current) if current else None) from None
         result: game_session_pb2.ActionResult = response.result
+        if self.keep_received:
+            self.accepted.append((method, request, result))
         return result
 
     async def hints(self) -> game_session_pb2.GetLegalMovesResponse:

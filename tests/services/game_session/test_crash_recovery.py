@@ -5,7 +5,8 @@ PostgreSQL): bot clients (one per seat, each following its own stream) play a ta
 test deal seed; the first process is killed once the match is well under way; a second one starts on
 the same database, takes the table over when the lease runs out (short in tests), rebuilds it from
 the log; the clients resume (Subscribe with `after_seq`, the action in flight retried with its
-request id) and the match finishes. Every seat must have received exactly the events of an
+request id; and one accepted before the crash sent again, which must get its first answer and
+change nothing) and the match finishes. Every seat must have received exactly the events of an
 uninterrupted run of the same table (same id, same deal seed, same bots), without gap or duplicate.
 """
 
@@ -127,9 +128,16 @@ async def play_match(tmp_path: Path, env: Mapping[str, str], kill: bool) -> tupl
                 assert not connections[0].model.finished, "the match ended before the kill: raise KILL_AT_SEQ"
                 first.process.send_signal(signal.SIGKILL)
                 first.process.wait()
+                before_kill = list(connections[0].accepted)
                 second = await start(stack, tmp_path, env)
                 for connection in connections:
                     connection.retarget(second.address)
+                # A client that never saw the answer to its last action retries it, same request id:
+                # the new process answers from the log, as the first did, and applies nothing again.
+                method, request, answer = before_kill[-1]
+                retried = await connections[0].call(method, request)
+                assert without_times(json_format.MessageToDict(retried.result)) == without_times(
+                    json_format.MessageToDict(answer))
             sent = await asyncio.wait_for(asyncio.gather(*games), timeout=120)
             assert all(n > 10 for n in sent)
             events = [
