@@ -298,3 +298,15 @@ def test_play_and_watch_parse_their_options() -> None:
         common_pb2.MATCH_LENGTH_POINTS, 1500, common_pb2.TABLE_MODE_PRACTICE)
     assert [s.participant.bot for s in request.table.seats[1:]] == [common_pb2.BOT_LEVEL_HARD] * 3
     assert build_parser().parse_args(["watch", "t1"]).table == "t1"
+
+
+def test_chat_and_timers_do_not_change_the_game_version() -> None:
+    model = TableModel("tables/t1")
+    model.apply(_snapshot(7))
+    version = model.version
+    model.apply(_event(8, chat_message=game_session_pb2.ChatMessage(sender="players/bob", text="hi")))
+    model.apply(_event(9, turn_timer_started=game_session_pb2.TurnTimerStarted(
+        seat=0, phase=game_session_pb2.TURN_PHASE_DRAW)))
+    assert (model.version, model.seq, model.messages[-1]) == (version, 9, "<bob> hi")
+    model.apply(_event(10, card_drawn=game_session_pb2.CardDrawn(seat=0, card="7H", stock_count=49)))
+    assert model.version == version + 1
