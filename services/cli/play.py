@@ -278,9 +278,15 @@ async def play(
     connection.on_event = Printer(lambda: connection.model, write)
     try:
         await connection.start()
+        if connection.model.viewer_seat is None:
+            write(f"you have no seat at {table}; `buraco watch {table}` follows it as a spectator")
+            return 1
         write(f"joined {table} as seat {connection.model.viewer_seat} (type `help` for the commands)")
         source = lines(connection) if callable(lines) else lines
         return await Session(connection, write, color).run(source)
+    except grpc.aio.AioRpcError as error:
+        write(f"{error.code().name}: {error.details()}")
+        return 1
     finally:
         await connection.close()
 

@@ -265,6 +265,13 @@ async def test_play_and_watch_a_practice_table_end_to_end(tmp_path: Path) -> Non
             play(node.address, cluster.minter.mint(Kind.PLAYER, "ann"), table.name, person, played.append), 120)
         assert code == 0
         assert await asyncio.wait_for(watching, 30) == 0
+        # a player without a seat is sent to `watch`; a table that does not exist is reported
+        said: list[str] = []
+        stranger = cluster.minter.mint(Kind.PLAYER, "zed")
+        assert await play(node.address, stranger, table.name, person, said.append) == 1
+        assert await play(node.address, stranger, "tables/nope", person, said.append) == 1
+        assert said[0] == "you have no seat at tables/cli-e2e; `buraco watch tables/cli-e2e` follows it as a spectator"
+        assert said[1].startswith("NOT_FOUND: ")
         final = await cluster.stub().GetTable(game_session_pb2.GetTableRequest(name=table.name),
                                               metadata=cluster.token(Kind.SERVICE, "matchmaking"))
         assert final.state == game_session_pb2.Table.STATE_FINISHED
