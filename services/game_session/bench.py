@@ -25,7 +25,9 @@ Scenarios:
 
 Printed as `bench: NAME VALUE UNIT`: echo rate, concurrent tables, actions/s, p50/p99 latency,
 memory per table (server RSS growth / tables), server CPU per 1,000 actions, the ramp's
-sustained rate and its ratio to the echo rate.
+sustained rate and its ratio to the echo rate; and, to tell where a slow tail comes from, the
+driver's own CPU and event-loop lag and the latency of a no-op call (Health/Check every 50 ms) to
+the server during the window.
 
     python -m services.game_session.bench [--tables 1000] [--pace 2] [--seconds 20]
         [--ramp-tables 200] [--ramp-seconds 5] [--players 2] [--bot random] [--database postgresql]
@@ -57,6 +59,7 @@ from typing import Any, TextIO
 
 import asyncpg
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
 from engine.bots import make_bot
@@ -293,9 +296,22 @@ class Driver:
                 await asyncio.sleep(0.01)
                 lags.append(time.perf_counter() - before - 0.01)
 
+        health: list[float] = []
+        health_stub = health_pb2_grpc.HealthStub(self.pool.get(self.address))
+
+        async def probe_server() -> None:
+            """A no-op call every 50 ms: how long the server's loop keeps any call waiting."""
+            while True:
+                before = time.perf_counter()
+                await health_stub.Check(health_pb2.HealthCheckRequest(), timeout=30)
+                health.append(time.perf_counter() - before)
+                await asyncio.sleep(0.05)
+
         watcher = asyncio.ensure_future(watch_loop())
+        prober = asyncio.ensure_future(probe_server())
         await asyncio.sleep(seconds)
         watcher.cancel()
+        prober.cancel()
         end = time.perf_counter()
         self.pace.running.clear()
         window = [latency for sent, latency in self.timing.samples if start <= sent < end]
@@ -314,6 +330,8 @@ class Driver:
             "driver_cpu": time.process_time() - cpu_before,
             "driver_lag_p99": percentile(lags, 0.99),
             "driver_lag_max": max(lags, default=0.0),
+            "health_p50": percentile(health, 0.5),
+            "health_p99": percentile(health, 0.99),
         }
 
     async def stop(self) -> None:
@@ -515,6 +533,8 @@ async def orchestrate(args: argparse.Namespace) -> int:
             report("sessions_human_driver_cpu_share", result["driver_cpu"] / max(result["seconds"], 1e-9), "cores")
             report("sessions_human_driver_loop_lag_p99", result["driver_lag_p99"] * 1000, "ms")
             report("sessions_human_driver_loop_lag_max", result["driver_lag_max"] * 1000, "ms")
+            report("sessions_human_health_check_p50", result["health_p50"] * 1000, "ms")
+            report("sessions_human_health_check_p99", result["health_p99"] * 1000, "ms")
             report("sessions_errors", result["error_count"], "errors")
             for line in result["errors"]:
                 print(f"bench: error {line}", file=sys.stderr)
@@ -532,7 +552,8 @@ async def orchestrate(args: argparse.Namespace) -> int:
                 print(f"bench-step: offered {offered:.0f}/s achieved {rate:.0f}/s p50 {p50:.1f} ms "
                       f"p99 {p99:.1f} ms server cpu {cpu_used / max(result['seconds'], 1e-9):.2f} "
                       f"driver cpu {result['driver_cpu'] / max(result['seconds'], 1e-9):.2f} "
-                      f"driver loop lag p99 {result['driver_lag_p99'] * 1000:.0f} ms", flush=True)
+                      f"driver loop lag p99 {result['driver_lag_p99'] * 1000:.0f} ms "
+                      f"health check p99 {result['health_p99'] * 1000:.0f} ms", flush=True)
                 passed = p99 < RAMP_P99_MS and rate >= 0.9 * offered and result["actions"] > 0
                 if passed:
                     best = (rate, p50, p99, cpu_used / max(1, result["actions"]) * 1000)

@@ -18,6 +18,7 @@ FIGURES = {
     "sessions_memory_per_table": "KiB",
     "sessions_human_cpu_per_1000_actions": "s",
     "sessions_human_driver_loop_lag_p99": "ms",
+    "sessions_human_health_check_p99": "ms",
     "sessions_errors": "errors",
     "sessions_max_sustained_actions_per_s": "actions/s",
     "sessions_max_sustained_latency_p99": "ms",
