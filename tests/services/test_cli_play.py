@@ -21,7 +21,7 @@ from services.cli.__main__ import build_parser
 from services.cli.commands import Annul, CommandError, Hint, Play, Say, Simple, parse_command
 from services.cli.play import PracticeTable, play, practice_table_request, watch
 from services.cli.render import pretty_card, render_hints, render_table
-from services.cli.seat import TableConnection
+from services.cli.seat import TableConnection, play_seat
 from services.cli.tableview import (
     MeldView,
     SeatInfo,
@@ -317,3 +317,30 @@ def test_chat_and_timers_do_not_change_the_game_version() -> None:
     assert (model.version, model.seq, model.messages[-1]) == (version, 9, "<bob> hi")
     model.apply(_event(10, card_drawn=game_session_pb2.CardDrawn(seat=0, card="7H", stock_count=49)))
     assert model.version == version + 1
+
+
+async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: Path) -> None:
+    """Connected through a replica that does not own the table, a client is redirected to the owner
+    (UNAVAILABLE + buraco-owner-address) for its stream and its actions, and plays on there."""
+    cluster = Cluster(DatabaseTarget("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'gs.db'}"), tmp_path)
+    owner = await cluster.start()
+    other = await cluster.start()
+    connections: list[TableConnection] = []
+    try:
+        request = practice_table_request(PracticeTable(player="ann", players=2), table_id="redirected")
+        request.table.seats[1].participant.player = "players/bob"
+        table = await cluster.stub(owner).CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
+        connections = [TableConnection(other.address, cluster.minter.mint(Kind.PLAYER, p), table.name)
+                       for p in ("ann", "bob")]
+        await asyncio.gather(*(c.start() for c in connections))
+        assert [c.address for c in connections] == [owner.address] * 2
+        assert all(c.home == other.address for c in connections)
+        rules = preset("aberto")
+        games = [play_seat(c, make_bot("random", seed=s), rules) for s, c in enumerate(connections)]
+        assert sum(await asyncio.wait_for(asyncio.gather(*games), 60)) > 20
+        assert all(c.model.finished and c.address == owner.address for c in connections)
+    finally:
+        for connection in connections:
+            await connection.close()
+        for node in list(cluster.nodes):
+            await cluster.stop(node)
