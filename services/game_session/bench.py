@@ -5,7 +5,7 @@ The orchestrator (this module's `main`) starts, each pinned to core 0 when `task
 1. a plain `grpc.aio` unary echo server (bytes in, the same bytes out), the baseline: a driver
    measures its highest call rate, then it stops;
 2. `python -m services.game_session serve` on PostgreSQL in a schema of its own (dropped at the
-   end), or SQLite with `--database sqlite`.
+   end), or SQLite with `--database sqlite`; a fresh process and schema for each scenario.
 
 A driver process (`python -m services.game_session.bench drive`, on the other cores) opens the
 tables through the real API: a service token creates each table (every seat a player), one player
@@ -363,6 +363,11 @@ async def drive() -> None:
         elif kind == "run":
             assert driver is not None
             answer = await driver.run(command["rate"], command["warmup"], command["seconds"], sys.stdout)
+        elif kind == "release":  # forget the tables (before their server goes away)
+            if driver is not None:
+                await driver.stop()
+                driver = None
+            answer = {"ok": True}
         elif kind == "stop":
             if driver is not None:
                 await driver.stop()
@@ -463,6 +468,8 @@ def server_env(workdir: Path, args: argparse.Namespace, schema: str | None) -> d
         "BURACO_MAX_STREAMS_PER_CALLER": "100",
         "BURACO_GAME_SESSION_BOT_DELAY_MS": "0",
         "BURACO_GAME_SESSION_START_WAIT_SECONDS": "5",
+        # the driver's players never drop; a table it lets go must not turn into a bot table
+        "BURACO_GAME_SESSION_DISCONNECT_GRACE_SECONDS": "86400",
     }
     if args.database == "sqlite":
         env["BURACO_DATABASE_URL"] = f"sqlite+aiosqlite:///{workdir / 'game_session.db'}"
@@ -487,7 +494,25 @@ async def orchestrate(args: argparse.Namespace) -> int:
         python = [sys.executable, "-m", "services.game_session.bench"]
         driver = Child(pinned([*python, "drive"], driver_cores()), base_env(workdir), stdin=True)
         children = [driver]
-        schema = None if args.database == "sqlite" else f"bench_{uuid.uuid4().hex[:12]}"
+        schemas: list[str] = []
+
+        async def start_server(name: str) -> tuple[Child, str]:
+            """A fresh game-session process (its own schema, or SQLite file) for one scenario."""
+            schema = None
+            if args.database == "postgresql":
+                schema = f"bench_{uuid.uuid4().hex[:12]}"
+                await create_schema(args.postgres_url, schema)
+                schemas.append(schema)
+            env = server_env(workdir / name, args, schema)
+            (workdir / name).mkdir()
+            env["BURACO_DEV_KEYS_DIR"] = str(workdir / "keys")
+            server = Child(pinned([sys.executable, "-m", "services.game_session", "serve"], "0"), env,
+                           merge_stderr=True)
+            children.append(server)
+            address = str((await server.read("listening"))["address"])
+            server.drain()
+            return server, address
+
         try:
             # 1. the baseline: a plain grpc.aio unary echo, same core, same driver
             echo = Child(pinned([*python, "echo-serve"], "0"), base_env(workdir))
@@ -498,14 +523,8 @@ async def orchestrate(args: argparse.Namespace) -> int:
             echo.stop()
             report("sessions_echo_unary_rate", echo_rate_value, "calls/s")
 
-            # 2. the game-session server
-            if schema is not None:
-                await create_schema(args.postgres_url, schema)
-            server = Child(pinned([sys.executable, "-m", "services.game_session", "serve"], "0"),
-                           server_env(workdir, args, schema), merge_stderr=True)
-            children.append(server)
-            address = (await server.read("listening"))["address"]
-            server.drain()
+            # 2. the game-session server (a fresh one per scenario)
+            server, address = await start_server("human")
             pid = server.process.pid
             common = {"address": address, "players": args.players, "preset": args.preset, "bot": args.bot,
                       "keys": str(workdir / "keys")}
@@ -539,7 +558,12 @@ async def orchestrate(args: argparse.Namespace) -> int:
             for line in result["errors"]:
                 print(f"bench: error {line}", file=sys.stderr)
 
-            # (b) the ramp
+            # (b) the ramp, on a fresh server: the human-pace tables are gone with the first one
+            await driver.ask({"cmd": "release"})
+            server.stop()
+            server, address = await start_server("ramp")
+            pid = server.process.pid
+            common["address"] = address
             await driver.ask({"cmd": "setup", "tables": args.ramp_tables, **common})
             offered = args.ramp_start
             best: tuple[float, float, float, float] | None = None  # rate, p50, p99, cpu per 1000
@@ -575,7 +599,7 @@ async def orchestrate(args: argparse.Namespace) -> int:
         finally:
             for child in reversed(children):
                 child.stop()
-            if schema is not None:
+            for schema in schemas:
                 await create_schema(args.postgres_url, schema, drop=True)
     return 0
 
