@@ -8,7 +8,7 @@ PIP_INSTALL := $(BIN)/pip install -q -c constraints.txt
 PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
-	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots clean
+	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-matchmaking clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -89,6 +89,9 @@ deploy-check: venv ## render the Kubernetes overlays, validate them offline (str
 
 bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite and PostgreSQL, 50 clients
 	$(PY) -m services.wallet.bench
+
+bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, tickets matched/s end to end (SQLite, PostgreSQL), match quality
+	$(PY) -m services.matchmaking.bench
 
 clean: ## remove the virtual environment, local databases, dev keys and native builds
 	rm -rf $(VENV) var build

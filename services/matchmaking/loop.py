@@ -29,6 +29,9 @@ from services.matchmaking.saga import Sagas
 
 log = logging.getLogger("buraco.matchmaking")
 
+#: Start sagas advanced concurrently within a pass.
+SAGAS_AT_ONCE = 32
+
 
 class Loop:
     def __init__(self, core: Core, sagas: Sagas) -> None:
@@ -106,13 +109,19 @@ class Loop:
 
     async def run_once(self) -> int:
         """Advances every due saga, then runs one matching pass; returns the tables proposed."""
-        for saga_id in await self.sagas.due():
-            if self._stopping:
-                break
-            try:
-                await self.sagas.advance(saga_id)
-            except Exception:
-                log.exception("a start saga step failed", extra={"fields": {"saga": saga_id}})
+        gate = asyncio.Semaphore(SAGAS_AT_ONCE)
+
+        async def advance(saga_id: str) -> None:
+            async with gate:
+                if self._stopping:
+                    return
+                try:
+                    await self.sagas.advance(saga_id)
+                except Exception:
+                    log.exception("a start saga step failed", extra={"fields": {"saga": saga_id}})
+
+        # Sagas are independent: their calls to the wallet and game sessions overlap.
+        await asyncio.gather(*(advance(saga_id) for saga_id in await self.sagas.due()))
         proposed = 0 if self._stopping else await self.match_once()
         self._end_pass()
         return proposed
