@@ -344,21 +344,26 @@ async def bench_end_to_end(kind: str, players: int, postgres_url: str) -> None:
                 async def play(player: str) -> None:
                     metadata = _bearer(minter, Kind.PLAYER, player)
                     started = time.perf_counter()
-                    ticket = await stub.CreateTicket(
-                        matchmaking_pb2.CreateTicketRequest(
-                            request_id=f"t-{player}",
-                            ticket=matchmaking_pb2.Ticket(
-                                preferences=matchmaking_pb2.MatchPreferences(
-                                    preset="aberto",
-                                    players=2,
-                                    length=common_pb2.MATCH_LENGTH_EXPRESS,
-                                    mode=common_pb2.TABLE_MODE_COMPETITIVE,
-                                    bet_chips=BET,
-                                )
-                            ),
+                    request = matchmaking_pb2.CreateTicketRequest(
+                        request_id=f"t-{player}",
+                        ticket=matchmaking_pb2.Ticket(
+                            preferences=matchmaking_pb2.MatchPreferences(
+                                preset="aberto",
+                                players=2,
+                                length=common_pb2.MATCH_LENGTH_EXPRESS,
+                                mode=common_pb2.TABLE_MODE_COMPETITIVE,
+                                bet_chips=BET,
+                            )
                         ),
-                        metadata=metadata,
                     )
+                    for attempt in range(5):  # as a client does: UNAVAILABLE is retried, same request id
+                        try:
+                            ticket = await stub.CreateTicket(request, metadata=metadata)
+                            break
+                        except grpc.aio.AioRpcError as error:
+                            if error.code() != grpc.StatusCode.UNAVAILABLE or attempt == 4:
+                                raise
+                            await asyncio.sleep(0.1 * 2**attempt)
                     stream = stub.WatchTicket(matchmaking_pb2.WatchTicketRequest(name=ticket.name), metadata=metadata)
                     confirmed = False
                     async for update in stream:

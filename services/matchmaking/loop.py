@@ -31,6 +31,8 @@ log = logging.getLogger("buraco.matchmaking")
 
 #: Start sagas advanced concurrently within a pass.
 SAGAS_AT_ONCE = 32
+#: The shortest time between two passes (the tick, if shorter).
+MIN_PASS_GAP_SECONDS = 0.25
 
 
 class Loop:
@@ -89,7 +91,12 @@ class Loop:
 
     async def _run(self) -> None:
         log.info("matching loop started")
+        clock = asyncio.get_running_loop()
+        # Passes are at least this far apart, however often the loop is woken: under a burst of
+        # new tickets one pass takes them all, rather than a pass per ticket.
+        gap = min(self.settings.tick_seconds, MIN_PASS_GAP_SECONDS)
         while not self._stopping:
+            started = clock.time()
             self._wake.clear()
             try:
                 await self.run_once()
@@ -98,8 +105,11 @@ class Loop:
                 self._end_pass()
             if self.stopping:
                 break
+            rest = gap - (clock.time() - started)
+            if rest > 0:
+                await asyncio.sleep(rest)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.tick_seconds):
+                async with asyncio.timeout(max(self.settings.tick_seconds - gap, 0.0)):
                     await self._wake.wait()
 
     def _end_pass(self) -> None:
