@@ -107,31 +107,28 @@ def seat_players(members: Sequence[Waiting], seat_count: int) -> tuple[tuple[str
 _players = attrgetter("players")
 
 
-def _fits(size: int, players: int, seat_count: int) -> bool:
-    """Whether a ticket of `players` fits beside `size` players; a party never plays a 2-seat
-    table (its members would face each other)."""
-    return size + players <= seat_count and not (seat_count == 2 and players > 1)
-
-
 def _bucket_pass(key: BucketKey, tickets: list[Waiting], windows: Windows) -> list[Proposal]:
     """One sweep over a bucket sorted by rating: each unused ticket in turn anchors a table with
     the next unused tickets above it. The anchor has the table's lowest rating, so a candidate
     fits when its rating is under every member's upper bound (rating + half width) and its own
-    window reaches down to the anchor."""
+    window reaches down to the anchor. (Hot path: plain lists indexed by position.)"""
     seat_count = key[1]
     # Ties in rating: requeued tickets first, then the longest wait.
     tickets.sort(key=lambda w: (w.rating, not w.front, -w.waited_seconds))
     widths = windows.half_widths([w.waited_seconds for w in tickets])
+    ratings = [w.rating for w in tickets]
+    # A party never plays a 2-seat table (its members would face each other): size 99 never fits.
+    sizes = [len(w.players) if seat_count == 4 or len(w.players) == 1 else 99 for w in tickets]
     used = [False] * len(tickets)
     waiting_players = sum(map(len, map(_players, tickets)))
     proposals: list[Proposal] = []
     n = len(tickets)
     for i in range(n):
-        if used[i] or not _fits(0, len(tickets[i].players), seat_count):
+        size = sizes[i]
+        if used[i] or size > seat_count:
             continue
         anchor = tickets[i]
-        lowest = anchor.rating
-        size = len(anchor.players)
+        lowest = ratings[i]
         group = [i]
         upper = lowest + widths[i]
         met: frozenset[str] | set[str] = anchor.recent  # copied on the first addition
@@ -139,15 +136,13 @@ def _bucket_pass(key: BucketKey, tickets: list[Waiting], windows: Windows) -> li
         rematches: list[int] = []
         j = i + 1
         while size < seat_count and j < n:
-            if used[j]:
+            rating = ratings[j]
+            if rating > upper:
+                break  # sorted: no later ticket fits either
+            if used[j] or rating - widths[j] > lowest or size + sizes[j] > seat_count:
                 j += 1
                 continue
             candidate = tickets[j]
-            if candidate.rating > upper:
-                break  # sorted: no later ticket fits either
-            if candidate.rating - widths[j] > lowest or not _fits(size, len(candidate.players), seat_count):
-                j += 1
-                continue
             if (candidate.recent and not candidate.recent.isdisjoint(names)) or (
                 met and not met.isdisjoint(candidate.players)
             ):
@@ -155,8 +150,9 @@ def _bucket_pass(key: BucketKey, tickets: list[Waiting], windows: Windows) -> li
                 j += 1
                 continue
             group.append(j)
-            size += len(candidate.players)
-            upper = min(upper, candidate.rating + widths[j])
+            size += sizes[j]
+            if rating + widths[j] < upper:
+                upper = rating + widths[j]
             if size < seat_count:  # the sets only matter while the table fills
                 met = met | candidate.recent
                 names = {*names, *candidate.players}
@@ -164,11 +160,10 @@ def _bucket_pass(key: BucketKey, tickets: list[Waiting], windows: Windows) -> li
         if size < seat_count and rematches and waiting_players <= seat_count:
             # Nobody else is waiting here: a rematch is better than no match.
             for k in rematches:
-                candidate = tickets[k]
-                if _fits(size, len(candidate.players), seat_count) and candidate.rating <= upper:
+                if size + sizes[k] <= seat_count and ratings[k] <= upper:
                     group.append(k)
-                    size += len(candidate.players)
-                    upper = min(upper, candidate.rating + widths[k])
+                    size += sizes[k]
+                    upper = min(upper, ratings[k] + widths[k])
         if size != seat_count:
             continue
         for k in group:
@@ -180,7 +175,7 @@ def _bucket_pass(key: BucketKey, tickets: list[Waiting], windows: Windows) -> li
                 key=key,
                 tickets=tuple(m.ticket for m in members),
                 seats=seat_players(members, seat_count),
-                spread=max(m.rating for m in members) - lowest,
+                spread=ratings[max(group)] - lowest,
             )
         )
     return proposals
