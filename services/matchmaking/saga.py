@@ -384,12 +384,24 @@ class Sagas:
         try:
             self.before_step("compensate", saga.id)
             if saga.table_requested:
-                await self.platform.cancel_table(
-                    f"mm-cancel-{saga.id}", f"tables/{table_id_of(saga.id)}", reason, saga.game_address
-                )
+                try:
+                    await self.platform.cancel_table(
+                        f"mm-cancel-{saga.id}", f"tables/{table_id_of(saga.id)}", reason, saga.game_address
+                    )
+                except Refused as refused:
+                    # A definitive no (the match started after all?): retrying cannot change it.
+                    log.error(
+                        "the table could not be cancelled", extra={"fields": {"saga": saga.id, "error": str(refused)}}
+                    )
             if saga.held:
-                await self.platform.void_pot(f"mm-void-{saga.id}", saga.id, reason)
-        except (Unreachable, Refused) as error:
+                try:
+                    await self.platform.void_pot(f"mm-void-{saga.id}", saga.id, reason)
+                except Refused as refused:
+                    # The pot was settled or is unknown to the wallet: nothing of ours is held.
+                    log.error(
+                        "the holds could not be voided", extra={"fields": {"saga": saga.id, "error": str(refused)}}
+                    )
+        except Unreachable as error:
             # Keep trying: the holds expire on their own meanwhile, and a table nobody joins ends.
             log.warning("compensation failed; retrying", extra={"fields": {"saga": saga.id, "error": str(error)}})
             delay = min(self.settings.retry_seconds * 2**saga.attempts, self.settings.max_retry_seconds)
