@@ -305,7 +305,7 @@ class Core:
         otherwise every `watch_poll_seconds` it reads the ticket's version only (changes made by
         other replicas), and rebuilds a searching ticket's view every REFRESH_SECONDS (its
         window, position and estimated wait move with time)."""
-        await self.get_ticket(ticket_id, viewer)  # NOT_FOUND before the stream starts
+        # (The first read is a full one: NOT_FOUND ends the stream before it sends anything.)
         loop = asyncio.get_running_loop()
         t = models.tickets
         sent = b""
