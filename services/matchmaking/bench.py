@@ -10,7 +10,8 @@
    `postgresql://postgres@127.0.0.1:5432/test`, in a schema of its own dropped afterwards, skipped
    when unreachable). Every player creates a ticket, follows it with WatchTicket, confirms the
    proposal and waits for MATCHED; the rate is tickets matched over the time from the first
-   CreateTicket to the last MATCHED. Every server runs in this one process (one core for all).
+   CreateTicket to the last MATCHED. Every server runs in one child process (so on one core at
+   most); the clients run in this one.
 3. Match quality on a simulated arrival stream (a Poisson stream of tickets over 30 simulated
    minutes, ratings from a normal distribution, a pass every simulated second): the mean rating
    spread per table (highest minus lowest ticket rating) and the mean wait, with the same stream
@@ -26,8 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -321,7 +325,7 @@ def _bearer(minter: Minter, kind: Kind, name: str) -> tuple[tuple[str, str], ...
 
 async def bench_end_to_end(kind: str, players: int, postgres_url: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        async with platform(Path(folder), kind, postgres_url) as (address, wallet_address, minter):
+        async with platform_process(kind, Path(folder), postgres_url) as (address, wallet_address, minter):
             names = [f"b{i:05d}" for i in range(players)]
             admin = _bearer(minter, Kind.ADMIN, "bench")
             async with grpc.aio.insecure_channel(wallet_address) as channel:
@@ -409,7 +413,52 @@ async def postgres_reachable(url: str) -> bool:
     return True
 
 
+async def serve_platform(kind: str, workdir: Path, postgres_url: str) -> int:
+    """The child process of the end-to-end run: serves the platform, prints its addresses as one
+    JSON line, and stops when its standard input closes."""
+    async with platform(workdir, kind, postgres_url) as (address, wallet_address, _):
+        print(json.dumps({"matchmaking": address, "wallet": wallet_address}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    return 0
+
+
+@contextlib.asynccontextmanager
+async def platform_process(kind: str, workdir: Path, postgres_url: str) -> AsyncIterator[tuple[str, str, Minter]]:
+    """The platform in a process of its own (the servers on one core, the clients on another)."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.matchmaking.bench",
+            "--serve",
+            kind,
+            "--workdir",
+            str(workdir),
+            "--postgres-url",
+            postgres_url,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        line = await asyncio.get_running_loop().run_in_executor(None, child.stdout.readline)
+        addresses = json.loads(line)
+        private, _ = ensure_dev_keys(workdir / "keys")
+        yield addresses["matchmaking"], addresses["wallet"], Minter(load_private_key(private), audience="buraco")
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, lambda: child.wait(timeout=60))
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
 async def main(args: argparse.Namespace) -> int:
+    if args.serve:
+        return await serve_platform(args.serve, Path(args.workdir), args.postgres_url)
     bench_matcher(args.tickets)
     bench_quality()
     for kind in args.databases.split(","):
@@ -425,6 +474,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tickets", type=int, default=100_000, help="waiting tickets of the matcher pass")
     parser.add_argument("--players", type=int, default=400, help="players of the end-to-end run")
     parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the end-to-end run's child
+    parser.add_argument("--workdir", default="", help=argparse.SUPPRESS)
     parser.add_argument(
         "--postgres-url",
         default=os.environ.get("BURACO_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"),
