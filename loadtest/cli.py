@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__.splitlines()[0])
     add = parser.add_argument
     add("--scenario", choices=SCENARIOS, default="journey", help="journey (all services) or backend (wallet, ranking)")
+    add("--only", choices=("wallet", "ranking"), help="backend scenario: load this service alone")
     add("--players", type=int, default=4, help="simulated players at once (a multiple of --seats; default 4)")
     add("--ramp", type=float, default=0.0, metavar="S", help="seconds over which the players start (default 0)")
     add("--duration", type=float, default=60.0, metavar="S", help="seconds players keep starting journeys (default 60)")
@@ -69,6 +70,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         key = Path(os.environ.get("BURACO_JWT_PRIVATE_KEY") or dev_keys / "dev-private.pem")
     settings = Settings(
         scenario=args.scenario,
+        only=(args.only,) if args.only else ("wallet", "ranking"),
         players=args.players,
         ramp_s=args.ramp,
         duration_s=args.duration,

@@ -155,20 +155,26 @@ class Driver:
     async def signup(self, player: Player) -> None:
         wallet, ranking = self.wallet(player), self.ranking(player)
         async with self.step("signup"):
-            await self.calls.unary(
-                "wallet.CreateAccount",
-                wallet.CreateAccount,
-                wallet_pb2.CreateAccountRequest(request_id=f"{player.id}-signup", player=player.name),
-                self.tokens.admin(),
-            )
-            profile = await self.calls.unary(
-                "ranking.GetPlayer",
-                ranking.GetPlayer,
-                ranking_pb2.GetPlayerRequest(name=player.name),
-                self.tokens.player(player.id),
-            )
-            player.matches_before = profile.stats.matches
+            if self.uses("wallet"):
+                await self.calls.unary(
+                    "wallet.CreateAccount",
+                    wallet.CreateAccount,
+                    wallet_pb2.CreateAccountRequest(request_id=f"{player.id}-signup", player=player.name),
+                    self.tokens.admin(),
+                )
+            if self.uses("ranking"):
+                profile = await self.calls.unary(
+                    "ranking.GetPlayer",
+                    ranking.GetPlayer,
+                    ranking_pb2.GetPlayerRequest(name=player.name),
+                    self.tokens.player(player.id),
+                )
+                player.matches_before = profile.stats.matches
         player.signed_up = True
+
+    def uses(self, service: str) -> bool:
+        """Whether the run calls `service` (the backend scenario may load one service alone)."""
+        return service in self.settings.only
 
     async def fund(self, player: Player) -> int:
         """The player's posted balance before the match, topped up when short of a stake."""
@@ -332,12 +338,15 @@ class Driver:
         for player in group:
             if not player.signed_up:
                 await self.signup(player)
-        async with self.step("fund"):
-            balances = await asyncio.gather(*(self.fund(player) for player in group))
+        chips = not s.practice and self.uses("wallet")
+        balances = [0] * len(group)
+        if chips:
+            async with self.step("fund"):
+                balances = await asyncio.gather(*(self.fund(player) for player in group))
         head = group[0]
         match_id = f"{head.id}-m{number}"
         wallet, ranking = self.wallet(head), self.ranking(head)
-        if not s.practice:
+        if chips:
             async with self.step("hold"):
                 await self.calls.unary(
                     "wallet.HoldBets",
@@ -362,7 +371,7 @@ class Driver:
         ]
         async with self.step("settle"):
             service = self.tokens.service("game-session")
-            if not s.practice:
+            if chips:
                 await self.calls.unary(
                     "wallet.Settle",
                     wallet.Settle,
@@ -371,34 +380,34 @@ class Driver:
                     ),
                     service,
                 )
-            end = Timestamp()
-            end.FromDatetime(datetime.now(UTC))
-            await self.calls.unary(
-                "ranking.RecordMatch",
-                ranking.RecordMatch,
-                ranking_pb2.RecordMatchRequest(
-                    request_id=f"{match_id}-record",
-                    match_id=match_id,
-                    options=table_options(s),
-                    participants=[
-                        ranking_pb2.RecordMatchRequest.Participant(
-                            player=o.player, seat=o.seat, outcome=o.outcome, score=match.totals[o.seat % 2]
-                        )
-                        for o in outcomes
-                    ],
-                    end_time=end,
-                ),
-                service,
-            )
-            deltas = expected_deltas(s.bet, s.seats, winners, first_seat, s.house_cut_percent)
-            await asyncio.gather(
-                *(
-                    self.check_settled(p, balances[seat], 0 if s.practice else deltas[seat])
-                    for seat, p in enumerate(group)
+            if self.uses("ranking"):
+                end = Timestamp()
+                end.FromDatetime(datetime.now(UTC))
+                participants = [
+                    ranking_pb2.RecordMatchRequest.Participant(
+                        player=o.player, seat=o.seat, outcome=o.outcome, score=match.totals[o.seat % 2]
+                    )
+                    for o in outcomes
+                ]
+                await self.calls.unary(
+                    "ranking.RecordMatch",
+                    ranking.RecordMatch,
+                    ranking_pb2.RecordMatchRequest(
+                        request_id=f"{match_id}-record",
+                        match_id=match_id,
+                        options=table_options(s),
+                        participants=participants,
+                        end_time=end,
+                    ),
+                    service,
                 )
-            )
-        async with self.step("leaderboard"):
-            await asyncio.gather(*(self.check_ranking(p) for p in group))
+            if chips:
+                deltas = expected_deltas(s.bet, s.seats, winners, first_seat, s.house_cut_percent)
+                checks = (self.check_settled(p, balances[seat], deltas[seat]) for seat, p in enumerate(group))
+                await asyncio.gather(*checks)
+        if self.uses("ranking"):
+            async with self.step("leaderboard"):
+                await asyncio.gather(*(self.check_ranking(p) for p in group))
 
     async def play_locally(self, rng: random.Random) -> tuple[MatchState, int]:
         """A whole match between engine bots, pausing `think_time` before each action."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 SCENARIOS = ("journey", "backend")
+BACKEND_SERVICES = ("wallet", "ranking")
 BOTS = ("heuristic", "random")
 
 
@@ -17,6 +18,8 @@ class Settings:
     #: with the engine itself and makes the calls matchmaking (holds) and the game-session service
     #: (settle, record) would make.
     scenario: str = "journey"
+    #: The backend scenario's services: both, or one alone (to measure it by itself).
+    only: tuple[str, ...] = BACKEND_SERVICES
     players: int = 4
     ramp_s: float = 0.0
     duration_s: float = 60.0
@@ -50,6 +53,10 @@ class Settings:
         """ValueError naming the knob when the settings cannot make a run."""
         if self.scenario not in SCENARIOS:
             raise ValueError(f"--scenario must be one of {', '.join(SCENARIOS)}")
+        if not self.only or any(name not in BACKEND_SERVICES for name in self.only):
+            raise ValueError(f"--only takes {' or '.join(BACKEND_SERVICES)}")
+        if self.scenario != "backend" and self.only != BACKEND_SERVICES:
+            raise ValueError("--only is for --scenario backend")
         if self.seats not in (2, 4):
             raise ValueError("--seats must be 2 or 4")
         if self.players < self.seats or self.players % self.seats:
@@ -82,4 +89,5 @@ class Settings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Settings:
-        return cls(**{**data, "token_key": Path(data["token_key"]), "targets": dict(data["targets"])})
+        fields = {**data, "token_key": Path(data["token_key"]), "targets": dict(data["targets"])}
+        return cls(**{**fields, "only": tuple(data["only"])})
