@@ -8,8 +8,7 @@ PIP_INSTALL := $(BIN)/pip install -q -c constraints.txt
 PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
-	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots \
-	loadtest loadtest-smoke clean
+	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -91,6 +90,11 @@ deploy-check: venv ## render the Kubernetes overlays, validate them offline (str
 bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite and PostgreSQL, 50 clients
 	$(PY) -m services.wallet.bench
 
+clean: ## remove the virtual environment, local databases, dev keys and native builds
+	rm -rf $(VENV) var build
+
+.PHONY: loadtest loadtest-smoke
+
 # `make loadtest` drives simulated players against a suite that is running (`make run`, or the
 # addresses in LOADTEST_ARGS: --targets); docs/performance.md lists every knob.
 LOADTEST_ARGS ?= --players 20 --ramp 5 --duration 30 --fail-if 'p99<100ms' --max-error-rate 0.01
@@ -100,6 +104,3 @@ loadtest: venv ## load test a running suite (make run): LOADTEST_ARGS='--players
 
 loadtest-smoke: venv ## start the suite, run the load test at a tiny size, stop it (CI)
 	$(PY) -m loadtest.smoke
-
-clean: ## remove the virtual environment, local databases, dev keys and native builds
-	rm -rf $(VENV) var build
