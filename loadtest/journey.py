@@ -48,6 +48,7 @@ from engine.bots import make_bot
 from engine.match import MatchState
 from engine.rules import Ruleset, preset
 from loadtest.client import Calls, Channels, StepError, Tokens, status_name
+from loadtest.payouts import expected_deltas
 from loadtest.recorder import Recorder
 from loadtest.settings import Settings
 
@@ -55,24 +56,6 @@ FAILED_JOURNEY_PAUSE_S = 1.0
 POLL_INTERVAL_S = 0.05
 #: Grants top a player up to this many stakes.
 TOP_UP_STAKES = 20
-
-
-def expected_deltas(
-    bet: int, seats: int, winner_seats: Sequence[int], first_seat: int, cut_percent: int
-) -> dict[int, int]:
-    """Each seat's balance change when a match is settled: everyone stakes `bet`; the pot less
-    the house cut (rounded down) is split evenly among the winners, the odd chips one each to the
-    winners in the order of play from `first_seat` (docs/wallet.md)."""
-    pot = bet * seats
-    net = pot - pot * cut_percent // 100
-    deltas = {seat: -bet for seat in range(seats)}
-    if not winner_seats:
-        return deltas
-    ordered = sorted(winner_seats, key=lambda seat: (seat - first_seat) % seats)
-    share, odd = divmod(net, len(ordered))
-    for i, seat in enumerate(ordered):
-        deltas[seat] += share + (1 if i < odd else 0)
-    return deltas
 
 
 def match_rules(settings: Settings) -> Ruleset:

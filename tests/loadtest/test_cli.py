@@ -8,7 +8,7 @@ import pytest
 
 from loadtest.cli import build_parser, main, settings_from, shards
 from loadtest.client import TargetsError, parse_targets
-from loadtest.journey import expected_deltas
+from loadtest.payouts import expected_deltas
 from loadtest.settings import Settings
 
 
