@@ -15,12 +15,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from buraco.v1 import wallet_pb2, wallet_pb2_grpc
+from buraco.v1 import matchmaking_pb2_grpc, wallet_pb2, wallet_pb2_grpc
 from loadtest.cli import main
 from loadtest.journey import run_shard
 from loadtest.settings import Settings
 from services.common.auth import Kind
-from services.matchmaking.service import SPEC as MATCHMAKING
 from services.ranking.service import SPEC as RANKING
 from services.wallet.service import WalletService
 from services.wallet.settings import WalletSettings
@@ -28,14 +27,30 @@ from tests.services.harness import bearer, dev_minter, make_config, running
 
 
 @contextlib.asynccontextmanager
+async def unbuilt_matchmaking() -> AsyncIterator[str]:
+    """A matchmaking server none of whose RPCs is built: every call ends UNIMPLEMENTED."""
+    server = grpc.aio.server()
+    # The generated base class answers every method UNIMPLEMENTED (its stubs declare it abstract).
+    unbuilt = matchmaking_pb2_grpc.MatchmakingServiceServicer()  # type: ignore[abstract]
+    matchmaking_pb2_grpc.add_MatchmakingServiceServicer_to_server(unbuilt, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(0)
+
+
+@contextlib.asynccontextmanager
 async def suite(tmp_path: Path) -> AsyncIterator[dict[str, str]]:
-    """Wallet, ranking and (not built yet: UNIMPLEMENTED) matchmaking, on SQLite."""
+    """Wallet and ranking on SQLite, and a matchmaking that is not built."""
     wallet = WalletService(settings=WalletSettings(expiry_sweep_interval=timedelta(0))).spec()
     async with contextlib.AsyncExitStack() as stack:
         addresses = {}
-        for spec in (wallet, RANKING, MATCHMAKING):
+        for spec in (wallet, RANKING):
             server = await stack.enter_async_context(running(spec, make_config(spec.name, tmp_path)))
             addresses[spec.name] = server.address
+        addresses["matchmaking"] = await stack.enter_async_context(unbuilt_matchmaking())
         addresses["game_session"] = "127.0.0.1:1"  # never reached
         yield addresses
 
@@ -96,7 +111,7 @@ async def test_backend_scenario_tops_players_up(tmp_path: Path) -> None:
     assert recorder.get("rpc", "wallet.Grant").ok == 2  # each player topped up
 
 
-async def test_journey_stops_clearly_where_matchmaking_is_not_built(tmp_path: Path) -> None:
+async def test_journey_stops_clearly_where_a_service_is_not_built(tmp_path: Path) -> None:
     async with suite(tmp_path) as targets:
         settings = base_settings(tmp_path, targets, players=2, journeys=1)
         recorder, _ = await run_shard(settings, range(2))
