@@ -147,3 +147,20 @@ def test_max_error_rate_gate() -> None:
     assert not bad.passed and "of 108 calls" in bad.failures[0]
     [empty] = check_gates(Report.build(Recorder(), elapsed_s=1.0), [max_error_rate_gate(1.0)])
     assert not empty.passed  # a run that made no call proves nothing
+
+
+def test_sweep_level_reads_one_service_from_a_report() -> None:
+    from loadtest.sweep import level_of
+
+    recorder = known_recorder()
+    recorder.ok("rpc", "ranking.GetPlayer", 0.5)
+    document = json.loads(Report.build(recorder, elapsed_s=10.0).json())
+    wallet = level_of(8, document, "wallet", 100.0)
+    assert (wallet.players, wallet.calls_per_s, wallet.error_rate) == (8, 10.0, round(3 / 103, 6))
+    assert wallet.worst_p99_ms == pytest.approx(99, rel=1e-3)
+    assert not wallet.within  # errors
+    ranking = level_of(8, document, "ranking", 100.0)
+    assert ranking.worst_p99_ms == pytest.approx(500, rel=1e-3)
+    assert not ranking.within
+    assert level_of(8, document, "ranking", 600.0).within
+    assert not level_of(8, document, "game_session", 100.0).within  # no call: no evidence
