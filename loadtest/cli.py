@@ -32,7 +32,12 @@ from loadtest.settings import BOTS, SCENARIOS, Settings
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__.splitlines()[0])
     add = parser.add_argument
-    add("--scenario", choices=SCENARIOS, default="journey", help="journey (all services) or backend (wallet, ranking)")
+    add(
+        "--scenario",
+        choices=SCENARIOS,
+        default="journey",
+        help="journey (every service), tables (no matchmaking) or backend (wallet, ranking)",
+    )
     add("--only", choices=("wallet", "ranking"), help="backend scenario: load this service alone")
     add("--players", type=int, default=4, help="simulated players at once (a multiple of --seats; default 4)")
     add("--ramp", type=float, default=0.0, metavar="S", help="seconds over which the players start (default 0)")
@@ -48,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--targets", help="service=host:port,... or a bare host (default: BURACO_<SERVICE>_ADDRESS, localhost)")
     add("--token-key", type=Path, default=None, help="PEM private key tokens are signed with (default: local dev key)")
     add("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco", help="the tokens' audience")
-    add("--seed", default="loadtest", help="seed of the bots, seats and deals (default loadtest)")
+    add("--seed", default="loadtest", help="seed of the bots (backend scenario: and the deals); default loadtest")
     add("--run-id", default="", help="prefix of player and match ids (default: random, unique per run)")
     add("--processes", type=int, default=1, help="driver processes (default 1)")
     add("--connections", type=int, default=4, help="gRPC connections per service per process (default 4)")

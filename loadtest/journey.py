@@ -37,6 +37,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from buraco.v1 import (
     common_pb2,
+    game_session_pb2_grpc,
     matchmaking_pb2,
     matchmaking_pb2_grpc,
     ranking_pb2,
@@ -51,9 +52,14 @@ from loadtest.client import Calls, Channels, StepError, Tokens, status_name
 from loadtest.payouts import expected_deltas
 from loadtest.recorder import Recorder
 from loadtest.settings import Settings
+from loadtest.table import play_match, table_request
+from services.cli.seat import ChannelPool
+from services.common.auth import Kind
 
 FAILED_JOURNEY_PAUSE_S = 1.0
+#: Polls (the settlement, the ranking) start this often and slow down to POLL_MAX_S.
 POLL_INTERVAL_S = 0.05
+POLL_MAX_S = 1.0
 #: Grants top a player up to this many stakes.
 TOP_UP_STAKES = 20
 
@@ -105,6 +111,7 @@ class Driver:
 
     def __post_init__(self) -> None:
         self.calls = Calls(self.recorder, timeout=self.settings.rpc_timeout_s)
+        self.game_channels = ChannelPool(self.settings.connections)
         self.stopping = asyncio.Event()
 
     # -- stubs ------------------------------------------------------------------------------------
@@ -192,6 +199,7 @@ class Driver:
         """Wait until the player's holds are resolved; the balance must have moved by `delta`."""
         wallet = self.wallet(player)
         deadline = time.monotonic() + self.settings.wait_timeout_s
+        pause = POLL_INTERVAL_S
         while True:
             account = await self.calls.unary(
                 "wallet.GetAccount",
@@ -203,7 +211,8 @@ class Driver:
                 break
             if time.monotonic() > deadline:
                 raise StepError("TIMEOUT", f"{player.account}: stake still held after {self.settings.wait_timeout_s} s")
-            await asyncio.sleep(POLL_INTERVAL_S)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, POLL_MAX_S)
         if account.balance_chips != balance_before + delta:
             raise StepError(
                 "SETTLE_MISMATCH",
@@ -215,6 +224,7 @@ class Driver:
         ranking = self.ranking(player)
         metadata = self.tokens.player(player.id)
         deadline = time.monotonic() + self.settings.wait_timeout_s
+        pause = POLL_INTERVAL_S
         while True:
             profile = await self.calls.unary(
                 "ranking.GetPlayer", ranking.GetPlayer, ranking_pb2.GetPlayerRequest(name=player.name), metadata
@@ -224,7 +234,8 @@ class Driver:
             if time.monotonic() > deadline:
                 waited = self.settings.wait_timeout_s
                 raise StepError("TIMEOUT", f"{player.name}: match not on the profile after {waited} s")
-            await asyncio.sleep(POLL_INTERVAL_S)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, POLL_MAX_S)
         player.matches_before = profile.stats.matches
         board = ranking_pb2.Leaderboard(
             scope=ranking_pb2.Leaderboard.SCOPE_GLOBAL,
@@ -302,18 +313,62 @@ class Driver:
             balance = await self.fund(player)
         async with self.step("queue"):
             assignment = await self.queue(player)
+        await self.play_and_check(player, assignment.game_session_address, assignment.table, balance)
+
+    async def play_and_check(self, player: Player, address: str, table: str, balance: int) -> None:
+        """Steps play, settle and leaderboard of one player at one table."""
         async with self.step("play"):
-            delta = await self.play(player, assignment)
+            result = await play_match(
+                self.calls, self.settings, player.rng, address, self.tokens.token(Kind.PLAYER, player.id), table,
+                self.game_channels,
+            )
         async with self.step("settle"):
-            await self.check_settled(player, balance, delta)
+            await self.check_settled(player, balance, result.delta)
         async with self.step("leaderboard"):
             await self.check_ranking(player)
 
-    async def play(self, player: Player, assignment: matchmaking_pb2.MatchAssignment) -> int:
-        """Play the match at the assigned table to its end; the player's expected balance change."""
-        # The game-session client comes with the service (issue 4); until then the journey stops
-        # here, counted as an error of the step.
-        raise StepError("UNIMPLEMENTED", f"playing at {assignment.table}: no game-session client yet")
+    # -- scenario `tables` ------------------------------------------------------------------------
+    async def tables_match(self, group: Sequence[Player], number: int) -> None:
+        """The driver seats each group at a table as matchmaking would (holds, CreateTable); the
+        players then play, see the settlement and the leaderboard, each on their own."""
+        s = self.settings
+        for player in group:
+            if not player.signed_up:
+                await self.signup(player)
+            player.journeys = number
+        balances = [0] * len(group)
+        if not s.practice:
+            async with self.step("fund"):
+                balances = await asyncio.gather(*(self.fund(player) for player in group))
+        head = group[0]
+        match_id = f"{head.id}-m{number}"
+        service = self.tokens.service("matchmaking")
+        if not s.practice:
+            async with self.step("hold"):
+                await self.calls.unary(
+                    "wallet.HoldBets",
+                    self.wallet(head).HoldBets,
+                    wallet_pb2.HoldBetsRequest(
+                        request_id=f"{match_id}-hold",
+                        match_id=match_id,
+                        stakes=[wallet_pb2.Stake(player=p.name, amount_chips=s.bet) for p in group],
+                    ),
+                    service,
+                )
+        async with self.step("create_table"):
+            stub = game_session_pb2_grpc.GameSessionServiceStub(
+                self.game_channels.get(s.targets["game_session"])
+            )
+            table = await self.calls.unary(
+                "game_session.CreateTable",
+                stub.CreateTable,
+                table_request(match_id, match_id, [p.name for p in group], table_options(s)),
+                service,
+            )
+        address = table.owner_address or s.targets["game_session"]
+        await asyncio.gather(
+            *(self.play_and_check(p, address, table.name, balances[seat]) for seat, p in enumerate(group))
+        )
 
     # -- scenario `backend` -----------------------------------------------------------------------
     async def backend_match(self, group: Sequence[Player], number: int) -> None:
@@ -439,7 +494,10 @@ class Driver:
             started = time.perf_counter()
             self.recorder.counters["matches_started"] += 1
             try:
-                await self.backend_match(group, number)
+                if self.settings.scenario == "tables":
+                    await self.tables_match(group, number)
+                else:
+                    await self.backend_match(group, number)
             except Exception:
                 self.recorder.counters["matches_failed"] += 1
                 number += 1
@@ -459,7 +517,7 @@ async def run_shard(settings: Settings, indices: Sequence[int]) -> tuple[Recorde
     started = time.perf_counter()
     tasks: list[asyncio.Task[None]] = []
     spacing = settings.ramp_s / settings.players
-    if settings.scenario == "backend":
+    if settings.scenario in ("backend", "tables"):
         for first in range(0, len(indices), settings.seats):
             group = [driver.player(i) for i in indices[first : first + settings.seats]]
             tasks.append(asyncio.create_task(driver.run_group(group, spacing * group[0].index)))
@@ -483,4 +541,5 @@ async def run_shard(settings: Settings, indices: Sequence[int]) -> tuple[Recorde
     finally:
         elapsed = time.perf_counter() - started
         await driver.channels.close()
+        await driver.game_channels.close()
     return recorder, elapsed

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("journey", "backend")
+SCENARIOS = ("journey", "tables", "backend")
 BACKEND_SERVICES = ("wallet", "ranking")
 BOTS = ("heuristic", "random")
 
@@ -14,9 +14,10 @@ BOTS = ("heuristic", "random")
 @dataclass(frozen=True)
 class Settings:
     #: `journey`: the player's whole journey through the public services (matchmaking, game
-    #: sessions, wallet, ranking). `backend`: wallet and ranking only; the driver plays each match
-    #: with the engine itself and makes the calls matchmaking (holds) and the game-session service
-    #: (settle, record) would make.
+    #: sessions, wallet, ranking). `tables`: the same without matchmaking; the driver seats each
+    #: group of players as matchmaking would (holds, CreateTable). `backend`: wallet and ranking
+    #: only; the driver plays each match with the engine itself and makes the calls matchmaking
+    #: (holds) and the game-session service (settle, record) would make.
     scenario: str = "journey"
     #: The backend scenario's services: both, or one alone (to measure it by itself).
     only: tuple[str, ...] = BACKEND_SERVICES
