@@ -16,6 +16,10 @@ Scenario `journey` (the player's path through the public services):
                  the house cut won (checked to the chip)
     leaderboard  ranking: the profile counts the match; the player's rank and the top 10
 
+Scenario `tables` (no matchmaking): players sit in groups of `seats`; per group the driver holds
+the stakes (step `hold`) and creates the table (`create_table`) with a service token, as
+matchmaking would; then each player plays, checks the settlement and the leaderboard as above.
+
 Scenario `backend` (wallet and ranking only): players sit in groups of `seats`; per group the
 driver holds the stakes (as matchmaking would), plays the match with engine bots locally, settles
 it and records it (as the game-session service would), then each player checks their balance
