@@ -8,14 +8,21 @@ service's RPCs, their worst p99 (the largest p99 over the service's RPCs), the e
 whether the level is within the bound (`--p99-ms`, default 100, and no error). The last line names
 the largest level within it. It stops after the first level over the bound (the next ones only
 queue more). docs/performance.md shows how the figures of this machine were measured with it.
+
+With `--pid PID` (Linux: the service's process) each line also gives the CPU the process used
+during the run, in % of one core, and the CPU seconds it spent per player-minute: a figure that,
+unlike latency, does not depend on what else the machine runs, from which the players one core
+holds follow (`players * 100 / cpu%`, at full use of the core).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +38,12 @@ class Level:
     worst_p99_ms: float | None
     error_rate: float
     within: bool
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def level_of(players: int, report: dict[str, Any], service: str, p99_ms: float) -> Level:
@@ -52,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--service", choices=SERVICES, required=True, help="whose RPCs the bound applies to")
     parser.add_argument("--p99-ms", type=float, default=100.0, help="the bound on every RPC's p99 (default 100)")
     parser.add_argument("--out", type=Path, default=Path("var/loadtest-sweep"), help="reports folder")
+    parser.add_argument("--pid", type=int, help="the service's process id, to report its CPU use (Linux)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then arguments for python -m loadtest")
     options = parser.parse_args(argv)
     try:
@@ -60,11 +74,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--levels: whole numbers separated by commas")
     extra = [a for a in options.args if a != "--"]
     best: Level | None = None
-    print(f"{'players':>8} {'calls/s':>9} {'worst p99':>10} {'errors':>8}  within")
+    print(f"{'players':>8} {'calls/s':>9} {'worst p99':>10} {'errors':>8}  within  cpu%  cpu-s/player-min")
     for players in levels:
         out = options.out / str(players)
         command = [sys.executable, "-m", "loadtest", *extra, "--players", str(players), "--out", str(out)]
+        cpu_before, wall_before = (cpu_seconds(options.pid), time.monotonic()) if options.pid else (0.0, 0.0)
         finished = subprocess.run(command, capture_output=True, text=True, check=False)
+        cpu = ""
+        if options.pid:
+            share = (cpu_seconds(options.pid) - cpu_before) / (time.monotonic() - wall_before)
+            cpu = f"  {share * 100:4.0f}  {share * 60 / players:.4f}"
         report_path = out / "report.json"
         if finished.returncode == 2 or not report_path.is_file():
             sys.stderr.write(finished.stdout[-2000:] + finished.stderr[-2000:])
@@ -74,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worst = "-" if level.worst_p99_ms is None else f"{level.worst_p99_ms:.1f}ms"
         print(
             f"{players:>8} {level.calls_per_s:>9} {worst:>10} {level.error_rate * 100:>7.2f}%  "
-            f"{'yes' if level.within else 'no'}",
+            f"{'yes' if level.within else 'no':<6}{cpu}",
             flush=True,
         )
         if not level.within:
