@@ -519,6 +519,7 @@ async def run_shard(settings: Settings, indices: Sequence[int]) -> tuple[Recorde
     tokens = Tokens.from_key(settings.token_key, settings.audience)
     driver = Driver(settings, recorder, tokens, Channels(settings.connections))
     started = time.perf_counter()
+    cpu_started = time.process_time()
     tasks: list[asyncio.Task[None]] = []
     spacing = settings.ramp_s / settings.players
     if settings.scenario in ("backend", "tables"):
@@ -544,6 +545,8 @@ async def run_shard(settings: Settings, indices: Sequence[int]) -> tuple[Recorde
                         await everything
     finally:
         elapsed = time.perf_counter() - started
+        # The driver's own CPU (every thread of the process, gRPC's included), to size drivers.
+        recorder.counters["driver_cpu_ms"] += round(1000 * (time.process_time() - cpu_started))
         await driver.channels.close()
         await driver.game_channels.close()
     return recorder, elapsed

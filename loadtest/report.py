@@ -102,9 +102,12 @@ class Report:
         rows = [row_of(series, elapsed_s) for series in recorder]
         rpc_calls = sum(r["calls"] for r in rows if r["kind"] == "rpc")
         rpc_errors = sum(r["errors"] for r in rows if r["kind"] == "rpc")
+        driver_cpu_ms = recorder.counters.get("driver_cpu_ms", 0)
         summary: dict[str, Any] = {
             "elapsed_s": round(elapsed_s, 3),
             "rpc_calls": rpc_calls,
+            # driver CPU per call (stream messages and the bots' thinking included)
+            "driver_cpu_us_per_call": round(1000 * driver_cpu_ms / rpc_calls, 1) if rpc_calls else None,
             "rpc_errors": rpc_errors,
             "rpc_error_rate": round(rpc_errors / rpc_calls, 6) if rpc_calls else 0.0,
             "counters": dict(sorted(recorder.counters.items())),

@@ -83,6 +83,7 @@ async def test_backend_scenario_settles_every_match_to_the_chip(tmp_path: Path) 
         recorder, elapsed = await run_shard(settings, range(4))
         house = await house_balance(tmp_path, targets["wallet"])
     assert elapsed > 0
+    assert recorder.counters.pop("driver_cpu_ms") > 0
     assert recorder.counters == {"matches_started": 4, "matches_completed": 4}
     errors = {(s.kind, s.name): dict(s.errors) for s in recorder if s.errors}
     assert errors == {}
@@ -118,6 +119,7 @@ async def test_journey_stops_clearly_where_a_service_is_not_built(tmp_path: Path
     assert recorder.get("rpc", "matchmaking.CreateTicket").errors == {"UNIMPLEMENTED": 2}
     assert recorder.get("step", "queue").errors == {"UNIMPLEMENTED": 2}
     assert recorder.get("step", "signup").ok == 2
+    recorder.counters.pop("driver_cpu_ms")
     assert recorder.counters == {"journeys_started": 2, "journeys_failed": 2}
 
 
@@ -155,6 +157,9 @@ def test_several_driver_processes_merge_their_reports(tmp_path: Path, processes:
 
     assert asyncio.run(scenario()) == 0
     document = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert document["summary"]["counters"] == {"matches_completed": 2, "matches_started": 2}
+    counters = document["summary"]["counters"]
+    assert counters.pop("driver_cpu_ms") > 0  # the two processes' CPU, added up
+    assert counters == {"matches_completed": 2, "matches_started": 2}
+    assert document["summary"]["driver_cpu_us_per_call"] > 0
     rows = {row["name"]: row for row in document["rows"]}
     assert rows["wallet.CreateAccount"]["ok"] == 4
