@@ -7,7 +7,7 @@ failed journey the player pauses a second before the next one, so a service that
 (UNIMPLEMENTED) is not hammered in a tight loop.
 
 Scenario `journey` (the player's path through the public services):
-    signup       (once per player) the wallet opens the account with its starting grant (an admin
+    signup       (once per player) the wallet opens the account with its starting grant (a service
                  call, as the sign-up flow would make); ranking: the player's profile before
     fund         the player reads their account; tops it up with a promotion grant when short
     queue        matchmaking: CreateTicket, then WatchTicket until MATCHED (confirming a proposal)
@@ -64,6 +64,9 @@ FAILED_JOURNEY_PAUSE_S = 1.0
 #: Polls (the settlement, the ranking) start this often and slow down to POLL_MAX_S.
 POLL_INTERVAL_S = 0.05
 POLL_MAX_S = 1.0
+#: The service identity accounts are opened and topped up with (the sign-up flow, a gateway): a
+#: service's rate limit is per service, far above one admin's.
+SIGNUP_SERVICE = "gateway"
 #: Grants top a player up to this many stakes.
 TOP_UP_STAKES = 20
 
@@ -154,7 +157,7 @@ class Driver:
                     "wallet.CreateAccount",
                     wallet.CreateAccount,
                     wallet_pb2.CreateAccountRequest(request_id=f"{player.id}-signup", player=player.name),
-                    self.tokens.admin(),
+                    self.tokens.service(SIGNUP_SERVICE),
                 )
             if self.uses("ranking"):
                 profile = await self.calls.unary(
@@ -194,7 +197,7 @@ class Driver:
                     kind=wallet_pb2.GrantRequest.KIND_PROMOTION,
                     note="load test",
                 ),
-                self.tokens.admin(),
+                self.tokens.service(SIGNUP_SERVICE),
             )
             balance += amount
         return balance
