@@ -1,15 +1,107 @@
-"""How the matchmaking service is served: its gRPC services, servicer and migrations."""
+"""How the matchmaking service is served: its gRPC service, servicer, matching loop and
+migrations."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from buraco.v1 import matchmaking_pb2
-from services.common.server import ServiceSpec
-from services.matchmaking import api
+import grpc
 
-SPEC = ServiceSpec(
-    name="matchmaking",
-    grpc_services=(matchmaking_pb2.DESCRIPTOR.services_by_name["MatchmakingService"].full_name,),
-    register=api.register,
-    migrations=Path(__file__).parent / "migrations",
-    calls_others=True,
-)
+from buraco.v1 import matchmaking_pb2, matchmaking_pb2_grpc
+from services.common.idempotency import IdempotencyStore
+from services.common.server import Deps, ServiceSpec
+from services.matchmaking import api, models
+from services.matchmaking import settings as settings_module
+from services.matchmaking.core import Clock, Core
+from services.matchmaking.lobby import Lobby
+from services.matchmaking.loop import Loop
+from services.matchmaking.ports import Platform
+from services.matchmaking.remote import GrpcPlatform
+from services.matchmaking.saga import Sagas
+from services.matchmaking.settings import MatchmakingSettings
+
+
+@dataclass
+class Running:
+    """What one served instance is made of (tests reach the loop and the sagas through it)."""
+
+    core: Core
+    sagas: Sagas
+    loop: Loop
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def registrar(
+    clock: Clock | None = None,
+    settings: MatchmakingSettings | None = None,
+    platform: Callable[[Deps, MatchmakingSettings], Platform] | None = None,
+    on_ready: Callable[[Running], None] | None = None,
+) -> Callable[[grpc.aio.Server, Deps], None]:
+    def register(server: grpc.aio.Server, deps: Deps) -> None:
+        chosen = settings if settings is not None else settings_module.load()
+        now = clock or system_clock
+        remote: Platform = (
+            platform(deps, chosen)
+            if platform is not None
+            else GrpcPlatform(deps.clients, deps.minter, deps.config.service, chosen.call_timeout_seconds)
+        )
+        store = IdempotencyStore(
+            models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours), clock=now
+        )
+        core = Core(deps.db, remote, chosen, now, store)
+        sagas = Sagas(core)
+        loop = Loop(core, sagas)
+        core.wake = loop.wake
+        lobby = Lobby(core, sagas)
+        servicer = api.MatchmakingApi(deps, core, lobby)
+        matchmaking_pb2_grpc.add_MatchmakingServiceServicer_to_server(servicer, server)
+        _hook_lifecycle(server, loop, remote)
+        if on_ready is not None:
+            on_ready(Running(core, sagas, loop))
+
+    return register
+
+
+def _hook_lifecycle(server: grpc.aio.Server, loop: Loop, platform: Platform) -> None:
+    """Runs the matching loop while the server serves: started after it, stopped before it (so no
+    step runs once the clients and the database close). ServiceSpec has no start/stop hooks, so
+    the server's own methods are wrapped here."""
+    start = server.start
+    stop = server.stop
+
+    async def start_then_loop() -> None:
+        await start()
+        loop.start()
+
+    async def loop_then_stop(grace: float | None) -> None:
+        await loop.stop()
+        await platform.close()
+        await stop(grace)
+
+    server.start = start_then_loop  # type: ignore[method-assign]
+    server.stop = loop_then_stop  # type: ignore[method-assign,assignment]
+
+
+def build_spec(
+    clock: Clock | None = None,
+    settings: MatchmakingSettings | None = None,
+    platform: Callable[[Deps, MatchmakingSettings], Platform] | None = None,
+    on_ready: Callable[[Running], None] | None = None,
+) -> ServiceSpec:
+    """The service, optionally with an injected clock, settings and platform (tests)."""
+    return ServiceSpec(
+        name="matchmaking",
+        grpc_services=(matchmaking_pb2.DESCRIPTOR.services_by_name["MatchmakingService"].full_name,),
+        register=registrar(clock, settings, platform, on_ready),
+        migrations=Path(__file__).parent / "migrations",
+        calls_others=True,
+    )
+
+
+SPEC = build_spec()

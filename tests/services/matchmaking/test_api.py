@@ -1,19 +1,12 @@
-"""The matchmaking service as it stands: served, fuzzed, and its RPCs pending issue #7."""
+"""The matchmaking service as a process: served (migrating its database), fuzzed (no request makes
+it answer INTERNAL or UNKNOWN), and stopped by SIGTERM within the grace period."""
 
 from pathlib import Path
 
 from buraco.v1 import matchmaking_pb2
-from services.matchmaking.service import SPEC
-from tests.services.service_checks import check_service_process, check_unbuilt_rpcs_are_unimplemented
+from tests.services.service_checks import check_service_process
 
 SERVICE = matchmaking_pb2.DESCRIPTOR.services_by_name["MatchmakingService"]
-
-#: RPCs whose bodies issue #7 has not built yet; take each off as it lands.
-UNBUILT = [method.name for method in SERVICE.methods]
-
-
-async def test_unbuilt_rpcs_answer_unimplemented(tmp_path: Path) -> None:
-    await check_unbuilt_rpcs_are_unimplemented(SPEC, SERVICE, UNBUILT, 7, tmp_path)
 
 
 def test_the_process_serves_survives_fuzzing_and_stops_on_sigterm(tmp_path: Path) -> None:

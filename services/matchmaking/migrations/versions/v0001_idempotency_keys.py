@@ -35,7 +35,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index(
-        op.f("ix_matchmaking_idempotency_keys_expires_at"), table_name="matchmaking_idempotency_keys"
-    )
+    op.drop_index(op.f("ix_matchmaking_idempotency_keys_expires_at"), table_name="matchmaking_idempotency_keys")
     op.drop_table("matchmaking_idempotency_keys")

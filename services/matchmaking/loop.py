@@ -1,0 +1,170 @@
+"""The matching loop: one background task per replica that advances the start sagas that are due
+and runs a matching pass over every searching ticket, every BURACO_MATCHMAKING_TICK_SECONDS or
+when woken (a new ticket, a confirmation). Nothing it needs is only in memory: tickets and sagas
+are rows, so a restarted replica carries on where the last one stopped.
+
+Several replicas may run the loop at once: a proposal only takes tickets still searching at the
+version the pass read (a conditional write), and every saga step moves its saga on from the state
+it read, so no ticket is proposed twice and no step's effect is asked for twice under two ids.
+
+Shutdown: `stop()` asks the loop to end after the step under way, waits for it at most
+`stop_timeout_seconds`, then cancels it (and waits for the cancellation, also bounded). Waits
+use `asyncio.timeout`, not `asyncio.wait_for` (which on Python 3.11 can swallow the task's own
+cancellation and hang the shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from sqlalchemy import select
+
+from services.matchmaking import models
+from services.matchmaking.core import Core, aware
+from services.matchmaking.matcher import Waiting, match_pass
+from services.matchmaking.saga import Sagas
+
+log = logging.getLogger("buraco.matchmaking")
+
+
+class Loop:
+    def __init__(self, core: Core, sagas: Sagas) -> None:
+        self.core = core
+        self.sagas = sagas
+        self.settings = core.settings
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        #: Passes made, and an event set at the end of each (`next_pass`).
+        self.passes = 0
+        self._passed = asyncio.Event()
+        #: Seconds the last matching pass's matcher took, and the tables it proposed.
+        self.last_match_seconds = 0.0
+        self.last_proposals = 0
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def wake(self) -> None:
+        """Something changed: run a pass now rather than at the next tick."""
+        self._wake.set()
+
+    async def next_pass(self) -> None:
+        """Returns once a whole pass has run after this call."""
+        target = self.passes + 2  # a pass under way may have looked before this call
+        self.wake()
+        while self.passes < target:
+            passed = self._passed
+            await passed.wait()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._stopping = False
+            self._task = asyncio.create_task(self._run(), name="matchmaking-loop")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        limit = self.settings.stop_timeout_seconds
+        try:
+            async with asyncio.timeout(limit):
+                await asyncio.shield(task)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                async with asyncio.timeout(limit):
+                    await task
+        # Whoever waits for a pass is let go.
+        self._passed.set()
+
+    async def _run(self) -> None:
+        log.info("matching loop started")
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("matching pass failed; retrying at the next tick")
+                self._end_pass()
+            if self.stopping:
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.tick_seconds):
+                    await self._wake.wait()
+
+    def _end_pass(self) -> None:
+        self.passes += 1
+        passed, self._passed = self._passed, asyncio.Event()
+        passed.set()
+
+    async def run_once(self) -> int:
+        """Advances every due saga, then runs one matching pass; returns the tables proposed."""
+        for saga_id in await self.sagas.due():
+            if self._stopping:
+                break
+            try:
+                await self.sagas.advance(saga_id)
+            except Exception:
+                log.exception("a start saga step failed", extra={"fields": {"saga": saga_id}})
+        proposed = 0 if self._stopping else await self.match_once()
+        self._end_pass()
+        return proposed
+
+    async def match_once(self) -> int:
+        now = self.core.clock()
+        t = models.tickets
+        async with self.core.db.read() as session:
+            rows = (
+                await session.execute(
+                    select(
+                        t.c.id,
+                        t.c.players,
+                        t.c.preset,
+                        t.c.seats,
+                        t.c.length,
+                        t.c.target_points,
+                        t.c.mode,
+                        t.c.bet_chips,
+                        t.c.rating,
+                        t.c.queued_at,
+                        t.c.front,
+                        t.c.recent,
+                    ).where(t.c.state == "searching")
+                )
+            ).all()
+        waited: dict[str, float] = {}
+        waiting: list[Waiting] = []
+        for row in rows:
+            seconds = (now - aware(row.queued_at)).total_seconds()
+            waited[row.id] = seconds
+            waiting.append(
+                Waiting(
+                    ticket=row.id,
+                    key=(row.preset, row.seats, row.length, row.target_points, row.mode, row.bet_chips),
+                    players=tuple(row.players),
+                    rating=row.rating,
+                    waited_seconds=seconds,
+                    front=row.front,
+                    recent=frozenset(row.recent),
+                )
+            )
+        started = time.perf_counter()
+        proposals = match_pass(waiting, self.settings.windows)
+        self.last_match_seconds = time.perf_counter() - started
+        proposed = 0
+        for proposal in proposals:
+            if self._stopping:
+                break
+            if await self.sagas.propose(proposal, waited) is not None:
+                proposed += 1
+        self.last_proposals = proposed
+        if proposed:
+            log.info("matches proposed", extra={"fields": {"tables": proposed, "waiting": len(waiting)}})
+        return proposed

@@ -1,0 +1,458 @@
+"""The start saga: from a proposed match (or a lobby table's start) to a game table with every
+player told where it is, or, when any step fails, back to where everyone was
+(docs/matchmaking.md, "The start saga").
+
+States, each one durable in `matchmaking_sagas` before its effects are asked for:
+
+    confirming ──► holding ──► creating ──► notifying ──► started
+        │             │            │
+        └─────────────┴────────────┴──────► compensating ──► failed
+
+- confirming (quick match only): every player confirms before the deadline.
+- holding: the wallet holds every player's bet in the match's escrow, all or none, with a TTL,
+  request id `mm-hold-{saga}`: a retry (after a crash or a lost answer) never holds twice, and a
+  hold nobody settles or voids expires on its own.
+- creating: the game-session service creates table `tables/mm-{saga}` with the match id = the saga
+  id, request id `mm-table-{saga}`.
+- notifying: one transaction marks the tickets MATCHED (or the lobby table IN_MATCH) with the
+  table's name and owner address, and the streams wake.
+- compensating: cancel the table (following the owner redirect) if one was asked for, void the
+  match's pot if a hold was asked for (`mm-cancel-{saga}`, `mm-void-{saga}`), then, in one
+  transaction, fail the tickets of the players at fault and requeue the others at the front (the
+  lobby table reopens).
+
+A step that fails transiently is retried with backoff (same request ids) until the saga's deadline
+(BURACO_MATCHMAKING_START_SECONDS), then compensated. Compensation retries until it is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buraco.v1 import common_pb2
+from services.matchmaking import models
+from services.matchmaking.core import Core, aware, new_id, preferences_of
+from services.matchmaking.matcher import Proposal
+from services.matchmaking.ports import Refused, SeatSpec, Unreachable
+
+log = logging.getLogger("buraco.matchmaking")
+
+ACTIVE = ("confirming", "holding", "creating", "notifying", "compensating")
+_STAKE = re.compile(r"stakes\[(\d+)\]")
+
+
+class _Changed(Exception):
+    """A ticket of a proposal changed since the pass read it: the proposal is dropped."""
+
+
+def table_id_of(saga_id: str) -> str:
+    return f"mm-{saga_id}"
+
+
+class Sagas:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.db = core.db
+        self.platform = core.platform
+        self.settings = core.settings
+        self.clock = core.clock
+        #: Tests: called with the step's name before each step's effect (fault injection).
+        self.before_step: Callable[[str, str], None] = lambda step, saga: None
+
+    # -- starting ---------------------------------------------------------------------------------
+
+    async def propose(self, proposal: Proposal, waited: dict[str, float]) -> str | None:
+        """Turns a matcher proposal into a saga in `confirming`; None when a ticket changed since
+        the pass read it (cancelled, or taken by another replica's pass)."""
+        saga_id = new_id()
+        now = self.clock()
+        deadline = now + timedelta(seconds=self.settings.confirm_seconds)
+        seat_of: dict[str, dict[str, int]] = {}
+        for seat, (ticket, player) in enumerate(proposal.seats):
+            seat_of.setdefault(ticket, {})[player] = seat
+        try:
+            async with self.db.transaction() as session:
+                await self._propose(session, saga_id, proposal, seat_of, waited, now, deadline)
+        except _Changed:
+            return None
+        self.core.notifier.changed(*(f"ticket:{ticket}" for ticket in proposal.tickets))
+        return saga_id
+
+    async def _propose(
+        self,
+        session: AsyncSession,
+        saga_id: str,
+        proposal: Proposal,
+        seat_of: dict[str, dict[str, int]],
+        waited: dict[str, float],
+        now: datetime,
+        deadline: datetime,
+    ) -> None:
+        t = models.tickets
+        rows = (await session.execute(select(t).where(t.c.id.in_(proposal.tickets)))).all()
+        if len(rows) != len(proposal.tickets) or any(r.state != "searching" for r in rows):
+            raise _Changed
+        for row in rows:
+            changed = await session.execute(
+                update(t)
+                .where(t.c.id == row.id, t.c.state == "searching", t.c.version == row.version)
+                .values(
+                    state="proposed",
+                    saga_id=saga_id,
+                    confirmed=[],
+                    seat_of=seat_of[row.id],
+                    confirm_deadline=deadline,
+                    game_table=f"tables/{table_id_of(saga_id)}",
+                    game_address="",
+                    wait_seconds=waited.get(row.id, 0.0),
+                    version=row.version + 1,
+                    update_time=now,
+                )
+            )
+            if getattr(changed, "rowcount", 0) != 1:
+                raise _Changed
+        preferences = preferences_of(rows[0])
+        await session.execute(
+            insert(models.sagas).values(
+                id=saga_id,
+                kind="quick",
+                lobby_table=None,
+                state="confirming",
+                seats=[{"player": p, "bot": 0, "ticket": tk} for tk, p in proposal.seats],
+                tickets=list(proposal.tickets),
+                options=preferences.table_options().SerializeToString(),
+                bet_chips=preferences.bet_chips if preferences.competitive else 0,
+                confirm_deadline=deadline,
+                deadline=deadline + timedelta(seconds=self.settings.start_seconds),
+                next_attempt_at=deadline,
+                attempts=0,
+                held=False,
+                table_requested=False,
+                game_table="",
+                game_address="",
+                culprits=[],
+                failure_reason="",
+                create_time=now,
+                update_time=now,
+            )
+        )
+
+    async def start_lobby(
+        self, session: AsyncSession, lobby_id: str, seats: Sequence[SeatSpec], options: common_pb2.TableOptions
+    ) -> str:
+        """Begins a lobby table's match in `session` (the caller's transaction): confirmation is
+        the players' readiness, so the saga starts at `holding`."""
+        saga_id = new_id()
+        now = self.clock()
+        competitive = options.mode == common_pb2.TABLE_MODE_COMPETITIVE
+        await session.execute(
+            insert(models.sagas).values(
+                id=saga_id,
+                kind="lobby",
+                lobby_table=lobby_id,
+                state="holding" if competitive and options.bet_chips > 0 else "creating",
+                seats=[{"player": s.player, "bot": s.bot, "ticket": None} for s in seats],
+                tickets=[],
+                options=options.SerializeToString(),
+                bet_chips=options.bet_chips if competitive else 0,
+                confirm_deadline=None,
+                deadline=now + timedelta(seconds=self.settings.start_seconds),
+                next_attempt_at=now,
+                attempts=0,
+                held=competitive and options.bet_chips > 0,
+                table_requested=not (competitive and options.bet_chips > 0),
+                game_table="",
+                game_address="",
+                culprits=[],
+                failure_reason="",
+                create_time=now,
+                update_time=now,
+            )
+        )
+        return saga_id
+
+    # -- advancing --------------------------------------------------------------------------------
+
+    async def due(self, limit: int = 100) -> list[str]:
+        s = models.sagas
+        async with self.db.read() as session:
+            rows = await session.execute(
+                select(s.c.id)
+                .where(s.c.state.in_(ACTIVE), s.c.next_attempt_at <= self.clock())
+                .order_by(s.c.next_attempt_at)
+                .limit(limit)
+            )
+            return [row.id for row in rows]
+
+    async def _load(self, saga_id: str) -> Any:
+        async with self.db.read() as session:
+            return (await session.execute(select(models.sagas).where(models.sagas.c.id == saga_id))).one()
+
+    async def _set(self, saga_id: str, expected: str, **values: Any) -> bool:
+        """Moves the saga on from `expected` (a conditional write: nobody else moved it)."""
+        s = models.sagas
+        values.setdefault("update_time", self.clock())
+        async with self.db.transaction() as session:
+            result = await session.execute(update(s).where(s.c.id == saga_id, s.c.state == expected).values(**values))
+        return getattr(result, "rowcount", 0) == 1
+
+    async def _retry_or_give_up(self, saga: Any, reason: str) -> None:
+        now = self.clock()
+        if now >= aware(saga.deadline):
+            await self._set(saga.id, saga.state, state="compensating", failure_reason=reason, next_attempt_at=now)
+            return
+        delay = min(self.settings.retry_seconds * 2**saga.attempts, self.settings.max_retry_seconds)
+        await self._set(saga.id, saga.state, attempts=saga.attempts + 1, next_attempt_at=now + timedelta(seconds=delay))
+
+    async def advance(self, saga_id: str) -> str:
+        """Runs the saga's next step; returns the state it is in afterwards."""
+        saga = await self._load(saga_id)
+        for _ in range(len(ACTIVE) + 1):  # step on while the next step is due now
+            if saga.state not in ACTIVE or aware(saga.next_attempt_at) > self.clock():
+                break
+            await getattr(self, f"_{saga.state}")(saga)
+            saga = await self._load(saga_id)
+        return str(saga.state)
+
+    async def _confirming(self, saga: Any) -> None:
+        now = self.clock()
+        async with self.db.read() as session:
+            rows = (
+                await session.execute(
+                    select(models.tickets.c.players, models.tickets.c.confirmed).where(
+                        models.tickets.c.id.in_(saga.tickets)
+                    )
+                )
+            ).all()
+        missing = sorted({p for players, confirmed in rows for p in players if p not in confirmed})
+        if not missing:
+            needs_hold = saga.bet_chips > 0
+            await self._set(
+                saga.id,
+                "confirming",
+                state="holding" if needs_hold else "creating",
+                held=needs_hold,
+                table_requested=not needs_hold,
+                deadline=now + timedelta(seconds=self.settings.start_seconds),
+                next_attempt_at=now,
+                attempts=0,
+            )
+        elif saga.confirm_deadline is not None and now >= aware(saga.confirm_deadline):
+            await self._set(
+                saga.id,
+                "confirming",
+                state="compensating",
+                culprits=missing,
+                failure_reason="not confirmed",
+                next_attempt_at=now,
+            )
+        else:
+            await self._set(saga.id, "confirming", next_attempt_at=aware(saga.confirm_deadline))
+
+    async def _holding(self, saga: Any) -> None:
+        stakes = [(seat["player"], int(saga.bet_chips)) for seat in saga.seats if seat["player"]]
+        try:
+            self.before_step("hold", saga.id)
+            await self.platform.hold_bets(f"mm-hold-{saga.id}", saga.id, stakes, self.settings.hold_ttl_seconds)
+        except Unreachable as error:
+            log.warning("hold failed; retrying", extra={"fields": {"saga": saga.id, "error": str(error)}})
+            await self._retry_or_give_up(saga, "the wallet is unavailable")
+            return
+        except Refused as refused:
+            culprits: list[str] = []
+            reason = f"the wallet refused the bets ({refused.code})"
+            if refused.code == "FAILED_PRECONDITION":
+                found = _STAKE.search(refused.message)
+                if found is not None and int(found.group(1)) < len(stakes):
+                    culprits = [stakes[int(found.group(1))][0]]
+                reason = "insufficient chips"
+            await self._set(
+                saga.id,
+                "holding",
+                state="compensating",
+                culprits=culprits,
+                failure_reason=reason,
+                next_attempt_at=self.clock(),
+            )
+            return
+        await self._set(
+            saga.id, "holding", state="creating", table_requested=True, attempts=0, next_attempt_at=self.clock()
+        )
+
+    async def _creating(self, saga: Any) -> None:
+        seats = [SeatSpec(seat["player"], int(seat["bot"])) for seat in saga.seats]
+        try:
+            self.before_step("table", saga.id)
+            table = await self.platform.create_table(
+                f"mm-table-{saga.id}", table_id_of(saga.id), saga.id, saga.options, seats, saga.lobby_table
+            )
+        except Unreachable as error:
+            log.warning("table creation failed; retrying", extra={"fields": {"saga": saga.id, "error": str(error)}})
+            await self._retry_or_give_up(saga, "the game-session service is unavailable")
+            return
+        except Refused as refused:
+            await self._set(
+                saga.id,
+                "creating",
+                state="compensating",
+                failure_reason=f"the game-session service refused the table ({refused.code})",
+                next_attempt_at=self.clock(),
+            )
+            return
+        await self._set(
+            saga.id,
+            "creating",
+            state="notifying",
+            game_table=table.name,
+            game_address=table.owner_address,
+            attempts=0,
+            next_attempt_at=self.clock(),
+        )
+
+    async def _notifying(self, saga: Any) -> None:
+        self.before_step("notify", saga.id)
+        now = self.clock()
+        t = models.tickets
+        players = [seat["player"] for seat in saga.seats if seat["player"]]
+        async with self.db.transaction() as session:
+            moved = await session.execute(
+                update(models.sagas)
+                .where(models.sagas.c.id == saga.id, models.sagas.c.state == "notifying")
+                .values(state="started", update_time=now)
+            )
+            if getattr(moved, "rowcount", 0) != 1:
+                return
+            for ticket in saga.tickets:
+                row = (await session.execute(select(t.c.version).where(t.c.id == ticket))).one()
+                await session.execute(
+                    update(t)
+                    .where(t.c.id == ticket)
+                    .values(
+                        state="matched",
+                        game_table=saga.game_table,
+                        game_address=saga.game_address,
+                        version=row.version + 1,
+                        update_time=now,
+                    )
+                )
+            if saga.tickets:
+                await session.execute(
+                    delete(models.queue_members).where(models.queue_members.c.ticket_id.in_(saga.tickets))
+                )
+            await self._remember_opponents(session, players, now)
+            if saga.lobby_table:
+                lt = models.lobby_tables
+                row = (await session.execute(select(lt.c.version, lt.c.seats).where(lt.c.id == saga.lobby_table))).one()
+                seats = [{**seat, "ready": False, "rematch": False} for seat in row.seats]
+                await session.execute(
+                    update(lt)
+                    .where(lt.c.id == saga.lobby_table)
+                    .values(
+                        state="in_match",
+                        seats=seats,
+                        game_table=saga.game_table,
+                        game_address=saga.game_address,
+                        match_id=saga.id,
+                        version=row.version + 1,
+                        update_time=now,
+                    )
+                )
+        self._changed(saga)
+
+    async def _remember_opponents(self, session: AsyncSession, players: Sequence[str], now: datetime) -> None:
+        r = models.recent
+        await session.execute(delete(r).where(r.c.player.in_(players)))
+        if players:
+            await session.execute(
+                insert(r),
+                [{"player": p, "others": [o for o in players if o != p], "update_time": now} for p in players],
+            )
+
+    async def _compensating(self, saga: Any) -> None:
+        reason = saga.failure_reason or "the match could not start"
+        try:
+            self.before_step("compensate", saga.id)
+            if saga.table_requested:
+                await self.platform.cancel_table(
+                    f"mm-cancel-{saga.id}", f"tables/{table_id_of(saga.id)}", reason, saga.game_address
+                )
+            if saga.held:
+                await self.platform.void_pot(f"mm-void-{saga.id}", saga.id, reason)
+        except (Unreachable, Refused) as error:
+            # Keep trying: the holds expire on their own meanwhile, and a table nobody joins ends.
+            log.warning("compensation failed; retrying", extra={"fields": {"saga": saga.id, "error": str(error)}})
+            delay = min(self.settings.retry_seconds * 2**saga.attempts, self.settings.max_retry_seconds)
+            await self._set(
+                saga.id,
+                "compensating",
+                attempts=saga.attempts + 1,
+                next_attempt_at=self.clock() + timedelta(seconds=delay),
+            )
+            return
+        await self._undo(saga, reason)
+
+    async def _undo(self, saga: Any, reason: str) -> None:
+        """Fails the culprits' tickets, requeues the others at the front, reopens the lobby table."""
+        now = self.clock()
+        t = models.tickets
+        culprits = set(saga.culprits)
+        async with self.db.transaction() as session:
+            moved = await session.execute(
+                update(models.sagas)
+                .where(models.sagas.c.id == saga.id, models.sagas.c.state == "compensating")
+                .values(state="failed", update_time=now)
+            )
+            if getattr(moved, "rowcount", 0) != 1:
+                return
+            for ticket in saga.tickets:
+                row = (await session.execute(select(t).where(t.c.id == ticket))).one()
+                if row.state != "proposed" or row.saga_id != saga.id:
+                    continue  # cancelled meanwhile
+                common = {"saga_id": None, "confirm_deadline": None, "version": row.version + 1, "update_time": now}
+                if culprits & set(row.players):
+                    await session.execute(
+                        update(t).where(t.c.id == ticket).values(state="failed", failure_reason=reason, **common)
+                    )
+                    await session.execute(
+                        delete(models.queue_members).where(models.queue_members.c.ticket_id == ticket)
+                    )
+                else:
+                    await session.execute(
+                        update(t)
+                        .where(t.c.id == ticket)
+                        .values(
+                            state="searching",
+                            front=True,
+                            confirmed=[],
+                            seat_of={},
+                            game_table="",
+                            game_address="",
+                            wait_seconds=None,
+                            **common,
+                        )
+                    )
+            if saga.lobby_table:
+                lt = models.lobby_tables
+                row = (await session.execute(select(lt.c.version, lt.c.seats).where(lt.c.id == saga.lobby_table))).one()
+                seats = [{**seat, "ready": bool(seat.get("bot")), "rematch": False} for seat in row.seats]
+                await session.execute(
+                    update(lt)
+                    .where(lt.c.id == saga.lobby_table, lt.c.saga_id == saga.id)
+                    .values(state="open", seats=seats, saga_id=None, version=row.version + 1, update_time=now)
+                )
+        log.info("match start compensated", extra={"fields": {"saga": saga.id, "reason": reason}})
+        self._changed(saga)
+        self.core.wake()
+
+    def _changed(self, saga: Any) -> None:
+        keys = [f"ticket:{ticket}" for ticket in saga.tickets]
+        if saga.lobby_table:
+            keys += [f"lobby:{saga.lobby_table}", "lobby"]
+        self.core.notifier.changed(*keys)
