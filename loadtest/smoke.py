@@ -21,9 +21,9 @@ from pathlib import Path
 from services.common.config import DEFAULT_PORTS
 
 READY_LINE = "every service is listening"
-#: A tiny run: four players, one match each (two tables) played through the game sessions, settled
-#: and ranked; any error fails it. (The `tables` scenario until matchmaking is built.)
-DEFAULT_ARGS = ("--scenario", "tables", "--players", "4", "--journeys", "1", "--max-error-rate", "0")
+#: A tiny run: four players, one whole journey each (queued, matched in pairs, played through the
+#: game sessions, settled and ranked); any error fails it.
+DEFAULT_ARGS = ("--scenario", "journey", "--players", "4", "--journeys", "1", "--max-error-rate", "0")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
