@@ -186,7 +186,15 @@ def test_tables_move_to_the_survivor_and_matches_finish(
         b = stack.enter_context(replica(tmp_path, env, port_b))
         address_a, address_b = f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"
         assert (a.address, b.address) == (address_a, address_b)
-        asyncio.run(scenario(minter, wallet.address, a, address_a, address_b))
+        try:
+            asyncio.run(scenario(minter, wallet.address, a, address_a, address_b))
+        except BaseException:
+            # the replicas' errors, for whoever reads the failure
+            for process in (a, b, wallet, ranking):
+                for line in process.lines:
+                    if '"ERROR"' in line or "traceback" in line:
+                        print(f"[{process.name}] {line}")
+            raise
 
 
 async def scenario(minter: Minter, wallet_address: str, a: ServiceProcess, address_a: str, address_b: str) -> None:
@@ -257,12 +265,27 @@ async def scenario(minter: Minter, wallet_address: str, a: ServiceProcess, addre
             assert connection.model.table is not None
             rules = ruleset_of(connection.model.table.options.ruleset)
             connections.append((connection, (make_bot("random", f"{name}/{seat}", rules), rules)))
-    playing = [asyncio.create_task(play_seat(c, bot, rules)) for c, (bot, rules) in connections]
-    await wait_for(lambda: _all_reached(connections, EVENTS_BEFORE_KILL))
-    for task in playing:
-        task.cancel()
-    await asyncio.gather(*playing, return_exceptions=True)
-    # every stream caught up with its table (an action cut short may still have been applied)
+    # Each seat plays until its table has EVENTS_BEFORE_KILL events, then holds its next action
+    # (parked before sending it, so no call is in flight) until A is dead.
+    released = asyncio.Event()
+    parked: set[str] = set()
+
+    def gate(connection: RecordedConnection) -> Any:
+        async def pace() -> None:
+            if connection.model.seq >= EVENTS_BEFORE_KILL and not released.is_set():
+                parked.add(connection.table)
+                await released.wait()
+
+        return pace
+
+    playing = [
+        asyncio.create_task(play_seat(c, bot, rules, pace=gate(c))) for c, (bot, rules) in connections
+    ]
+
+    async def every_table_parked() -> bool:
+        return len(parked) == len(tables)
+
+    await wait_for(every_table_parked)
     await wait_for(lambda: _streams_current(connections, address_a, admin))
     assert all(not c.model.finished for c, _ in connections)
 
@@ -288,15 +311,19 @@ async def scenario(minter: Minter, wallet_address: str, a: ServiceProcess, addre
 
     # Every table of A is B's now (B's scan takes over the leases A no longer renews).
     async def owned_by_b() -> bool:
-        owners = [(await get_table(address_b, admin, name)).owner_address for name, _ in tables]
+        try:
+            owners = [(await get_table(address_b, admin, name)).owner_address for name, _ in tables]
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE:  # a redirect: A's lease has not run out yet
+                raise
+            return False
         return owners == [address_b] * len(tables)
 
     await wait_for(owned_by_b)
 
     # The clients carry on: streams resume at B with after_seq, actions retried with their ids.
-    played = await asyncio.wait_for(
-        asyncio.gather(*(play_seat(c, bot, rules) for c, (bot, rules) in connections)), timeout=120
-    )
+    released.set()
+    played = await asyncio.wait_for(asyncio.gather(*playing), timeout=120)
     assert all(n > 0 for n in played)
     for connection, _ in connections:
         model = connection.model
@@ -328,10 +355,6 @@ async def scenario(minter: Minter, wallet_address: str, a: ServiceProcess, addre
     for connection, _ in connections:
         await connection.close()
     await pool.close()
-
-
-async def _all_reached(connections: list[tuple[RecordedConnection, Any]], seq: int) -> bool:
-    return all(c.model.seq >= seq for c, _ in connections)
 
 
 async def _streams_current(connections: list[tuple[RecordedConnection, Any]], address: str, token: str) -> bool:
