@@ -38,10 +38,10 @@ proto-release: venv ## record the current contract as the released one (when cut
 	$(BIN)/buf build --exclude-source-info -o $(PROTO_RELEASE)
 
 lint: venv ## ruff
-	$(BIN)/ruff check engine services tests scripts
+	$(BIN)/ruff check engine services tests scripts loadtest
 
 typecheck: venv ## mypy (strict)
-	$(BIN)/mypy engine services tests scripts
+	$(BIN)/mypy engine services tests scripts loadtest
 
 unit: venv ## the test suite
 	$(PY) -m pytest -q
@@ -100,3 +100,15 @@ bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, t
 
 clean: ## remove the virtual environment, local databases, dev keys and native builds
 	rm -rf $(VENV) var build
+
+.PHONY: loadtest loadtest-smoke
+
+# `make loadtest` drives simulated players against a suite that is running (`make run`, or the
+# addresses in LOADTEST_ARGS: --targets); docs/performance.md lists every knob.
+LOADTEST_ARGS ?= --players 20 --ramp 5 --duration 30 --fail-if 'p99<100ms' --max-error-rate 0.01
+
+loadtest: venv ## load test a running suite (make run): LOADTEST_ARGS='--players 40 ...'; reports in var/loadtest
+	$(PY) -m loadtest --out var/loadtest $(LOADTEST_ARGS)
+
+loadtest-smoke: venv ## start the suite, run the load test at a tiny size, stop it (CI)
+	$(PY) -m loadtest.smoke
