@@ -31,6 +31,8 @@ log = logging.getLogger("buraco.matchmaking")
 
 #: Start sagas advanced concurrently within a pass.
 SAGAS_AT_ONCE = 32
+#: Proposals written per transaction (one commit each; the SQLite writer is held no longer).
+PROPOSALS_PER_TRANSACTION = 50
 #: The shortest time between two passes (the tick, if shorter).
 MIN_PASS_GAP_SECONDS = 0.25
 
@@ -178,11 +180,11 @@ class Loop:
         proposals = match_pass(waiting, self.settings.windows)
         self.last_match_seconds = time.perf_counter() - started
         proposed = 0
-        for proposal in proposals:
+        for start in range(0, len(proposals), PROPOSALS_PER_TRANSACTION):
             if self._stopping:
                 break
-            if await self.sagas.propose(proposal, waited) is not None:
-                proposed += 1
+            made = await self.sagas.propose_many(proposals[start : start + PROPOSALS_PER_TRANSACTION], waited)
+            proposed += sum(1 for saga_id in made if saga_id is not None)
         self.last_proposals = proposed
         if proposed:
             log.info("matches proposed", extra={"fields": {"tables": proposed, "waiting": len(waiting)}})

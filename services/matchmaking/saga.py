@@ -71,19 +71,31 @@ class Sagas:
     async def propose(self, proposal: Proposal, waited: dict[str, float]) -> str | None:
         """Turns a matcher proposal into a saga in `confirming`; None when a ticket changed since
         the pass read it (cancelled, or taken by another replica's pass)."""
-        saga_id = new_id()
+        return (await self.propose_many([proposal], waited))[0]
+
+    async def propose_many(self, proposals: Sequence[Proposal], waited: dict[str, float]) -> list[str | None]:
+        """`propose` for many, in one transaction (one commit for a pass's tables), each proposal
+        in a savepoint of its own so that one whose tickets changed is dropped alone."""
         now = self.clock()
         deadline = now + timedelta(seconds=self.settings.confirm_seconds)
-        seat_of: dict[str, dict[str, int]] = {}
-        for seat, (ticket, player) in enumerate(proposal.seats):
-            seat_of.setdefault(ticket, {})[player] = seat
-        try:
-            async with self.db.transaction() as session:
-                await self._propose(session, saga_id, proposal, seat_of, waited, now, deadline)
-        except _Changed:
-            return None
-        self.core.notifier.changed(*(f"ticket:{ticket}" for ticket in proposal.tickets))
-        return saga_id
+        made: list[str | None] = []
+        async with self.db.transaction() as session:
+            for proposal in proposals:
+                saga_id = new_id()
+                seat_of: dict[str, dict[str, int]] = {}
+                for seat, (ticket, player) in enumerate(proposal.seats):
+                    seat_of.setdefault(ticket, {})[player] = seat
+                try:
+                    async with session.begin_nested():
+                        await self._propose(session, saga_id, proposal, seat_of, waited, now, deadline)
+                except _Changed:
+                    made.append(None)
+                else:
+                    made.append(saga_id)
+        for proposal, made_id in zip(proposals, made, strict=True):
+            if made_id is not None:
+                self.core.notifier.changed(*(f"ticket:{ticket}" for ticket in proposal.tickets))
+        return made
 
     async def _propose(
         self,
