@@ -51,6 +51,8 @@ class Loop:
         #: Seconds the last matching pass's matcher took, and the tables it proposed.
         self.last_match_seconds = 0.0
         self.last_proposals = 0
+        #: When the watched tickets' versions were last read (event-loop time).
+        self._polled = 0.0
 
     @property
     def stopping(self) -> bool:
@@ -134,6 +136,13 @@ class Loop:
 
         # Sagas are independent: their calls to the wallet and game sessions overlap.
         await asyncio.gather(*(advance(saga_id) for saga_id in await self.sagas.due()))
+        now = asyncio.get_running_loop().time()
+        if now - self._polled >= self.settings.watch_poll_seconds:
+            self._polled = now
+            try:
+                await self.core.poll_watched()
+            except Exception:
+                log.exception("polling the watched tickets failed")
         proposed = 0 if self._stopping else await self.match_once()
         self._end_pass()
         return proposed
