@@ -8,7 +8,7 @@ PIP_INSTALL := $(BIN)/pip install -q -c constraints.txt
 PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
-	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-matchmaking clean
+	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-sessions bench-matchmaking clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -38,10 +38,10 @@ proto-release: venv ## record the current contract as the released one (when cut
 	$(BIN)/buf build --exclude-source-info -o $(PROTO_RELEASE)
 
 lint: venv ## ruff
-	$(BIN)/ruff check engine services tests scripts
+	$(BIN)/ruff check engine services tests scripts loadtest
 
 typecheck: venv ## mypy (strict)
-	$(BIN)/mypy engine services tests scripts
+	$(BIN)/mypy engine services tests scripts loadtest
 
 unit: venv ## the test suite
 	$(PY) -m pytest -q
@@ -90,8 +90,25 @@ deploy-check: venv ## render the Kubernetes overlays, validate them offline (str
 bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite and PostgreSQL, 50 clients
 	$(PY) -m services.wallet.bench
 
+# One game-session process (PostgreSQL, pinned to core 0) and a driver of bot tables on the other
+# cores; sizes from BURACO_BENCH_* (see the module's docstring), `ARGS=--smoke` for a tiny run.
+bench-sessions: venv ## game sessions: 1,000 tables at human pace (p99), the highest sustained action rate vs a grpc.aio echo
+	$(PY) -m services.game_session.bench $(ARGS)
+
 bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, tickets matched/s end to end (SQLite, PostgreSQL), match quality
 	$(PY) -m services.matchmaking.bench
 
 clean: ## remove the virtual environment, local databases, dev keys and native builds
 	rm -rf $(VENV) var build
+
+.PHONY: loadtest loadtest-smoke
+
+# `make loadtest` drives simulated players against a suite that is running (`make run`, or the
+# addresses in LOADTEST_ARGS: --targets); docs/performance.md lists every knob.
+LOADTEST_ARGS ?= --players 20 --ramp 5 --duration 30 --fail-if 'p99<100ms' --max-error-rate 0.01
+
+loadtest: venv ## load test a running suite (make run): LOADTEST_ARGS='--players 40 ...'; reports in var/loadtest
+	$(PY) -m loadtest --out var/loadtest $(LOADTEST_ARGS)
+
+loadtest-smoke: venv ## start the suite, run the load test at a tiny size, stop it (CI)
+	$(PY) -m loadtest.smoke

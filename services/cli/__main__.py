@@ -5,6 +5,10 @@
     buraco call wallet                           # list the wallet's methods
     buraco call wallet GetAccount '{"name": "accounts/player-alice"}' --player alice
     buraco call game_session Subscribe '{"table": "tables/t1"}' --player alice   # a stream: JSON lines
+    buraco play                                  # a practice table against a bot, in the terminal
+    buraco play --players 4 --preset fechado --target 1500 --player alice
+    buraco play --table tables/t1 --player alice # play your seat at an existing table
+    buraco watch tables/t1                       # spectate (where the table allows spectators)
 
 Tokens are signed with BURACO_JWT_PRIVATE_KEY when it is set, else with the local dev key under
 BURACO_DEV_KEYS_DIR (created when missing, as the services do in local mode). Addresses come from
@@ -14,6 +18,7 @@ BURACO_<SERVICE>_ADDRESS (default localhost:5005x) unless --address is given.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -138,6 +143,49 @@ def cmd_call(args: argparse.Namespace) -> int:
     return 0
 
 
+def _game_address(args: argparse.Namespace) -> str:
+    return str(args.address or config_module.load("game_session").addresses["game_session"])
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from services.cli import play
+
+    minter = _minter(args.audience)
+    address = _game_address(args)
+    player_token = args.token or minter.mint(Kind.PLAYER, args.player, ttl=args.ttl)
+    color = sys.stdout.isatty() and not args.no_color
+
+    async def run() -> int:
+        table = args.table
+        if not table:
+            spec = play.PracticeTable(
+                player=args.player, players=args.players, preset=args.preset, target_points=args.target,
+                bot_level=args.bot_level, draw_seconds=args.draw_seconds, play_seconds=args.play_seconds,
+            )
+            table = await play.create_practice_table(address, minter.mint(Kind.SERVICE, "cli", ttl=600), spec)
+            print(f"created {table} (watch it with `buraco watch {table}`)")
+        return await play.play(address, player_token, table, play.stdin_lines(), print, color)
+
+    try:
+        return asyncio.run(run())
+    except grpc.RpcError as error:
+        print(f"{error.code().name}: {error.details()}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from services.cli import play
+
+    token = args.token or _minter(args.audience).mint(Kind.PLAYER, args.player, ttl=args.ttl)
+    table = args.table if args.table.startswith("tables/") else f"tables/{args.table}"
+    try:
+        return asyncio.run(play.watch(_game_address(args), token, table, print, sys.stdout.isatty()))
+    except KeyboardInterrupt:
+        return 130
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="buraco", description="The Buraco services' bundled client.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -156,6 +204,33 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--address", help="host:port (default: BURACO_<SERVICE>_ADDRESS)")
     call.add_argument("--timeout", type=float, default=None, help="deadline in seconds")
     call.set_defaults(run=cmd_call)
+
+    default_player = os.environ.get("USER") or "me"
+    play_parser = commands.add_parser("play", help="play a table in the terminal (a practice table against bots)")
+    play_parser.add_argument("--player", default=default_player, help=f"your player name (default {default_player})")
+    play_parser.add_argument("--table", help="join this table (tables/ID) instead of creating a practice table")
+    play_parser.add_argument("--players", type=int, choices=(2, 4), default=2)
+    play_parser.add_argument("--preset", default="aberto", help="the ruleset preset (default aberto)")
+    play_parser.add_argument("--target", type=int, default=0, help="match target points (default 0: one hand)")
+    play_parser.add_argument("--bot-level", choices=("easy", "medium", "hard"), default="medium")
+    play_parser.add_argument("--draw-seconds", type=int, default=120)
+    play_parser.add_argument("--play-seconds", type=int, default=300)
+    play_parser.add_argument("--no-color", action="store_true", help="no ANSI colours for red suits")
+    for each in (play_parser,):
+        each.add_argument("--token", help="use this player token instead of minting one")
+        each.add_argument("--ttl", type=float, default=6 * 3600.0)
+        each.add_argument("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco")
+        each.add_argument("--address", help="host:port (default: BURACO_GAME_SESSION_ADDRESS)")
+    play_parser.set_defaults(run=cmd_play)
+
+    watch_parser = commands.add_parser("watch", help="spectate a table")
+    watch_parser.add_argument("table", metavar="TABLE", help="tables/ID or ID")
+    watch_parser.add_argument("--player", default=default_player, help="the spectator's player name")
+    watch_parser.add_argument("--token", help="use this player token instead of minting one")
+    watch_parser.add_argument("--ttl", type=float, default=6 * 3600.0)
+    watch_parser.add_argument("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco")
+    watch_parser.add_argument("--address", help="host:port (default: BURACO_GAME_SESSION_ADDRESS)")
+    watch_parser.set_defaults(run=cmd_watch)
     return parser
 
 

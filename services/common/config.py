@@ -94,6 +94,17 @@ SETTINGS: tuple[Setting, ...] = (
     _s("BURACO_MAX_MESSAGE_BYTES", "65536", "largest request accepted (RESOURCE_EXHAUSTED above)"),
     _s("BURACO_MAX_STREAMS_PER_CALLER", "8", "open server streams per caller"),
     _s("BURACO_SHUTDOWN_GRACE_SECONDS", "10", "how long in-flight calls may run on after SIGTERM"),
+    _s(
+        "BURACO_GRPC_MAX_CONNECTION_AGE_SECONDS",
+        "0 (never)",
+        "close client connections after this age (GOAWAY), so callers re-resolve DNS and spread over new "
+        "replicas; 0 keeps connections forever",
+    ),
+    _s(
+        "BURACO_GRPC_MAX_CONNECTION_AGE_GRACE_SECONDS",
+        "30",
+        "how long calls and streams may run on a connection after its GOAWAY (streams then resume)",
+    ),
     _s("BURACO_IDEMPOTENCY_RETENTION_HOURS", "72", "how long answers are kept for retried request ids"),
     _s("BURACO_MATCHMAKING_ADDRESS", "localhost:50051", "where the other services reach matchmaking"),
     _s("BURACO_GAME_SESSION_ADDRESS", "localhost:50052", "where the other services reach game sessions"),
@@ -127,6 +138,8 @@ class Config:
     max_message_bytes: int = 65536
     max_streams_per_caller: int = 8
     shutdown_grace_seconds: float = 10.0
+    max_connection_age_seconds: float = 0.0
+    max_connection_age_grace_seconds: float = 30.0
     idempotency_retention_hours: float = 72.0
     addresses: Mapping[str, str] = field(default_factory=dict)
 
@@ -250,6 +263,12 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         max_message_bytes=get("BURACO_MAX_MESSAGE_BYTES", "65536", lambda n, r: _int(n, r, 1024, 64 << 20)),
         max_streams_per_caller=get("BURACO_MAX_STREAMS_PER_CALLER", "8", lambda n, r: _int(n, r, 1, 10_000)),
         shutdown_grace_seconds=get("BURACO_SHUTDOWN_GRACE_SECONDS", "10", lambda n, r: _float(n, r, 0, 3600)),
+        max_connection_age_seconds=get(
+            "BURACO_GRPC_MAX_CONNECTION_AGE_SECONDS", "0", lambda n, r: _float(n, r, 0, 30 * 86400)
+        ),
+        max_connection_age_grace_seconds=get(
+            "BURACO_GRPC_MAX_CONNECTION_AGE_GRACE_SECONDS", "30", lambda n, r: _float(n, r, 0, 86400)
+        ),
         idempotency_retention_hours=get(
             "BURACO_IDEMPOTENCY_RETENTION_HOURS", "72", lambda n, r: _float(n, r, 0.01, 24 * 365)
         ),

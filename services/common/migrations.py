@@ -78,6 +78,38 @@ async def current(service: str, migrations: Path, database: Database) -> str | N
         return await connection.run_sync(read)
 
 
+class SchemaNotReadyError(RuntimeError):
+    """The database is behind the code's migrations (or was never migrated)."""
+
+
+def head(migrations: Path) -> str | None:
+    """The newest revision in the service's migration scripts."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(migrations)).get_current_head()
+
+
+async def check_at_head(service: str, migrations: Path, database: Database) -> None:
+    """Raise `SchemaNotReadyError` unless the database is at the scripts' head.
+
+    A revision the scripts do not know is newer than this code (a release being rolled out, or
+    rolled back): that is allowed, as migrations only expand the schema before code uses it.
+    """
+    from alembic.script import ScriptDirectory
+
+    at = await current(service, migrations, database)
+    expected = head(migrations)
+    if at == expected:
+        return
+    command_hint = f"run `python -m services.{service} migrate` (the release's migration Job)"
+    if at is None:
+        raise SchemaNotReadyError(f"{service}: the database was never migrated (head is {expected}): {command_hint}")
+    scripts = ScriptDirectory(str(migrations))
+    known = {script.revision for script in scripts.walk_revisions()}
+    if at in known:
+        raise SchemaNotReadyError(f"{service}: the database is at {at}, the code needs {expected}: {command_hint}")
+
+
 def revision(service: str, migrations: Path, database: Database, message: str, autogenerate: bool) -> None:
     """Writes a new migration file (autogenerate needs the database at head)."""
     import asyncio

@@ -118,13 +118,13 @@ class Server:
     async def start(self) -> None:
         if self.config.migrate_on_start:
             await migrations.upgrade(self.spec.name, self.spec.migrations, self.db)
+        else:
+            # Production migrates with the release's Job first; serving on an older schema would
+            # fail later, call by call, so refuse to start instead.
+            await migrations.check_at_head(self.spec.name, self.spec.migrations, self.db)
         server = grpc.aio.server(
             interceptors=[*tracing.server_interceptors(self.tracer_provider), self.pipeline, *self.spec.interceptors],
-            options=[
-                ("grpc.max_receive_message_length", self.config.max_message_bytes),
-                ("grpc.max_send_message_length", SEND_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ],
+            options=server_options(self.config),
         )
         deps = Deps(
             self.config, self.db, self.clients, self.minter, logging.getLogger(f"buraco.{self.spec.name}"),
@@ -191,6 +191,22 @@ class Server:
         await self._stopped.wait()
 
 
+def server_options(config: Config) -> list[tuple[str, Any]]:
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", SEND_MESSAGE_BYTES),
+        ("grpc.so_reuseport", 0),
+    ]
+    if config.max_connection_age_seconds > 0:
+        # Callers balance over the DNS records of a headless Service; recycling connections makes
+        # them re-resolve, so replicas added by the autoscaler get traffic.
+        options += [
+            ("grpc.max_connection_age_ms", int(config.max_connection_age_seconds * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(config.max_connection_age_grace_seconds * 1000)),
+        ]
+    return options
+
+
 async def serve(spec: ServiceSpec, config: Config) -> None:
     """Run until SIGTERM or SIGINT, then stop gracefully."""
     tracer_provider = tracing.provider_from_env(spec.name)
@@ -238,6 +254,9 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
         except ConfigError as error:
             print(f"configuration error: {error}", file=sys.stderr)
             return 2
+        except migrations.SchemaNotReadyError as error:
+            print(f"database not ready: {error}", file=sys.stderr)
+            return 3
         return 0
     return (
         asyncio.run(_database_command(spec, config, args))

@@ -1,118 +1,589 @@
-"""The game-session service's gRPC API: a thin servicer (read the caller, check the input,
-call core, build the reply; errors are mapped by the server pipeline).
+"""The game-session service's gRPC API: a thin servicer (read the caller, check the input, hand
+the change to the manager, build the reply; errors are mapped by the server pipeline).
 
-Every RPC answers UNIMPLEMENTED until issue #4 builds it.
+Who may call what: CreateTable and CancelTable, services only; actions, hints, annulment votes,
+for the caller's own seat (the seat comes from the token, never from the request); Subscribe,
+GetTable and GetTableSnapshot, the table's players, services and admins, and anyone where the
+table allows spectators; ExportRecords, the table's players, services and admins.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any, TypeAlias
 
 import grpc
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
-from buraco.v1 import game_session_pb2, game_session_pb2_grpc
-from services.common.errors import not_built
+from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
+from engine.actions import DRAW, TAKE_PILE, Action, AddCards, Discard, MeldCards, add_action, meld_action
+from engine.cards import format_many, parse, parse_many
+from engine.errors import EngineError, IllegalActionError, MalformedError
+from services.common import validation as check
+from services.common.auth import Identity, Kind, current_identity
+from services.common.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+)
+from services.common.idempotency import IdempotencyStore, request_hash
 from services.common.server import Deps
+from services.game_session import models
+from services.game_session import settings as settings_module
+from services.game_session.clock import Clock, RealClock
+from services.game_session.manager import Manager, Subscriber
+from services.game_session.outbox import Call, Deliverer, grpc_calls
+from services.game_session.settings import GameSessionSettings
+from services.game_session.table import Entry, LiveTable, State, ruleset_for, ruleset_spec
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
-ISSUE = 4
+SERVICE = "buraco.v1.GameSessionService"
+CURRENT_SEQ_HEADER = "buraco-current-seq"
+MAX_HINTS = 200
+
+
+def _table_id(name: str, field: str = "table") -> str:
+    return check.resource_id(name, field, "tables")
 
 
 class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
-    def __init__(self, deps: Deps) -> None:
+    def __init__(
+        self,
+        deps: Deps,
+        settings: GameSessionSettings | None = None,
+        *,
+        clock: Clock | None = None,
+        address: Callable[[], str] | None = None,
+        calls: dict[str, Call] | None = None,
+    ) -> None:
         self.deps = deps
+        self.settings = settings or GameSessionSettings()
+        self.clock = clock or RealClock()
+        fallback = address or (lambda: deps.config.address)
+        advertised = self.settings.advertise_address
+        self.manager = Manager(
+            deps.db, self.settings, self.clock, deps.registry,
+            address=(lambda: advertised) if advertised else fallback,
+        )
+        self.deliverer = Deliverer(
+            deps.db, calls if calls is not None else grpc_calls(deps.clients), self.settings, self.clock, deps.registry
+        )
+        self.manager.on_outbox = self.deliverer.wake
+        self.idempotency = IdempotencyStore(
+            models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours)
+        )
 
+    async def start(self) -> None:
+        await self.manager.start()
+        self.deliverer.start()
+
+    async def stop(self) -> None:
+        await self.deliverer.stop()
+        await self.manager.stop()
+
+    # -- helpers ----------------------------------------------------------------------------------
+    async def _table(self, name: str, field: str = "table") -> LiveTable:
+        return await self.manager.get(_table_id(name, field))
+
+    def _seat(self, table: LiveTable, identity: Identity) -> int:
+        player = identity.require_player()
+        seat = table.seat_of(player)
+        if seat is None:
+            raise PermissionDeniedError(f"players/{player} has no seat at {table.name}")
+        return seat
+
+    def _viewer(self, table: LiveTable, identity: Identity) -> tuple[int | None, str | None]:
+        """(seat, player) of a caller who may watch the table; PERMISSION_DENIED otherwise."""
+        player = identity.player
+        if player is not None:
+            seat = table.seat_of(player)
+            if seat is not None:
+                return seat, player
+        if identity.kind in (Kind.SERVICE, Kind.ADMIN) or table.options.spectators_allowed:
+            return None, player
+        raise PermissionDeniedError(f"{table.name} does not allow spectators")
+
+    def _scope(self, identity: Identity) -> str:
+        return f"{identity.principal}>{identity.acting_for or ''}"
+
+    def _table_proto(self, table: LiveTable) -> game_session_pb2.Table:
+        return table.table_proto(self.manager.address if table.live else "")
+
+    # -- tables -----------------------------------------------------------------------------------
     async def CreateTable(
         self, request: game_session_pb2.CreateTableRequest, context: Context
     ) -> game_session_pb2.Table:
-        raise not_built("buraco.v1.GameSessionService/CreateTable", ISSUE)
+        identity = current_identity()
+        identity.require_kind(Kind.SERVICE)
+        check.request_id(request.request_id)
+        table_id = check.identifier(request.table_id, "table_id") if request.table_id else uuid.uuid4().hex[:20]
+        check.message(request, "table")
+        description = self._checked_table(request.table)
+        description.name = f"tables/{table_id}"
+        now = self.manager.now_ms()
+        description.create_time.FromMilliseconds(now)
+        table = LiveTable(table_id, description, now)
+        created: list[LiveTable] = []
+
+        async def work(session: Any) -> game_session_pb2.Table:
+            exists = (await session.execute(
+                select(models.tables.c.id, models.tables.c.match_id).where(
+                    (models.tables.c.id == table_id) | (models.tables.c.match_id == description.match_id)
+                )
+            )).first()
+            if exists is not None:
+                what = f"tables/{table_id}" if exists.id == table_id else f"match_id {description.match_id!r}"
+                raise AlreadyExistsError(f"{what} exists already")
+            await session.execute(models.tables.insert().values(
+                id=table_id, match_id=description.match_id, description=description.SerializeToString(),
+                state=State.STATE_WAITING, seq=0, match_scores="[0, 0]", created_ms=now, updated_ms=now,
+            ))
+            players = [s for s in table.seats if s.player is not None]
+            if players:
+                await session.execute(models.seats.insert(), [
+                    {"table_id": table_id, "seat": s.seat, "player": s.player} for s in players
+                ])
+            await session.execute(models.leases.insert().values(
+                table_id=table_id, owner_address=self.manager.address, owner_id=self.manager.owner_id, epoch=1,
+                expires_ms=now + int(self.settings.lease_seconds * 1000), live=1,
+            ))
+            created.append(table)
+            return table.table_proto(self.manager.address)
+
+        try:
+            reply = await self.idempotency.run(
+                self.deps.db, scope=identity.principal, method=f"{SERVICE}/CreateTable", request=request,
+                response_type=game_session_pb2.Table, work=work,
+            )
+        except IntegrityError:
+            raise AlreadyExistsError(f"tables/{table_id} or match_id {description.match_id!r} exists already") from None
+        if created and reply.name == description.name and table_id not in self.manager.tables:
+            self.manager.adopt(created[0])
+        return reply
+
+    def _checked_table(self, given: game_session_pb2.Table) -> game_session_pb2.Table:
+        table = game_session_pb2.Table()
+        table.CopyFrom(given)
+        for output_only in ("name", "state", "seq", "match_scores", "create_time", "owner_address"):
+            table.ClearField(output_only)
+        check.identifier(table.match_id, "table.match_id")
+        check.message(table, "options", "table.options")
+        options = table.options
+        check.message(options, "ruleset", "table.options.ruleset")
+        check.require(options.players in (2, 4), "table.options.players", "must be 2 or 4")
+        check.enum(options.length, "table.options.length", common_pb2.MatchLength.DESCRIPTOR)
+        if options.length == common_pb2.MATCH_LENGTH_POINTS:
+            check.int_range(options.target_points, "table.options.target_points", 505, 3005)
+        else:
+            check.require(options.target_points == 0, "table.options.target_points", "must be 0 for an express match")
+        check.enum(options.mode, "table.options.mode", common_pb2.TableMode.DESCRIPTOR)
+        practice = options.mode == common_pb2.TABLE_MODE_PRACTICE
+        if practice:
+            check.require(options.bet_chips == 0, "table.options.bet_chips", "must be 0 at a practice table")
+        else:
+            check.require(options.bet_chips >= 0, "table.options.bet_chips", "must not be negative")
+        if options.draw_seconds:
+            check.int_range(options.draw_seconds, "table.options.draw_seconds", 5, 300)
+        if options.play_seconds:
+            check.int_range(options.play_seconds, "table.options.play_seconds", 5, 600)
+        try:
+            ruleset_for(options)
+        except (EngineError, ValueError, TypeError) as error:
+            raise InvalidArgumentError("table.options.ruleset", str(error)) from None
+        check.require(len(table.seats) == options.players, "table.seats", f"one per seat ({options.players})")
+        seen: set[str] = set()
+        for index, seat in enumerate(table.seats):
+            field = f"table.seats[{index}]"
+            check.require(seat.seat == index, f"{field}.seat", f"must be {index} (seats in order)")
+            seat.bot_controlled = False
+            seat.connected = False
+            kind = seat.participant.WhichOneof("kind")
+            check.require(kind is not None, f"{field}.participant", "a player or a bot is required")
+            if kind == "player":
+                player = check.player(seat.participant.player, f"{field}.participant.player")
+                check.require(player not in seen, f"{field}.participant.player", "sits at another seat already")
+                seen.add(player)
+            else:
+                check.require(practice, f"{field}.participant.bot", "bots sit at practice tables only")
+                check.enum(seat.participant.bot, f"{field}.participant.bot", common_pb2.BotLevel.DESCRIPTOR)
+        if table.tournament:
+            check.resource_id(table.tournament, "table.tournament", "tournaments")
+        if table.lobby_table:
+            check.resource_id(table.lobby_table, "table.lobby_table", "lobbyTables")
+        return table
 
     async def GetTable(
         self, request: game_session_pb2.GetTableRequest, context: Context
     ) -> game_session_pb2.Table:
-        raise not_built("buraco.v1.GameSessionService/GetTable", ISSUE)
+        identity = current_identity()
+        table = await self._table(request.name, "name")
+        self._viewer(table, identity)
+        return self._table_proto(table)
 
     async def ListTables(
         self, request: game_session_pb2.ListTablesRequest, context: Context
     ) -> game_session_pb2.ListTablesResponse:
-        raise not_built("buraco.v1.GameSessionService/ListTables", ISSUE)
+        identity = current_identity()
+        size = check.page_size(request.page_size, default=20, maximum=100)
+        position = check.page_token(request.page_token)
+        player: str | None = None
+        if request.player:
+            player = check.player(request.player, "player")
+            identity.check_may_act_for(player)
+        elif identity.kind is Kind.PLAYER:
+            player = identity.name
+        state = check.enum(request.state, "state", game_session_pb2.Table.State.DESCRIPTOR, required=False)
+        tables = models.tables
+        query = select(tables.c.id, tables.c.description, tables.c.state, tables.c.seq, tables.c.match_scores)
+        if player is not None:
+            query = query.where(tables.c.id.in_(select(models.seats.c.table_id).where(models.seats.c.player == player)))
+        if state:
+            query = query.where(tables.c.state == state)
+        after = position.get("after")
+        if isinstance(after, str):
+            query = query.where(tables.c.id > after)
+        query = query.order_by(tables.c.id).limit(size + 1)
+        async with self.deps.db.transaction() as session:
+            rows = (await session.execute(query)).all()
+        reply = game_session_pb2.ListTablesResponse()
+        for row in rows[:size]:
+            live = self.manager.tables.get(row.id)
+            if live is not None and not live.lost:
+                reply.tables.append(self._table_proto(live))
+                continue
+            table = game_session_pb2.Table.FromString(row.description)
+            table.state = row.state
+            table.seq = row.seq
+            table.match_scores[:] = json.loads(row.match_scores)
+            reply.tables.append(table)
+        if len(rows) > size:
+            reply.next_page_token = check.encode_page_token({"after": rows[size - 1].id})
+        return reply
 
     async def CancelTable(
         self, request: game_session_pb2.CancelTableRequest, context: Context
     ) -> game_session_pb2.Table:
-        raise not_built("buraco.v1.GameSessionService/CancelTable", ISSUE)
+        identity = current_identity()
+        identity.require_kind(Kind.SERVICE)
+        check.request_id(request.request_id)
+        reason = check.text(request.reason, "reason", max_length=500, required=False)
+        table = await self._table(request.name, "name")
+        digest = request_hash(f"{SERVICE}/CancelTable", request)
 
-    def Subscribe(
+        def work(out: list[Entry]) -> None:
+            if table.state != State.STATE_WAITING:
+                raise FailedPreconditionError(f"{table.name} has started (or ended); it can no longer be cancelled")
+            table.state = State.STATE_CANCELLED
+            table.add({"t": "table_cancelled", "ms": self.manager.now_ms(), "x": {"reason": reason}}, out)
+
+        if table.state == State.STATE_CANCELLED and (self._scope(identity), request.request_id) in table.requests:
+            return self._table_proto(table)
+        await self.manager.change(table, work, request=(self._scope(identity), request.request_id, digest))
+        return self._table_proto(table)
+
+    # -- streams and views ----------------------------------------------------------------------
+    async def Subscribe(
         self, request: game_session_pb2.SubscribeRequest, context: Context
     ) -> AsyncIterator[game_session_pb2.TableEvent]:
-        raise not_built("buraco.v1.GameSessionService/Subscribe", ISSUE)
+        identity = current_identity()
+        check.require(request.after_seq >= 0, "after_seq", "must not be negative")
+        table = await self._table(request.table)
+        viewer, player = self._viewer(table, identity)
+        sub, first = await self.manager.subscribe(table, viewer, player, request.after_seq)
+        async for event in self._stream(table, sub, first, request.after_seq):
+            yield event
+
+    async def _stream(
+        self, table: LiveTable, sub: Subscriber, first: list[game_session_pb2.TableEvent], after_seq: int
+    ) -> AsyncIterator[game_session_pb2.TableEvent]:
+        last = after_seq
+        try:
+            for event in first:
+                last = max(last, event.seq)
+                yield event
+                if event.HasField("match_ended") or event.HasField("table_cancelled"):
+                    return
+            if first and first[0].HasField("snapshot") and not table.live:
+                return
+            while True:
+                entry = await sub.queue.get()
+                if entry is None:
+                    from services.common.errors import UnavailableError
+
+                    if table.lost:
+                        raise self.manager._not_owner(table)
+                    raise UnavailableError("stream ended (too far behind); resume with after_seq")
+                if entry.seq <= last:
+                    continue
+                last = entry.seq
+                event = self.manager.event_for(table, entry, sub)
+                yield event
+                if entry.type in ("match_ended", "table_cancelled"):
+                    return
+        finally:
+            self.manager.unsubscribe(table, sub)
 
     async def GetTableSnapshot(
         self, request: game_session_pb2.GetTableSnapshotRequest, context: Context
     ) -> game_session_pb2.TableSnapshot:
-        raise not_built("buraco.v1.GameSessionService/GetTableSnapshot", ISSUE)
+        identity = current_identity()
+        table = await self._table(request.table)
+        viewer, _ = self._viewer(table, identity)
+        runtime = self.manager.runtime.get(table.table_id)
+        if runtime is None:
+            return table.snapshot(viewer, "")
+        async with runtime.lock:  # never a state whose events are not committed yet
+            return table.snapshot(viewer, self._table_proto(table).owner_address)
 
-    async def Draw(
-        self, request: game_session_pb2.DrawRequest, context: Context
-    ) -> game_session_pb2.DrawResponse:
-        raise not_built("buraco.v1.GameSessionService/Draw", ISSUE)
+    # -- actions ----------------------------------------------------------------------------------
+    async def _act(self, method: str, request: Any, context: Context, make: Callable[[], Action] | None) -> \
+            game_session_pb2.ActionResult:
+        identity = current_identity()
+        check.request_id(request.request_id)
+        table = await self._table(request.table)
+        seat = self._seat(table, identity)
+        action = make() if make is not None else None
+        digest = request_hash(f"{SERVICE}/{method}", request)
+        expected = getattr(request, "expected_seq", None)
+
+        def work(out: list[Entry]) -> None:
+            if expected is not None and expected != table.seq:
+                raise FailedPreconditionError(
+                    f"stale view: the table is at seq {table.seq}, not {expected}; resume from your stream",
+                    metadata=((CURRENT_SEQ_HEADER, str(table.seq)),),
+                )
+            if table.state != State.STATE_PLAYING:
+                raise FailedPreconditionError(f"{table.name}: the match is not being played")
+            if action is None:  # leaving
+                self.manager.leave(table, seat, out)
+                return
+            if table.seats[seat].bot_controlled:
+                raise FailedPreconditionError(f"a bot plays seat {seat} now ({table.seats[seat].takeover_reason})")
+            try:
+                table.apply_action(action, seat, "player", self.manager.now_ms(), out)
+            except IllegalActionError as error:
+                raise FailedPreconditionError(f"{error.code}: {error.message}") from None
+            except MalformedError as error:
+                raise InvalidArgumentError("cards", str(error)) from None
+
+        _, entries = await self.manager.change(table, work, request=(self._scope(identity), request.request_id, digest))
+        return game_session_pb2.ActionResult(
+            seq=entries[-1].seq if entries else table.seq, events=[e.proto(seat) for e in entries]
+        )
+
+    async def Draw(self, request: game_session_pb2.DrawRequest, context: Context) -> game_session_pb2.DrawResponse:
+        return game_session_pb2.DrawResponse(result=await self._act("Draw", request, context, lambda: DRAW))
 
     async def TakeDiscard(
         self, request: game_session_pb2.TakeDiscardRequest, context: Context
     ) -> game_session_pb2.TakeDiscardResponse:
-        raise not_built("buraco.v1.GameSessionService/TakeDiscard", ISSUE)
+        return game_session_pb2.TakeDiscardResponse(
+            result=await self._act("TakeDiscard", request, context, lambda: TAKE_PILE)
+        )
 
-    async def Meld(
-        self, request: game_session_pb2.MeldRequest, context: Context
-    ) -> game_session_pb2.MeldResponse:
-        raise not_built("buraco.v1.GameSessionService/Meld", ISSUE)
+    async def Meld(self, request: game_session_pb2.MeldRequest, context: Context) -> game_session_pb2.MeldResponse:
+        def make() -> Action:
+            cards = _cards(request.cards, "cards", 3)
+            wild_as = _card(request.wild_as, "wild_as") if request.wild_as else None
+            return meld_action(cards, wild_as)
+
+        return game_session_pb2.MeldResponse(result=await self._act("Meld", request, context, make))
 
     async def AddToMeld(
         self, request: game_session_pb2.AddToMeldRequest, context: Context
     ) -> game_session_pb2.AddToMeldResponse:
-        raise not_built("buraco.v1.GameSessionService/AddToMeld", ISSUE)
+        def make() -> Action:
+            check.require(request.meld >= 0, "meld", "must not be negative")
+            return add_action(request.meld, _cards(request.cards, "cards", 1))
+
+        return game_session_pb2.AddToMeldResponse(result=await self._act("AddToMeld", request, context, make))
 
     async def Discard(
         self, request: game_session_pb2.DiscardRequest, context: Context
     ) -> game_session_pb2.DiscardResponse:
-        raise not_built("buraco.v1.GameSessionService/Discard", ISSUE)
+        return game_session_pb2.DiscardResponse(
+            result=await self._act("Discard", request, context, lambda: Discard(_card(request.card, "card")))
+        )
 
     async def LeaveTable(
         self, request: game_session_pb2.LeaveTableRequest, context: Context
     ) -> game_session_pb2.LeaveTableResponse:
-        raise not_built("buraco.v1.GameSessionService/LeaveTable", ISSUE)
+        return game_session_pb2.LeaveTableResponse(result=await self._act("LeaveTable", request, context, None))
 
     async def GetLegalMoves(
         self, request: game_session_pb2.GetLegalMovesRequest, context: Context
     ) -> game_session_pb2.GetLegalMovesResponse:
-        raise not_built("buraco.v1.GameSessionService/GetLegalMoves", ISSUE)
+        identity = current_identity()
+        table = await self._table(request.table)
+        seat = self._seat(table, identity)
+        reply = game_session_pb2.GetLegalMovesResponse(seq=table.seq)
+        hand = table.match.hand
+        if hand is None or table.to_act() != seat or table.seats[seat].bot_controlled:
+            return reply
+        legal = hand.legal_actions()
+        melds = sorted((a for a in legal if isinstance(a, MeldCards)), key=lambda a: (a.cards, a.wild_as or -1))
+        adds = sorted((a for a in legal if isinstance(a, AddCards)), key=lambda a: (a.meld, a.cards))
+        reply.can_draw = DRAW in legal
+        reply.can_take_discard = TAKE_PILE in legal
+        for meld in melds[:MAX_HINTS]:
+            option = reply.melds.add(cards=format_many(meld.cards))
+            if meld.wild_as is not None:
+                option.wild_as = format_many([meld.wild_as])[0]
+        for add in adds[:MAX_HINTS]:
+            reply.additions.add(meld=add.meld, cards=format_many(add.cards))
+        reply.discards[:] = format_many(sorted(a.card for a in legal if isinstance(a, Discard)))
+        return reply
 
     async def ExportRecords(
         self, request: game_session_pb2.ExportRecordsRequest, context: Context
     ) -> game_session_pb2.ExportRecordsResponse:
-        raise not_built("buraco.v1.GameSessionService/ExportRecords", ISSUE)
+        identity = current_identity()
+        table = await self._table(request.table)
+        if identity.kind is Kind.PLAYER:
+            self._seat(table, identity)
+        reply = game_session_pb2.ExportRecordsResponse()
+        spec = ruleset_spec(table.options)
+        record: dict[str, Any] | None = None
+        number = 0
+        seed = commitment = ""
+        for entry in table.entries:
+            data = entry.data
+            if entry.type == "hand_started":
+                event = entry.event
+                assert event is not None
+                number = int(event.public["hand_number"])
+                seed, commitment = data["x"]["seed"], data["x"]["commitment"]
+                record = {"ruleset": spec, "players": table.players, "dealer": int(event.public["dealer"]),
+                          "deal": event.secret["deal"], "actions": []}
+            elif record is not None and "a" in data:
+                record["actions"].append({"seat": int(data["s"]), **data["a"]})
+            if entry.type == "hand_ended" and "e" in data and record is not None:
+                reply.hands.add(hand_number=number, record_json=json.dumps(record), seed=seed, commitment=commitment)
+                record = None
+        return reply
 
+    # -- annulment ------------------------------------------------------------------------------
     async def ProposeAnnulment(
         self, request: game_session_pb2.ProposeAnnulmentRequest, context: Context
     ) -> game_session_pb2.ProposeAnnulmentResponse:
-        raise not_built("buraco.v1.GameSessionService/ProposeAnnulment", ISSUE)
+        identity = current_identity()
+        check.request_id(request.request_id)
+        table = await self._table(request.table)
+        seat = self._seat(table, identity)
+        digest = request_hash(f"{SERVICE}/ProposeAnnulment", request)
+
+        def work(out: list[Entry]) -> str:
+            if table.seats[seat].bot_controlled:
+                raise FailedPreconditionError(f"a bot plays seat {seat} now; it cannot propose")
+            return self.manager.propose(table, seat, out)
+
+        _, entries = await self.manager.change(table, work, request=(self._scope(identity), request.request_id, digest))
+        proposed = next(e for e in entries if e.type == "annulment_proposed")
+        return game_session_pb2.ProposeAnnulmentResponse(proposal_id=proposed.data["x"]["proposal_id"])
 
     async def VoteAnnulment(
         self, request: game_session_pb2.VoteAnnulmentRequest, context: Context
     ) -> game_session_pb2.VoteAnnulmentResponse:
-        raise not_built("buraco.v1.GameSessionService/VoteAnnulment", ISSUE)
+        identity = current_identity()
+        check.request_id(request.request_id)
+        check.require(bool(request.proposal_id), "proposal_id", "required")
+        table = await self._table(request.table)
+        seat = self._seat(table, identity)
+        digest = request_hash(f"{SERVICE}/VoteAnnulment", request)
+        await self.manager.change(
+            table, lambda out: self.manager.vote(table, seat, request.proposal_id, request.approve, out),
+            request=(self._scope(identity), request.request_id, digest),
+        )
+        return game_session_pb2.VoteAnnulmentResponse()
 
+    # -- chat -----------------------------------------------------------------------------------
     async def SendChat(
         self, request: game_session_pb2.SendChatRequest, context: Context
     ) -> game_session_pb2.SendChatResponse:
-        raise not_built("buraco.v1.GameSessionService/SendChat", ISSUE)
+        identity = current_identity()
+        check.request_id(request.request_id)
+        text = check.text(request.text, "text", max_length=200)
+        check.require(text.strip() != "", "text", "must not be blank")
+        table = await self._table(request.table)
+        sender = identity.require_player()
+        seat = table.seat_of(sender)
+        if seat is None and not table.options.spectators_allowed:
+            raise PermissionDeniedError(f"{table.name} does not allow spectators")
+        digest = request_hash(f"{SERVICE}/SendChat", request)
+        _, entries = await self.manager.change(
+            table, lambda out: self.manager.chat(table, sender, seat, text, out),
+            request=(self._scope(identity), request.request_id, digest),
+        )
+        chat = next(e for e in entries if e.type == "chat")
+        return game_session_pb2.SendChatResponse(seq=chat.seq)
 
     async def MuteChat(
         self, request: game_session_pb2.MuteChatRequest, context: Context
     ) -> game_session_pb2.MuteChatResponse:
-        raise not_built("buraco.v1.GameSessionService/MuteChat", ISSUE)
+        identity = current_identity()
+        check.request_id(request.request_id)
+        target = check.player(request.player, "player")
+        table = await self._table(request.table)
+        if identity.kind is Kind.ADMIN and identity.acting_for is None:
+            viewer = "*"
+        else:
+            viewer = identity.require_player()
+            check.require(target != viewer, "player", "you cannot mute yourself")
+            self._viewer(table, identity)
+        await self.manager.mute(table, viewer, target, request.muted)
+        return game_session_pb2.MuteChatResponse()
+
+
+def _card(value: str, field: str) -> int:
+    try:
+        return parse(value)
+    except MalformedError as error:
+        raise InvalidArgumentError(field, str(error)) from None
+
+
+def _cards(values: Any, field: str, minimum: int) -> list[int]:
+    check.require(len(values) >= minimum, field, f"at least {minimum} card(s)")
+    check.require(len(values) <= 60, field, "at most 60 cards")
+    try:
+        return parse_many(list(values))
+    except MalformedError as error:
+        raise InvalidArgumentError(field, str(error)) from None
 
 
 def register(server: grpc.aio.Server, deps: Deps) -> None:
-    game_session_pb2_grpc.add_GameSessionServiceServicer_to_server(GameSessionApi(deps), server)
+    settings = settings_module.load(production=not deps.config.local)
+    bound: dict[str, str] = {}
+    api = GameSessionApi(deps, settings, address=lambda: bound.get("address") or deps.config.address)
+    attach(server, api, bound)
+
+
+def attach(server: grpc.aio.Server, api: GameSessionApi, bound: dict[str, str] | None = None) -> None:
+    """Serve `api` on `server`: its background work starts with the server and stops (releasing
+    the leases, so another replica takes the tables over at once) before the server stops."""
+    game_session_pb2_grpc.add_GameSessionServiceServicer_to_server(api, server)
+    original_start, original_stop, original_add = server.start, server.stop, server.add_insecure_port
+
+    def add_insecure_port(address: str) -> int:
+        port = original_add(address)
+        if bound is not None:  # with port 0 the port is known only now: advertise the real one
+            bound["address"] = f"{api.deps.config.host}:{port}"
+        return port
+
+    async def start() -> None:
+        await original_start()
+        await api.start()
+
+    async def stop(grace: float | None = None) -> None:
+        await api.stop()
+        await original_stop(grace)
+
+    server.add_insecure_port = add_insecure_port  # type: ignore[method-assign]
+    server.start = start  # type: ignore[method-assign]
+    server.stop = stop  # type: ignore[method-assign]
+
+

@@ -91,3 +91,26 @@ async def test_concurrent_migrations_of_one_service_are_serialised(spec: Service
             await connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         await first.dispose()
         await second.dispose()
+
+
+async def test_a_service_that_does_not_migrate_refuses_an_old_schema(database: Database) -> None:
+    """Production (BURACO_MIGRATE_ON_START=false) refuses to serve until the migration Job ran, and
+    serves at head or on a newer schema (a release being rolled out: migrations only expand)."""
+    spec = WALLET
+    with pytest.raises(migrations.SchemaNotReadyError, match="never migrated"):
+        await migrations.check_at_head(spec.name, spec.migrations, database)
+
+    await migrations.upgrade(spec.name, spec.migrations, database, "0001")
+    head = migrations.head(spec.migrations)
+    assert head is not None and head != "0001"
+    with pytest.raises(migrations.SchemaNotReadyError, match=f"at 0001, the code needs {head}"):
+        await migrations.check_at_head(spec.name, spec.migrations, database)
+
+    await migrations.upgrade(spec.name, spec.migrations, database)
+    await migrations.check_at_head(spec.name, spec.migrations, database)
+
+    version_table = migrations.version_table(spec.name)
+    qualified = f"{database.schema}.{version_table}" if database.schema else version_table
+    async with database.engine.begin() as connection:
+        await connection.execute(text(f"UPDATE {qualified} SET version_num = '9999'"))
+    await migrations.check_at_head(spec.name, spec.migrations, database)

@@ -415,3 +415,27 @@ async def test_graceful_stop_also_ends_streams_that_are_busy_sending(harness: Ha
             pass
     assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
     await stopping
+
+
+def test_connections_are_recycled_only_when_configured(tmp_path: Path) -> None:
+    from services.common.server import server_options
+
+    plain = dict(server_options(make_config("wallet", tmp_path)))
+    assert "grpc.max_connection_age_ms" not in plain
+    aged = dict(
+        server_options(
+            make_config("wallet", tmp_path, max_connection_age_seconds=300.0, max_connection_age_grace_seconds=20.0)
+        )
+    )
+    assert aged["grpc.max_connection_age_ms"] == 300_000
+    assert aged["grpc.max_connection_age_grace_ms"] == 20_000
+
+
+async def test_a_server_that_does_not_migrate_will_not_start_on_an_empty_database(tmp_path: Path) -> None:
+    from services.common.migrations import SchemaNotReadyError
+
+    config = make_config("tournament", tmp_path, migrate_on_start=False)
+    server = Server(TOURNAMENT, config)
+    with pytest.raises(SchemaNotReadyError, match="never migrated"):
+        await server.start()
+    await server.stop(0)

@@ -1,20 +1,264 @@
-"""The game-session service as it stands: served, fuzzed, and its RPCs pending issue #4."""
+"""The game-session API on both databases: tables, actions and their errors, idempotent retries,
+stale views, streams (replay + live, no gap, no duplicate), spectators, hidden cards, hints and
+the exported records."""
 
+from __future__ import annotations
+
+import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
-from buraco.v1 import game_session_pb2
-from services.game_session.service import SPEC
-from tests.services.service_checks import check_service_process, check_unbuilt_rpcs_are_unimplemented
+import grpc
+import pytest
 
-SERVICE = game_session_pb2.DESCRIPTOR.services_by_name["GameSessionService"]
+from buraco.v1 import common_pb2, game_session_pb2
+from engine.cards import parse
+from engine.deal import deal_from_seed
+from engine.replay import parse_record, replay
+from engine.rules import preset
+from services.common.auth import Kind
+from tests.services.game_session.conftest import (
+    Cluster,
+    Stream,
+    subscribe,
+    table_request,
+)
+from tests.services.service_checks import check_service_process
 
-#: RPCs whose bodies issue #4 has not built yet; take each off as it lands.
-UNBUILT = [method.name for method in SERVICE.methods]
+SERVICE_DESCRIPTOR = game_session_pb2.DESCRIPTOR.services_by_name["GameSessionService"]
 
 
-async def test_unbuilt_rpcs_answer_unimplemented(tmp_path: Path) -> None:
-    await check_unbuilt_rpcs_are_unimplemented(SPEC, SERVICE, UNBUILT, 4, tmp_path)
+async def _code(call: Any) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    return info.value
+
+
+async def started(cluster: Cluster, table_id: str, *who: str, **opts: Any) -> dict[str, Stream]:
+    """Create a table and subscribe its players; returns their streams once the deal is in."""
+    stub = cluster.stub()
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
+    await stub.CreateTable(table_request(table_id, *who, **opts), metadata=svc)
+    streams = {name: subscribe(stub, cluster.token(Kind.PLAYER, name), f"tables/{table_id}")
+               for name in sorted(set(who) - {"bot"})}
+    for stream in streams.values():
+        await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
+    return streams
+
+
+async def test_create_get_list_cancel(cluster: Cluster) -> None:
+    await cluster.start()
+    stub = cluster.stub()
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
+    first = await stub.CreateTable(table_request("t1", "alice", "bob"), metadata=svc)
+    assert first.name == "tables/t1" and first.state == game_session_pb2.Table.STATE_WAITING
+    assert first.owner_address == cluster.nodes[0].address
+    again = await stub.CreateTable(table_request("t1", "alice", "bob"), metadata=svc)
+    assert again == first  # the retry gets the first answer
+    other = table_request("t1", "alice", "carol")
+    assert (await _code(stub.CreateTable(other, metadata=svc))).code() == grpc.StatusCode.ALREADY_EXISTS
+    same_match = table_request("t9", "alice", "bob", match_id="m-t1")
+    assert (await _code(stub.CreateTable(same_match, metadata=svc))).code() == grpc.StatusCode.ALREADY_EXISTS
+    as_player = stub.CreateTable(table_request("t2", "alice", "bob"), metadata=cluster.token(Kind.PLAYER, "alice"))
+    assert (await _code(as_player)).code() == grpc.StatusCode.PERMISSION_DENIED
+    bots = table_request("t3", "alice", "bot", mode=common_pb2.TABLE_MODE_COMPETITIVE)
+    error = await _code(stub.CreateTable(bots, metadata=svc))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "practice" in (error.details() or "")
+    bad_rules = table_request("t4", "alice", "bob")
+    bad_rules.table.options.ruleset.overrides["no_such_rule"] = "1"
+    assert (await _code(stub.CreateTable(bad_rules, metadata=svc))).code() == grpc.StatusCode.INVALID_ARGUMENT
+    for table_id in ("t5", "t6"):
+        await stub.CreateTable(table_request(table_id, "carol", "dave"), metadata=svc)
+
+    got = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/t1"),
+                              metadata=cluster.token(Kind.PLAYER, "alice"))
+    assert got.match_id == "m-t1" and [s.participant.player for s in got.seats] == ["players/alice", "players/bob"]
+    refused = stub.GetTable(game_session_pb2.GetTableRequest(name="tables/t1"),
+                            metadata=cluster.token(Kind.PLAYER, "carol"))
+    assert (await _code(refused)).code() == grpc.StatusCode.PERMISSION_DENIED
+    missing = stub.GetTable(game_session_pb2.GetTableRequest(name="tables/nope"), metadata=svc)
+    assert (await _code(missing)).code() == grpc.StatusCode.NOT_FOUND
+
+    names: list[str] = []
+    token = ""
+    while True:
+        page = await stub.ListTables(game_session_pb2.ListTablesRequest(page_size=2, page_token=token), metadata=svc)
+        names += [t.name for t in page.tables]
+        token = page.next_page_token
+        if not token:
+            break
+    assert names == ["tables/t1", "tables/t5", "tables/t6"]
+    mine = await stub.ListTables(game_session_pb2.ListTablesRequest(), metadata=cluster.token(Kind.PLAYER, "carol"))
+    assert [t.name for t in mine.tables] == ["tables/t5", "tables/t6"]
+    nosy = stub.ListTables(game_session_pb2.ListTablesRequest(player="players/alice"),
+                           metadata=cluster.token(Kind.PLAYER, "carol"))
+    assert (await _code(nosy)).code() == grpc.StatusCode.PERMISSION_DENIED
+
+    cancel = game_session_pb2.CancelTableRequest(name="tables/t5", request_id="c1", reason="saga")
+    cancelled = await stub.CancelTable(cancel, metadata=svc)
+    assert cancelled.state == game_session_pb2.Table.STATE_CANCELLED
+    assert (await stub.CancelTable(cancel, metadata=svc)).state == game_session_pb2.Table.STATE_CANCELLED
+    listed = await stub.ListTables(
+        game_session_pb2.ListTablesRequest(state=game_session_pb2.Table.STATE_CANCELLED), metadata=svc)
+    assert [t.name for t in listed.tables] == ["tables/t5"]
+    watcher = subscribe(stub, svc, "tables/t5", after_seq=0)
+    await watcher.wait(lambda events: watcher.ended)
+    assert watcher.events[0].snapshot.table.state == game_session_pb2.Table.STATE_CANCELLED
+
+    await started(cluster, "t7", "alice", "bob")
+    late = stub.CancelTable(game_session_pb2.CancelTableRequest(name="tables/t7", request_id="c2"), metadata=svc)
+    assert (await _code(late)).code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_actions_errors_retries_and_stale_views(cluster: Cluster) -> None:
+    await cluster.start()
+    stub = cluster.stub()
+    streams = await started(cluster, "duel", "alice", "bob")
+    alice, bob = cluster.token(Kind.PLAYER, "alice"), cluster.token(Kind.PLAYER, "bob")
+    snapshot = streams["alice"].events[0].snapshot
+    assert snapshot.table.state == game_session_pb2.Table.STATE_WAITING and not snapshot.hand
+    dealt = streams["alice"].of("hand_started")[0].hand_started
+    assert len(dealt.hand) == 11 and dealt.to_act == 0 and len(dealt.deal_commitment) == 64
+    seq = streams["alice"].last_seq
+    table = "tables/duel"
+
+    wrong_turn = stub.Draw(game_session_pb2.DrawRequest(table=table, request_id="b1", expected_seq=seq), metadata=bob)
+    error = await _code(wrong_turn)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION and "NOT_YOUR_TURN" in (error.details() or "")
+    early = stub.Discard(game_session_pb2.DiscardRequest(table=table, request_id="a0", expected_seq=seq,
+                                                          card=dealt.hand[0]), metadata=alice)
+    assert "WRONG_PHASE" in ((await _code(early)).details() or "")
+    stale = await _code(stub.Draw(game_session_pb2.DrawRequest(table=table, request_id="a1", expected_seq=seq - 1),
+                                  metadata=alice))
+    assert stale.code() == grpc.StatusCode.FAILED_PRECONDITION
+    trailers: list[Any] = list(stale.trailing_metadata() or ())
+    assert ("buraco-current-seq", str(seq)) in [tuple(m) for m in trailers]
+    bad_card = stub.Discard(game_session_pb2.DiscardRequest(table=table, request_id="a2", expected_seq=seq,
+                                                             card="11X"), metadata=alice)
+    assert (await _code(bad_card)).code() == grpc.StatusCode.INVALID_ARGUMENT
+    stranger = stub.Draw(game_session_pb2.DrawRequest(table=table, request_id="x", expected_seq=seq),
+                         metadata=cluster.token(Kind.PLAYER, "carol"))
+    assert (await _code(stranger)).code() == grpc.StatusCode.PERMISSION_DENIED
+
+    draw = game_session_pb2.DrawRequest(table=table, request_id="a3", expected_seq=seq)
+    drawn = await stub.Draw(draw, metadata=alice)
+    assert drawn.result.seq > seq
+    card = drawn.result.events[0].card_drawn.card
+    assert card  # the drawer sees the card
+    retried = await stub.Draw(draw, metadata=alice)
+    assert retried == drawn  # same answer, applied once
+    assert (await stub.GetTable(game_session_pb2.GetTableRequest(name=table), metadata=alice)).seq == drawn.result.seq
+    reused = stub.Draw(game_session_pb2.DrawRequest(table=table, request_id="a3", expected_seq=drawn.result.seq),
+                       metadata=alice)
+    assert (await _code(reused)).code() == grpc.StatusCode.ALREADY_EXISTS
+    await streams["bob"].wait_seq(drawn.result.seq)
+    seen_by_bob = next(e for e in streams["bob"].events if e.seq == drawn.result.events[0].seq)
+    assert seen_by_bob.card_drawn.seat == 0 and seen_by_bob.card_drawn.card == ""
+
+    hints = await stub.GetLegalMoves(game_session_pb2.GetLegalMovesRequest(table=table), metadata=alice)
+    assert hints.seq == drawn.result.seq and not hints.can_draw and hints.discards
+    assert [parse(c) for c in hints.discards] == sorted(parse(c) for c in hints.discards)
+    nothing = await stub.GetLegalMoves(game_session_pb2.GetLegalMovesRequest(table=table), metadata=bob)
+    assert not nothing.discards and not nothing.melds and not nothing.can_draw
+    discarded = await stub.Discard(game_session_pb2.DiscardRequest(
+        table=table, request_id="a4", expected_seq=drawn.result.seq, card=hints.discards[0]), metadata=alice)
+    kinds = [e.WhichOneof("event") for e in discarded.result.events]
+    assert kinds[0] == "card_discarded" and "turn_timer_started" in kinds
+    for stream in streams.values():
+        await stream.wait_seq(discarded.result.seq)
+        seqs = [e.seq for e in stream.events[1:]]
+        assert seqs == list(range(1, discarded.result.seq + 1))  # no gap, no duplicate
+    for stream in streams.values():
+        await stream.close()
+
+
+async def test_resume_after_seq_spectators_and_out_of_range(cluster: Cluster) -> None:
+    await cluster.start()
+    stub = cluster.stub()
+    streams = await started(cluster, "open", "alice", "bob", spectators_allowed=True)
+    alice = cluster.token(Kind.PLAYER, "alice")
+    seq = streams["alice"].last_seq
+    drawn = await stub.Draw(game_session_pb2.DrawRequest(table="tables/open", request_id="d", expected_seq=seq),
+                            metadata=alice)
+    await streams["alice"].wait_seq(drawn.result.seq)
+    resumed = subscribe(stub, alice, "tables/open", after_seq=1)
+    await resumed.wait_seq(drawn.result.seq)
+    assert [e.seq for e in resumed.events] == list(range(2, drawn.result.seq + 1))
+    assert resumed.events == [e for e in streams["alice"].events if e.seq >= 2]
+
+    carol = cluster.token(Kind.PLAYER, "carol")
+    spectator = subscribe(stub, carol, "tables/open")
+    await spectator.wait(lambda events: bool(events))
+    view = spectator.events[0].snapshot
+    assert not view.HasField("viewer_seat") and not view.hand and [s.hand_size for s in view.seats] == [12, 11]
+    replayed = subscribe(stub, carol, "tables/open", after_seq=0 + 1)
+    await replayed.wait_seq(drawn.result.seq)
+    assert all(not e.hand_started.hand for e in replayed.of("hand_started"))
+    assert all(not e.card_drawn.card for e in replayed.of("card_drawn"))
+    beyond = subscribe(stub, alice, "tables/open", after_seq=drawn.result.seq + 5)
+    await beyond.wait(lambda events: beyond.ended)
+    assert beyond.error is not None and beyond.error.code() == grpc.StatusCode.OUT_OF_RANGE
+
+    await started(cluster, "closed", "alice", "bob")
+    nosy = subscribe(stub, carol, "tables/closed")
+    await nosy.wait(lambda events: nosy.ended)
+    assert nosy.error is not None and nosy.error.code() == grpc.StatusCode.PERMISSION_DENIED
+    for stream in (*streams.values(), resumed, spectator, replayed):
+        await stream.close()
+
+
+async def test_bots_finish_the_match_and_the_records_replay(cluster: Cluster) -> None:
+    """alice leaves at once: bots play both seats to the end of the (express) match; the export
+    replays through the engine and each hand's seed matches its commitment and its deal."""
+    await cluster.start()
+    stub = cluster.stub()
+    streams = await started(cluster, "practice", "alice", "bot")
+    alice = cluster.token(Kind.PLAYER, "alice")
+    left = await stub.LeaveTable(game_session_pb2.LeaveTableRequest(table="tables/practice", request_id="bye"),
+                                 metadata=alice)
+    assert left.result.events[0].seat_taken_over.reason == game_session_pb2.SeatTakenOver.REASON_LEFT
+    stream = streams["alice"]
+    await stream.wait(lambda events: any(e.HasField("match_ended") for e in events), timeout=60)
+    ended = stream.of("match_ended")[0].match_ended
+    assert [o.outcome for o in ended.outcomes] == [common_pb2.OUTCOME_ABANDONED]
+    seqs = [e.seq for e in stream.events[1:]]
+    assert seqs == list(range(1, seqs[-1] + 1))
+    table = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/practice"), metadata=alice)
+    assert table.state == game_session_pb2.Table.STATE_FINISHED and table.seq == seqs[-1]
+
+    records = await stub.ExportRecords(game_session_pb2.ExportRecordsRequest(table="tables/practice"), metadata=alice)
+    hand_ends = stream.of("hand_ended")
+    assert len(records.hands) == len(hand_ends) >= 1
+    for record, end, start in zip(records.hands, hand_ends, stream.of("hand_started"), strict=True):
+        assert record.seed == end.hand_ended.seed
+        material = f"{record.seed}|tables/practice|{record.hand_number}".encode()
+        assert hashlib.sha256(material).hexdigest() == record.commitment == start.hand_started.deal_commitment
+        data = json.loads(record.record_json)
+        assert data["deal"] == deal_from_seed(preset("aberto"), 2, record.seed).to_json()
+        out, status = replay(parse_record(data))
+        assert status == 0 and out["ok"]
+        assert [s["total"] for s in out["score"]["sides"]] == [s.total for s in end.hand_ended.scores]
+    await stream.close()
 
 
 def test_the_process_serves_survives_fuzzing_and_stops_on_sigterm(tmp_path: Path) -> None:
-    check_service_process("game_session", SERVICE, tmp_path)
+    check_service_process("game_session", SERVICE_DESCRIPTOR, tmp_path)
+
+
+
+
+
+def test_settings_are_documented_and_the_deal_seed_is_refused_in_production() -> None:
+    from services.common.config import ConfigError
+    from services.game_session import settings as gs_settings
+    from tests.services.harness import ROOT
+
+    for document in ("README.md", "docs/game-session.md"):
+        text = (ROOT / document).read_text()
+        assert [s.name for s in gs_settings.SETTINGS if f"`{s.name}`" not in text] == [], document
+    assert gs_settings.load({"BURACO_GAME_SESSION_DEAL_SEED": "x"}).deal_seed == "x"
+    with pytest.raises(ConfigError, match="BURACO_GAME_SESSION_DEAL_SEED"):
+        gs_settings.load({"BURACO_GAME_SESSION_DEAL_SEED": "x"}, production=True)
+    with pytest.raises(ConfigError, match="BURACO_GAME_SESSION_LEASE_SECONDS"):
+        gs_settings.load({"BURACO_GAME_SESSION_LEASE_SECONDS": "soon"})

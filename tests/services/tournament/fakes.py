@@ -399,6 +399,7 @@ class FakeGameSessions(game_session_pb2_grpc.GameSessionServiceServicer):
         self.reports: dict[str, int] = {}  # match id -> delivery attempts
         self.delivered: set[str] = set()
         self.cancelled: set[str] = set()
+        self._cancellations = asyncio.Condition()
         #: Reports the tournament service refused for good (match id -> status).
         self.refused: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -476,7 +477,15 @@ class FakeGameSessions(game_session_pb2_grpc.GameSessionServiceServicer):
             raise FailedPreconditionError(f"{request.name}: the match has started")
         table.state = game_session_pb2.Table.STATE_CANCELLED
         self.cancelled.add(table.match_id)
+        async with self._cancellations:
+            self._cancellations.notify_all()
         return self.table_message(table)
+
+    async def until_cancelled(self, match_ids: set[str], timeout: float = 30.0) -> None:
+        """Waits until every table of `match_ids` was cancelled (the tournament cancels the tables
+        of a decided pairing after recording the decision, so a watcher may see the decision first)."""
+        async with asyncio.timeout(timeout), self._cancellations:
+            await self._cancellations.wait_for(lambda: match_ids <= self.cancelled)
 
     # the tables' life
     def _spawn(self, work: Any) -> None:

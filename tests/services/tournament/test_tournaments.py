@@ -240,7 +240,7 @@ async def test_byes_and_no_show_forfeits(service: TournamentService, platform: P
     single, double = by_seeds[(4, 5)], by_seeds[(3, 6)]
     assert single.forfeit and seeds[single.winner] == 4 and list(single.no_shows) == ["players/ns005"]
     assert double.forfeit and double.winner == "" and sorted(double.no_shows) == ["players/ns003", "players/ns006"]
-    assert {single.match_id, double.match_id} <= platform.tables.cancelled
+    await platform.tables.until_cancelled({single.match_id, double.match_id})
     # Round 2: seed 1 v seed 4, and seed 2 alone (its opponents both forfeited): a bye.
     done = await service.until("ns", finished)
     second = done.pairings(2)
@@ -330,7 +330,7 @@ async def test_an_admin_cancels_mid_round_and_every_buy_in_is_refunded(
     )
     assert all([await platform.balance(p) == 400 for p in everyone]) and (await platform.house()) == 0
     waiting = [m for m, t in platform.tables.by_match.items() if "mid006" in platform.tables.tables[t].players]
-    assert set(waiting) <= platform.tables.cancelled
+    await platform.tables.until_cancelled(set(waiting))
     assert not any(p.winner for p in done.pairings(1) if not p.bye)
     # The tables under way end later: their reports are accepted and change nothing.
     platform.tables.release(*[m for m in platform.tables.by_match if m not in waiting])

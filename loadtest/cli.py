@@ -1,0 +1,182 @@
+"""`python -m loadtest` (`make loadtest`): drive simulated players against a running suite.
+
+    python -m loadtest --players 40 --ramp 10 --duration 60 --fail-if 'p99<100ms' --out var/loadtest
+    python -m loadtest --scenario backend --players 200 --processes 2 --journeys 3
+
+Prints the report (per RPC and per journey step: throughput, p50/p95/p99/p99.9 latency, time to
+the first stream event, errors by status code), writes report.csv and report.json into --out, and
+exits 1 when a gate (--fail-if, --max-error-rate) fails, 2 on bad arguments or when the suite
+cannot be reached. docs/performance.md describes every knob.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from loadtest.client import TargetsError, parse_targets
+from loadtest.recorder import Recorder
+from loadtest.report import Gate, GateError, Report, check_gates, max_error_rate_gate, parse_gate
+from loadtest.settings import BOTS, SCENARIOS, Settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add(
+        "--scenario",
+        choices=SCENARIOS,
+        default="journey",
+        help="journey (every service), tables (no matchmaking) or backend (wallet, ranking)",
+    )
+    add("--only", choices=("wallet", "ranking"), help="backend scenario: load this service alone")
+    add("--players", type=int, default=4, help="simulated players at once (a multiple of --seats; default 4)")
+    add("--ramp", type=float, default=0.0, metavar="S", help="seconds over which the players start (default 0)")
+    add("--duration", type=float, default=60.0, metavar="S", help="seconds players keep starting journeys (default 60)")
+    add("--journeys", type=int, default=0, help="journeys per player, then stop (default 0: until --duration)")
+    add("--seats", type=int, choices=(2, 4), default=2, help="players per table (default 2)")
+    add("--preset", default="aberto", help="the ruleset preset (default aberto)")
+    add("--target-points", type=int, default=0, help="0: express (one hand, default); else 505..3005")
+    add("--bet", type=int, default=None, help="stake per player in chips (default 10; 0 with --practice)")
+    add("--practice", action="store_true", help="practice tables: no chips, no XP")
+    add("--bot", choices=BOTS, default="heuristic", help="how the simulated players play (default heuristic)")
+    add("--think-time", type=float, default=0.0, metavar="S", help="mean pause before each game action (default 0)")
+    add("--targets", help="service=host:port,... or a bare host (default: BURACO_<SERVICE>_ADDRESS, localhost)")
+    add("--token-key", type=Path, default=None, help="PEM private key tokens are signed with (default: local dev key)")
+    add("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco", help="the tokens' audience")
+    add("--seed", default="loadtest", help="seed of the bots (backend scenario: and the deals); default loadtest")
+    add("--run-id", default="", help="prefix of player and match ids (default: random, unique per run)")
+    add("--processes", type=int, default=1, help="driver processes (default 1)")
+    add("--connections", type=int, default=4, help="gRPC connections per service per process (default 4)")
+    add("--rpc-timeout", type=float, default=10.0, metavar="S", help="deadline of each call (default 10)")
+    add("--wait-timeout", type=float, default=60.0, metavar="S", help="longest wait for a match, settlement, ranking")
+    add("--drain", type=float, default=120.0, metavar="S", help="after --duration, time left to journeys in flight")
+    add("--house-cut", type=int, default=20, metavar="PERCENT", help="the wallet's house cut (default 20)")
+    add("--out", type=Path, default=Path("var/loadtest"), help="folder for report.csv and report.json")
+    add("--fail-if", action="append", default=[], metavar="GATE", help="e.g. 'p99<100ms', 'step:settle:p95<2s'")
+    add("--max-error-rate", type=float, default=None, metavar="FRACTION", help="fail above this RPC error rate")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    bet = args.bet if args.bet is not None else (0 if args.practice else 10)
+    key = args.token_key
+    if key is None:
+        dev_keys = Path(os.environ.get("BURACO_DEV_KEYS_DIR") or "var/dev-keys")
+        key = Path(os.environ.get("BURACO_JWT_PRIVATE_KEY") or dev_keys / "dev-private.pem")
+    settings = Settings(
+        scenario=args.scenario,
+        only=(args.only,) if args.only else ("wallet", "ranking"),
+        players=args.players,
+        ramp_s=args.ramp,
+        duration_s=args.duration,
+        journeys=args.journeys,
+        seats=args.seats,
+        preset=args.preset,
+        target_points=args.target_points,
+        bet=bet,
+        practice=args.practice,
+        bot=args.bot,
+        think_time_s=args.think_time,
+        targets=parse_targets(args.targets, os.environ),
+        token_key=key,
+        audience=args.audience,
+        seed=args.seed,
+        run_id=args.run_id or f"lt{uuid.uuid4().hex[:8]}",
+        processes=args.processes,
+        connections=args.connections,
+        rpc_timeout_s=args.rpc_timeout,
+        wait_timeout_s=args.wait_timeout,
+        drain_s=args.drain,
+        house_cut_percent=args.house_cut,
+    )
+    settings.check()
+    return settings
+
+
+def shards(settings: Settings) -> list[list[int]]:
+    """Player indices per process: whole tables each, as even as can be."""
+    tables = settings.players // settings.seats
+    out: list[list[int]] = []
+    first = 0
+    for n in range(settings.processes):
+        count = (tables // settings.processes + (1 if n < tables % settings.processes else 0)) * settings.seats
+        out.append(list(range(first, first + count)))
+        first += count
+    return out
+
+
+def _run_shard(settings_json: dict[str, Any], indices: list[int]) -> tuple[dict[str, Any], float]:
+    """A driver process's work (top level, so the spawn start method can pickle it)."""
+    from loadtest.journey import run_shard
+
+    recorder, elapsed = asyncio.run(run_shard(Settings.from_json(settings_json), indices))
+    return recorder.to_json(), elapsed
+
+
+def run(settings: Settings) -> tuple[Recorder, float]:
+    parts = shards(settings)
+    if settings.processes == 1:
+        from loadtest.journey import run_shard
+
+        return asyncio.run(run_shard(settings, parts[0]))
+    started = time.perf_counter()
+    # spawn: gRPC's C core does not survive fork once a channel exists.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=settings.processes, mp_context=context) as pool:
+        futures = [pool.submit(_run_shard, settings.to_json(), part) for part in parts]
+        results = [future.result() for future in futures]
+    recorder = Recorder.merged(Recorder.from_json(data) for data, _ in results)
+    return recorder, max([elapsed for _, elapsed in results] + [0.0]) or time.perf_counter() - started
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from(args)
+        gates: list[Gate] = [parse_gate(text) for text in args.fail_if]
+    except (ValueError, TargetsError, GateError) as error:
+        parser.error(str(error))  # exits 2
+    if args.max_error_rate is not None:
+        if not 0 <= args.max_error_rate <= 1:
+            parser.error("--max-error-rate is a fraction, 0 to 1")
+        gates.append(max_error_rate_gate(args.max_error_rate))
+    if not settings.token_key.is_file():
+        print(
+            f"loadtest: no signing key at {settings.token_key}: start the suite first (`make run` creates "
+            "var/dev-keys) or pass --token-key",
+            file=sys.stderr,
+        )
+        return 2
+    targets = " ".join(f"{k}={v}" for k, v in settings.targets.items())
+    print(
+        f"loadtest: run {settings.run_id}, scenario {settings.scenario}, {settings.players} players "
+        f"({settings.seats} per table) in {settings.processes} process(es), targets {targets}",
+        flush=True,
+    )
+    recorder, elapsed = run(settings)
+    report = Report.build(recorder, elapsed, settings.to_json())
+    results = check_gates(report, gates)
+    csv_path, json_path = report.write(args.out, results)
+    print(report.text(), end="")
+    print(f"loadtest: wrote {csv_path} and {json_path}")
+    failed = [r for r in results if not r.passed]
+    for result in results:
+        print(f"gate {'PASS' if result.passed else 'FAIL'}: {result.gate.text}")
+        for failure in result.failures:
+            print(f"    {failure}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

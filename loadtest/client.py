@@ -1,0 +1,192 @@
+"""The driver's side of gRPC: targets, tokens, channels, and calls that record themselves.
+
+Every call goes through `Calls.unary` or `Calls.stream`, which time it and record it in the
+process's `Recorder` under `rpc` `service.Method` (the latency of successful calls, errors by
+status code). Streams count as successful once their first message arrives (its delay is both the
+call's latency and its "time to first event"); a stream that breaks later adds one to the
+`stream_breaks:{CODE}` counter.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+
+from loadtest.recorder import Recorder
+from services.common.auth import ACT_FOR_HEADER, Kind, Minter, load_private_key
+from services.common.config import DEFAULT_PORTS
+
+T = TypeVar("T")
+
+#: The services the journey calls (tournaments are not part of it).
+SERVICES = ("matchmaking", "game_session", "wallet", "ranking")
+DEFAULT_KEY = Path("var/dev-keys/dev-private.pem")
+
+
+class TargetsError(ValueError):
+    """A `--targets` value that cannot be read."""
+
+
+def parse_targets(text: str | None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Addresses by service. `text`: `wallet=host:port,ranking=host:port,...` (the rest default),
+    or a bare `host` for every service on its default port there. Defaults: BURACO_<SERVICE>_ADDRESS,
+    else localhost and the default port."""
+    env = env or {}
+    targets = {
+        name: env.get(f"BURACO_{name.upper()}_ADDRESS") or f"localhost:{DEFAULT_PORTS[name]}" for name in SERVICES
+    }
+    if not text:
+        return targets
+    if "=" not in text:
+        host = text.strip()
+        if not host or ":" in host or "," in host:
+            raise TargetsError(f"--targets {text!r}: a bare host (no port), or service=host:port pairs")
+        return {name: f"{host}:{DEFAULT_PORTS[name]}" for name in SERVICES}
+    for part in text.split(","):
+        name, _, address = part.strip().partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in SERVICES:
+            raise TargetsError(f"--targets: unknown service {name!r}; one of {', '.join(SERVICES)}")
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise TargetsError(f"--targets: {part.strip()!r} needs host:port")
+        targets[name] = address.strip()
+    return targets
+
+
+class Tokens:
+    """Signed tokens by identity, re-minted ten minutes before they expire."""
+
+    def __init__(self, minter: Minter, ttl: float = 3600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._minter, self._ttl, self._clock = minter, ttl, clock
+        self._cache: dict[tuple[Kind, str], tuple[str, float]] = {}
+
+    @classmethod
+    def from_key(cls, path: Path, audience: str = "buraco") -> Tokens:
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no signing key at {path}: start the suite first (`make run` creates var/dev-keys), "
+                "or pass --token-key with the key the services trust"
+            )
+        return cls(Minter(load_private_key(path), audience=audience))
+
+    def token(self, kind: Kind, name: str) -> str:
+        now = self._clock()
+        cached = self._cache.get((kind, name))
+        if cached is None or now > cached[1] - 600:
+            cached = (self._minter.mint(kind, name, ttl=self._ttl), now + self._ttl)
+            self._cache[(kind, name)] = cached
+        return cached[0]
+
+    def metadata(self, kind: Kind, name: str, act_for: str | None = None) -> tuple[tuple[str, str], ...]:
+        pairs: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {self.token(kind, name)}"),)
+        if act_for is not None:
+            pairs += ((ACT_FOR_HEADER, f"players/{act_for}"),)
+        return pairs
+
+    def player(self, player: str) -> tuple[tuple[str, str], ...]:
+        return self.metadata(Kind.PLAYER, player)
+
+    def service(self, name: str) -> tuple[tuple[str, str], ...]:
+        return self.metadata(Kind.SERVICE, name)
+
+    def admin(self, name: str = "loadtest") -> tuple[tuple[str, str], ...]:
+        return self.metadata(Kind.ADMIN, name)
+
+
+@dataclass
+class Channels:
+    """`connections` channels per address (players spread over them), opened on first use."""
+
+    connections: int = 4
+    _open: dict[tuple[str, int], grpc.aio.Channel] = field(default_factory=dict)
+
+    def get(self, address: str, player_index: int = 0) -> grpc.aio.Channel:
+        key = (address, player_index % max(1, self.connections))
+        found = self._open.get(key)
+        if found is None:
+            # A distinct option per slot keeps gRPC from sharing one subchannel between them.
+            found = self._open[key] = grpc.aio.insecure_channel(address, options=[("loadtest.slot", key[1])])
+        return found
+
+    async def close(self) -> None:
+        for channel in self._open.values():
+            await channel.close(None)
+        self._open.clear()
+
+
+class StepError(Exception):
+    """A journey step that failed for a reason of the driver's own (no gRPC status)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+def status_name(error: BaseException) -> str:
+    """The code a failure is counted under: the gRPC status name, or the driver's own."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        return str(error.code().name)
+    if isinstance(error, StepError):
+        return error.code
+    if isinstance(error, TimeoutError):
+        return "TIMEOUT"
+    return type(error).__name__
+
+
+class Calls:
+    """Timed calls recorded into `recorder`."""
+
+    def __init__(
+        self, recorder: Recorder, *, timeout: float = 10.0, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.recorder, self.timeout, self.clock = recorder, timeout, clock
+
+    async def unary(
+        self,
+        name: str,
+        method: Callable[..., Awaitable[T]],
+        request: Any,
+        metadata: tuple[tuple[str, str], ...],
+    ) -> T:
+        started = self.clock()
+        try:
+            reply = await method(request, metadata=metadata, timeout=self.timeout)
+        except grpc.aio.AioRpcError as error:
+            self.recorder.error("rpc", name, error.code().name)
+            raise
+        self.recorder.ok("rpc", name, self.clock() - started)
+        return reply
+
+    async def stream(
+        self,
+        name: str,
+        method: Callable[..., Any],
+        request: Any,
+        metadata: tuple[tuple[str, str], ...],
+    ) -> AsyncIterator[Any]:
+        """The stream's messages; the call is cancelled when the caller stops iterating."""
+        started = self.clock()
+        call = method(request, metadata=metadata)
+        first = True
+        try:
+            async for message in call:
+                if first:
+                    delay = self.clock() - started
+                    self.recorder.ok("rpc", name, delay)
+                    self.recorder.first_event("rpc", name, delay)
+                    first = False
+                yield message
+        except grpc.aio.AioRpcError as error:
+            if first:
+                self.recorder.error("rpc", name, error.code().name)
+            else:
+                self.recorder.counters[f"stream_breaks:{error.code().name}"] += 1
+            raise
+        finally:
+            call.cancel()

@@ -1,0 +1,115 @@
+"""`python -m loadtest.sweep`: the largest load a suite holds within a latency bound.
+
+    python -m loadtest.sweep --levels 8,16,32,64 --service wallet -- --scenario backend --only wallet
+
+Runs `python -m loadtest` once per level (`--players LEVEL` plus the arguments after `--`, each run
+writing its reports under --out/LEVEL), and prints one line per level: the calls per second of the
+service's RPCs, their worst p99 (the largest p99 over the service's RPCs), the error rate, and
+whether the level is within the bound (`--p99-ms`, default 100, and no error). The last line names
+the largest level within it. It stops after the first level over the bound (the next ones only
+queue more) unless given `--all`. docs/performance.md shows how the figures of this machine were measured with it.
+
+With `--pid PID` (Linux: the service's process) each line also gives the CPU the process used
+during the run, in % of one core, and the CPU seconds it spent per player-minute: a figure that,
+unlike latency, does not depend on what else the machine runs, from which the players one core
+holds follow (`players * 100 / cpu%`, at full use of the core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SERVICES = ("matchmaking", "game_session", "wallet", "ranking")
+
+
+@dataclass(frozen=True)
+class Level:
+    players: int
+    calls_per_s: float
+    worst_p99_ms: float | None
+    error_rate: float
+    within: bool
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def level_of(players: int, report: dict[str, Any], service: str, p99_ms: float) -> Level:
+    """One level's figures for `service` from a run's report.json."""
+    rows = [r for r in report["rows"] if r["kind"] == "rpc" and r["name"].startswith(f"{service}.")]
+    calls = sum(r["calls"] for r in rows)
+    errors = sum(r["errors"] for r in rows)
+    p99s = [r["p99_ms"] for r in rows if r["p99_ms"] is not None]
+    worst = max(p99s) if p99s else None
+    elapsed = float(report["summary"]["elapsed_s"]) or 1.0
+    rate = errors / calls if calls else 0.0
+    within = calls > 0 and errors == 0 and worst is not None and worst < p99_ms
+    return Level(players, round(sum(r["ok"] for r in rows) / elapsed, 1), worst, round(rate, 6), within)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", required=True, help="player counts to try, in order: 8,16,32")
+    parser.add_argument("--service", choices=SERVICES, required=True, help="whose RPCs the bound applies to")
+    parser.add_argument("--p99-ms", type=float, default=100.0, help="the bound on every RPC's p99 (default 100)")
+    parser.add_argument("--out", type=Path, default=Path("var/loadtest-sweep"), help="reports folder")
+    parser.add_argument("--all", action="store_true", help="run every level, even after one over the bound")
+    parser.add_argument("--pid", type=int, help="the service's process id, to report its CPU use (Linux)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then arguments for python -m loadtest")
+    options = parser.parse_args(argv)
+    try:
+        levels = [int(x) for x in options.levels.split(",") if x.strip()]
+    except ValueError:
+        parser.error("--levels: whole numbers separated by commas")
+    extra = [a for a in options.args if a != "--"]
+    best: Level | None = None
+    print(f"{'players':>8} {'calls/s':>9} {'worst p99':>10} {'errors':>8}  within  cpu%  cpu-s/player-min")
+    for players in levels:
+        out = options.out / str(players)
+        command = [sys.executable, "-m", "loadtest", *extra, "--players", str(players), "--out", str(out)]
+        cpu_before, wall_before = (cpu_seconds(options.pid), time.monotonic()) if options.pid else (0.0, 0.0)
+        finished = subprocess.run(command, capture_output=True, text=True, check=False)
+        cpu = ""
+        if options.pid:
+            share = (cpu_seconds(options.pid) - cpu_before) / (time.monotonic() - wall_before)
+            cpu = f"  {share * 100:4.0f}  {share * 60 / players:.4f}"
+        report_path = out / "report.json"
+        if finished.returncode == 2 or not report_path.is_file():
+            sys.stderr.write(finished.stdout[-2000:] + finished.stderr[-2000:])
+            print(f"loadtest.sweep: the run at {players} players failed", file=sys.stderr)
+            return 2
+        level = level_of(players, json.loads(report_path.read_text()), options.service, options.p99_ms)
+        worst = "-" if level.worst_p99_ms is None else f"{level.worst_p99_ms:.1f}ms"
+        print(
+            f"{players:>8} {level.calls_per_s:>9} {worst:>10} {level.error_rate * 100:>7.2f}%  "
+            f"{'yes' if level.within else 'no':<6}{cpu}",
+            flush=True,
+        )
+        if not level.within:
+            if options.all:
+                continue
+            break
+        if best is None or level.players > best.players:
+            best = level
+    if best is None:
+        print(f"loadtest.sweep: {options.service}: no level within p99 < {options.p99_ms:g} ms")
+        return 1
+    print(f"loadtest.sweep: {options.service}: {best.players} players within p99 < {options.p99_ms:g} ms "
+          f"({best.calls_per_s} calls/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""One participant's live connection to a table, over the real gRPC API (grpc.aio).
+
+`TableConnection` follows the table's `Subscribe` stream into a `TableModel`: on a dropped stream
+(UNAVAILABLE: a replica stopping or dying, or a redirect to the table's owner) it reconnects, at the
+owner's address when the status names one, and resumes with `after_seq` = the last sequence number
+applied, so nothing is missed or applied twice. Actions carry a fresh idempotency key and the
+`expected_seq` the client saw; a retry after UNAVAILABLE or ABORTED reuses the same key, so the
+server applies it once. `play_seat` plays a seat with one of the engine's bots, deciding from what
+the stream told the seat (`tableview.shadow_state`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from buraco.v1 import game_session_pb2, game_session_pb2_grpc
+from engine.actions import Action, AddCards, Discard, Draw, MeldCards, TakePile
+from engine.bots.base import Bot
+from engine.cards import to_str
+from engine.rules import Ruleset
+from services.cli.tableview import TableModel, actions_from_hints, shadow_state
+
+OWNER_HEADER = "buraco-owner-address"
+CURRENT_SEQ_HEADER = "buraco-current-seq"
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class ActionRefused(Exception):
+    """The server refused an action; `message` is its status message, for people."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, current_seq: int | None) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+        self.current_seq = current_seq
+
+
+def trailer(error: grpc.aio.AioRpcError, key: str) -> str | None:
+    metadata: Any = error.trailing_metadata()
+    for item in metadata or ():
+        if item[0] == key:
+            value = item[1]
+            return value if isinstance(value, str) else bytes(value).decode()
+    return None
+
+
+@dataclass
+class Timing:
+    """When each action was sent, to measure the time until its first event arrives on the stream."""
+
+    pending: dict[tuple[str, int], float] = field(default_factory=dict)  # (table, first event seq) -> sent
+    samples: list[tuple[float, float]] = field(default_factory=list)  # (send time, latency), perf_counter
+
+
+class ChannelPool:
+    """Channels shared by many connections (a few HTTP/2 connections per address, round robin)."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._channels: dict[str, list[grpc.aio.Channel]] = {}
+        self._next = 0
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        channels = self._channels.setdefault(address, [])
+        if len(channels) < self.size:
+            # a distinct option keeps grpc from sharing one subchannel between them
+            channels.append(grpc.aio.insecure_channel(address, options=[("grpc.channel_pool_index", len(channels))]))
+            return channels[-1]
+        self._next += 1
+        return channels[self._next % len(channels)]
+
+    async def close(self) -> None:
+        for channels in self._channels.values():
+            for channel in channels:
+                await channel.close(None)
+        self._channels.clear()
+
+
+class TableConnection:
+    """A player's (or a spectator's) connection to one table."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        table: str,
+        on_event: Callable[[game_session_pb2.TableEvent], None] | None = None,
+        retry_seconds: float = 30.0,
+        channels: ChannelPool | None = None,
+    ) -> None:
+        self.address = address  # where calls go now: the entry address, or the owner it redirected to
+        self.home = address  # the entry address (a load balancer in production), to fall back to
+        self.metadata = (("authorization", f"Bearer {token}"),)
+        self.table = table
+        self.model = TableModel(table)
+        self.on_event = on_event
+        self.retry_seconds = retry_seconds
+        self.channels = channels
+        self.timing: Timing | None = None
+        self.received: list[game_session_pb2.TableEvent] = []  # every event applied, in order
+        self.keep_received = False
+        self.accepted: list[tuple[str, Any, game_session_pb2.ActionResult]] = []  # kept with keep_received
+        # every message as it arrives (stream events, duplicates included, and unary responses)
+        self.on_message: Callable[[str, Any], None] | None = None
+        self.reconnects = 0
+        self.stream_error: BaseException | None = None
+        self._changed = asyncio.Condition()
+        self._channel: grpc.aio.Channel | None = None
+        self._channel_address = ""
+        self._stub: game_session_pb2_grpc.GameSessionServiceAsyncStub | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._closed = False
+        self._ready = asyncio.Event()
+
+    # --- the channel ------------------------------------------------------------------------------
+    @property
+    def stub(self) -> game_session_pb2_grpc.GameSessionServiceAsyncStub:
+        if self._stub is None or self._channel_address != self.address:
+            if self.channels is not None:
+                self._stub = game_session_pb2_grpc.GameSessionServiceStub(self.channels.get(self.address))
+            else:
+                if self._channel is not None:
+                    old = self._channel
+                    asyncio.get_running_loop().create_task(old.close(None))
+                self._channel = grpc.aio.insecure_channel(self.address)
+                self._stub = game_session_pb2_grpc.GameSessionServiceStub(self._channel)
+            self._channel_address = self.address
+        return self._stub
+
+    def retarget(self, address: str) -> None:
+        """Use another entry address from now on (the service moved)."""
+        self.home = self.address = address
+
+    def _redirect(self, error: grpc.aio.AioRpcError) -> None:
+        """After UNAVAILABLE: to the owner the status names, else back to the entry address (an
+        owner named earlier may have died; the entry address reaches whoever takes over)."""
+        owner = trailer(error, OWNER_HEADER)
+        self.address = owner or self.home
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # --- the stream -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start following the stream; returns once the first event (the snapshot) is applied."""
+        self._follower = asyncio.get_running_loop().create_task(self._follow())
+        ready = asyncio.get_running_loop().create_task(self._ready.wait())
+        done, _ = await asyncio.wait({ready, self._follower}, return_when=asyncio.FIRST_COMPLETED)
+        if ready not in done:
+            ready.cancel()
+            self._follower.result()  # raises the stream's error
+            raise ConnectionError(f"the stream of {self.table} ended before its first event")
+
+    async def _follow(self) -> None:
+        delay = 0.05
+        give_up = time.monotonic() + self.retry_seconds
+        while not self._closed:
+            try:
+                call = self.stub.Subscribe(
+                    game_session_pb2.SubscribeRequest(table=self.table, after_seq=self.model.seq),
+                    metadata=self.metadata,
+                )
+                async for event in call:
+                    if self.on_message is not None:
+                        self.on_message("Subscribe", event)
+                    await self._apply(event)
+                    delay = 0.05
+                    give_up = time.monotonic() + self.retry_seconds
+                if self.model.finished:
+                    break
+                # The server ended the stream without an error: resume.
+            except grpc.aio.AioRpcError as error:
+                if self.closed:
+                    return
+                if error.code() not in RETRYABLE or time.monotonic() > give_up:
+                    self.stream_error = error
+                    async with self._changed:
+                        self._changed.notify_all()
+                    raise
+                self._redirect(error)
+            if self.model.finished or self.closed:
+                break
+            self.reconnects += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _apply(self, event: game_session_pb2.TableEvent) -> None:
+        if not self.model.apply(event):
+            return
+        if self.keep_received:
+            self.received.append(event)
+        timing = self.timing
+        if timing is not None and timing.pending:
+            sent = timing.pending.pop((self.table, event.seq), None)
+            if sent is not None:
+                timing.samples.append((sent, time.perf_counter() - sent))
+        if self.on_event is not None:
+            self.on_event(event)
+        self._ready.set()
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_until(self, predicate: Callable[[TableModel], bool], timeout: float | None = None) -> None:
+        """Wait until the model satisfies `predicate` (or the stream fails for good)."""
+        async def wait() -> None:
+            async with self._changed:
+                while not predicate(self.model):
+                    if self.stream_error is not None:
+                        raise self.stream_error
+                    if self._follower is not None and self._follower.done() and not predicate(self.model):
+                        raise ConnectionError(f"the stream of {self.table} ended")
+                    await self._changed.wait()
+
+        await asyncio.wait_for(wait(), timeout)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError, ConnectionError):
+                await self._follower
+        if self._channel is not None:
+            await self._channel.close(None)
+
+    # --- calls ------------------------------------------------------------------------------------
+    async def _unary(self, method: str, request: Any) -> Any:
+        """Call with retries on UNAVAILABLE/ABORTED (the same request, so the same request_id)."""
+        delay = 0.05
+        give_up = time.monotonic() + self.retry_seconds
+        while True:
+            try:
+                response = await getattr(self.stub, method)(request, metadata=self.metadata, timeout=10)
+                if self.on_message is not None:
+                    self.on_message(method, response)
+                return response
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in RETRYABLE or time.monotonic() > give_up:
+                    raise
+                self._redirect(error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def request_for(self, action: Action, request_id: str | None = None) -> tuple[str, Any]:
+        """The RPC name and request that make `action`, based on the model's sequence number."""
+        common: dict[str, Any] = {
+            "table": self.table,
+            "request_id": request_id or uuid.uuid4().hex,
+            "expected_seq": self.model.seq,
+        }
+        if isinstance(action, Draw):
+            return "Draw", game_session_pb2.DrawRequest(**common)
+        if isinstance(action, TakePile):
+            return "TakeDiscard", game_session_pb2.TakeDiscardRequest(**common)
+        if isinstance(action, MeldCards):
+            wild = to_str(action.wild_as) if action.wild_as is not None else ""
+            return "Meld", game_session_pb2.MeldRequest(
+                **common, cards=[to_str(c) for c in action.cards], wild_as=wild)
+        if isinstance(action, AddCards):
+            return "AddToMeld", game_session_pb2.AddToMeldRequest(
+                **common, meld=action.meld, cards=[to_str(c) for c in action.cards])
+        assert isinstance(action, Discard)
+        return "Discard", game_session_pb2.DiscardRequest(**common, card=to_str(action.card))
+
+    async def act(self, action: Action, request_id: str | None = None) -> game_session_pb2.ActionResult:
+        """Send `action`; the result once accepted, or ActionRefused with the server's message."""
+        method, request = self.request_for(action, request_id)
+        timing = self.timing
+        if timing is not None:
+            timing.pending[(self.table, request.expected_seq + 1)] = time.perf_counter()
+        try:
+            response = await self._unary(method, request)
+        except grpc.aio.AioRpcError as error:
+            if timing is not None:
+                timing.pending.pop((self.table, request.expected_seq + 1), None)
+            current = trailer(error, CURRENT_SEQ_HEADER)
+            raise ActionRefused(error.code(), error.details() or "", int(current) if current else None) from None
+        result: game_session_pb2.ActionResult = response.result
+        if self.keep_received:
+            self.accepted.append((method, request, result))
+        return result
+
+    async def hints(self) -> game_session_pb2.GetLegalMovesResponse:
+        reply: game_session_pb2.GetLegalMovesResponse = await self._unary(
+            "GetLegalMoves", game_session_pb2.GetLegalMovesRequest(table=self.table))
+        return reply
+
+    async def call(self, method: str, request: Any) -> Any:
+        """Any other unary call about the table (chat, annulment, leave, export), with retries."""
+        return await self._unary(method, request)
+
+
+def reached(seq: int) -> Callable[[TableModel], bool]:
+    """A condition: the model has applied event `seq` (or the match is over)."""
+    return lambda model: model.seq >= seq or model.finished
+
+
+async def play_seat(
+    connection: TableConnection,
+    bot: Bot,
+    rules: Ruleset,
+    pace: Callable[[], Any] | None = None,
+    max_actions: int = 100_000,
+) -> int:
+    """Play the connection's seat with `bot` until the match ends; the number of actions sent.
+
+    Decisions come from the seat's own view (the shadow state); when the server refuses one (the
+    client's picture was incomplete, e.g. after resuming from a snapshot mid-turn), the server's
+    legal-move hints decide instead. `pace`, when given, is awaited before each action.
+    """
+    sent = 0
+    while sent < max_actions:
+        await connection.wait_until(lambda m: m.finished or m.my_turn)
+        model = connection.model
+        if model.finished:
+            return sent
+        state = shadow_state(model, rules)
+        seat = model.viewer_seat
+        assert seat is not None
+        action = bot.choose(state.view(seat), state.legal_actions())
+        if pace is not None:
+            await pace()
+        seq = model.seq
+        try:
+            result = await connection.act(action)
+        except ActionRefused as refused:
+            if refused.code != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            current = refused.current_seq or 0
+            if current > seq:
+                # The table moved on (a timer, a takeover): catch up, then decide again.
+                await connection.wait_until(reached(current))
+                continue
+            hints = await connection.hints()
+            legal = actions_from_hints(hints)
+            if not legal or hints.seq != connection.model.seq:
+                await connection.wait_until(reached(seq + 1))
+                continue
+            action = bot.choose(shadow_state(connection.model, rules).view(seat), legal)
+            result = await connection.act(action)
+        sent += 1
+        await connection.wait_until(reached(result.seq))
+    return sent

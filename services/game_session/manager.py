@@ -1,0 +1,794 @@
+"""The tables this replica owns: ownership, changes, streams, timers and bots.
+
+Every change of a table (a player's move, a bot's turn, a timeout, a seat change, a vote, a chat
+message) runs under the table's lock through `Manager.change`: it computes the new entries in
+memory, persists them through the group-committing writer (`store.Writer`) under the replica's
+lease epoch, then publishes them to the table's streams, and finally re-arms the table's timer
+(the turn timer, or a bot's turn). If the write fails, the table is dropped from memory (it is
+rebuilt from its log when next needed) so memory never runs ahead of the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from buraco.v1 import common_pb2, game_session_pb2, ranking_pb2, wallet_pb2
+from engine.actions import DRAW, Discard
+from engine.bots.heuristic import HeuristicBot
+from services.common.db import Database
+from services.common.errors import (
+    FailedPreconditionError,
+    NotFoundError,
+    NotOwnerError,
+    ResourceExhaustedError,
+)
+from services.game_session import store
+from services.game_session.clock import Clock, TimerHandle
+from services.game_session.settings import GameSessionSettings
+from services.game_session.table import (
+    MAX_BOT_TURN_ACTIONS,
+    Entry,
+    LiveTable,
+    Proposal,
+    State,
+    TableEvent,
+    muted_chat,
+    timestamp,
+)
+
+log = logging.getLogger("buraco.game_session")
+
+#: How long a finished table stays in memory after its last event (then it is read from the log).
+FINISHED_KEPT_MS = 600_000
+#: Most entries a stream may have queued before it is ended (the client resumes with after_seq).
+MAX_QUEUED = 2000
+
+
+@dataclass(eq=False)
+class Subscriber:
+    viewer: int | None
+    player: str | None
+    queue: asyncio.Queue[Entry | None] = field(default_factory=asyncio.Queue)
+
+
+@dataclass
+class Runtime:
+    """What a live table has besides its state: lock, streams, timers."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    subscribers: list[Subscriber] = field(default_factory=list)
+    timer: TimerHandle | None = None
+    proposal_timer: TimerHandle | None = None
+    grace: dict[int, TimerHandle] = field(default_factory=dict)
+    mutes: set[tuple[str, str]] = field(default_factory=set)
+    chat_times: dict[str, list[float]] = field(default_factory=dict)
+
+
+class Manager:
+    def __init__(
+        self,
+        db: Database,
+        settings: GameSessionSettings,
+        clock: Clock,
+        registry: CollectorRegistry,
+        *,
+        address: Callable[[], str],
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.clock = clock
+        self._address = address
+        self.owner_id = uuid.uuid4().hex
+        self.tables: dict[str, LiveTable] = {}
+        self.runtime: dict[str, Runtime] = {}
+        self._loading: dict[str, asyncio.Future[LiveTable]] = {}
+        self.writer = store.Writer(db, settings.batch_max)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self.stopping = False
+        #: False only in tests that simulate a crash: the leases then run out instead.
+        self.release_on_stop = True
+        #: Called after a change that ended a match wrote outbox rows (wakes the deliverer).
+        self.on_outbox: Callable[[], None] = lambda: None
+        self.events_total = Counter(
+            "buraco_table_events", "Events accepted into tables' event logs by this replica.", ["service"],
+            registry=registry,
+        ).labels("game_session")
+        self.takeovers_total = Counter(
+            "buraco_table_takeovers",
+            "Tables this replica took over after another replica's lease ran out or was released.",
+            ["service"], registry=registry,
+        ).labels("game_session")
+        Gauge("buraco_tables_active", "Live tables (not finished) owned by this replica.", ["service"],
+              registry=registry).labels("game_session").set_function(self._active_count)
+        Gauge("buraco_tables_oldest_idle_seconds",
+              "Seconds since the last accepted event of the longest-idle live table this replica owns.",
+              ["service"], registry=registry).labels("game_session").set_function(self._oldest_idle)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        return self._address()
+
+    def now_ms(self) -> int:
+        return int(self.clock.now() * 1000)
+
+    async def start(self) -> None:
+        self.writer.start()
+        self._loop_task = asyncio.get_running_loop().create_task(self._maintain(), name="game-session-leases")
+
+    async def stop(self) -> None:
+        """Graceful stop: no more changes, streams told to resume elsewhere, leases released."""
+        self.stopping = True
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        for table_id in list(self.tables):
+            self._evict(table_id)
+        for task in list(self._tasks):
+            task.cancel()
+        await self.writer.stop()
+        if not self.release_on_stop:
+            return
+        try:
+            released = await store.release(self.db, self.owner_id)
+            log.info("leases released", extra={"fields": {"tables": released}})
+        except Exception:
+            log.exception("could not release the leases")
+
+    def spawn(self, coro: Awaitable[Any]) -> None:
+        async def guarded() -> None:
+            try:
+                await coro
+            except (NotOwnerError, store.LeaseLostError, asyncio.CancelledError):
+                pass
+            except Exception:
+                log.exception("background table work failed")
+
+        task = asyncio.ensure_future(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _maintain(self) -> None:
+        """Renew this replica's leases; take over tables whose lease ran out."""
+        while True:
+            try:
+                await self.renew_and_scan()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lease maintenance failed")
+            await asyncio.sleep(self.settings.scan_seconds)
+
+    async def renew_and_scan(self) -> None:
+        now = self.now_ms()
+        ttl = int(self.settings.lease_seconds * 1000)
+        held = await store.renew(self.db, self.owner_id, now, ttl)
+        for table_id, table in list(self.tables.items()):
+            runtime = self.runtime.get(table_id)
+            if not table.live and (runtime is None or not runtime.subscribers) and \
+                    now - table.last_event_ms > FINISHED_KEPT_MS:
+                self._evict(table_id)  # finished and quiet: any replica reloads it from the log if asked
+            elif table.live and held.get(table_id) != table.epoch:
+                log.warning("lease lost", extra={"fields": {"table": table_id}})
+                self._evict(table_id)
+        expired = await store.expired_live(self.db, now, address=self.address, owner_id=self.owner_id)
+        for table_id, epoch, force in expired:
+            if table_id in self.tables or self.stopping:
+                continue
+            try:
+                await self._take_over(table_id, epoch, force=force)
+            except Exception:
+                log.exception("takeover failed", extra={"fields": {"table": table_id}})
+
+    # -- metrics --------------------------------------------------------------------------------
+    def _active_count(self) -> float:
+        return float(sum(1 for t in self.tables.values() if t.live))
+
+    def _oldest_idle(self) -> float:
+        live = [t.last_event_ms for t in self.tables.values() if t.live]
+        return max(0.0, (self.now_ms() - min(live)) / 1000.0) if live else 0.0
+
+    # -- finding tables -------------------------------------------------------------------------
+    async def get(self, table_id: str) -> LiveTable:
+        """The table, loaded when needed; NotOwnerError when another replica owns it."""
+        table = self.tables.get(table_id)
+        if table is not None and not table.lost:
+            return table
+        pending = self._loading.get(table_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[LiveTable] = asyncio.get_running_loop().create_future()
+        self._loading[table_id] = future
+        try:
+            table = await self._find(table_id)
+            future.set_result(table)
+            return table
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
+            raise
+        finally:
+            del self._loading[table_id]
+
+    async def _find(self, table_id: str) -> LiveTable:
+        lease = await store.lease_of(self.db, table_id)
+        if lease is None:
+            raise NotFoundError(f"tables/{table_id} does not exist")
+        if not lease.live:
+            return await self._load(table_id, epoch=0)  # finished: read-only, any replica
+        now = self.now_ms()
+        if lease.owner_id == self.owner_id:
+            return await self._load(table_id, epoch=lease.epoch)
+        if lease.expires_ms >= now and lease.owner_address != self.address:
+            raise NotOwnerError(f"tables/{table_id}", lease.owner_address, epoch=lease.epoch)
+        table = await self._take_over(table_id, lease.epoch, force=lease.expires_ms >= now)
+        if table is None:
+            again = await store.lease_of(self.db, table_id)
+            raise NotOwnerError(f"tables/{table_id}", again.owner_address if again else "",
+                                epoch=again.epoch if again else 0, retry_after_ms=200)
+        return table
+
+    async def _take_over(self, table_id: str, epoch: int, *, force: bool) -> LiveTable | None:
+        if self.stopping:
+            return None
+        new_epoch = await store.take_over(
+            self.db, table_id, seen_epoch=epoch, owner_address=self.address, owner_id=self.owner_id,
+            now_ms=self.now_ms(), ttl_ms=int(self.settings.lease_seconds * 1000), force=force,
+        )
+        if new_epoch is None:
+            return None
+        self.takeovers_total.inc()
+        log.info("table taken over", extra={"fields": {"table": table_id, "epoch": new_epoch}})
+        return await self._load(table_id, epoch=new_epoch)
+
+    async def _load(self, table_id: str, *, epoch: int) -> LiveTable:
+        stored = await store.load(self.db, table_id)
+        if stored is None:
+            raise NotFoundError(f"tables/{table_id} does not exist")
+        description = game_session_pb2.Table.FromString(stored.description)
+        table = LiveTable(table_id, description, stored.created_ms)
+        table.restore(stored.entries)
+        if table_id in self.tables:  # an older copy (from before a lost lease) must never write again
+            self._evict(table_id)
+        if stored.state == State.STATE_CANCELLED:
+            table.state = State.STATE_CANCELLED
+        table.epoch = epoch
+        runtime = Runtime(mutes=await store.mutes_of(self.db, table_id))
+        self.tables[table_id] = table
+        self.runtime[table_id] = runtime
+        if table.live and epoch > 0:
+            self._resume_timers(table, runtime)
+        return table
+
+    def _resume_timers(self, table: LiveTable, runtime: Runtime) -> None:
+        """After a takeover or a restart: a turn whose time ran out meanwhile gets its full time
+        again (the players were not to blame), and every human seat starts its disconnection grace
+        until its player's stream comes back (here)."""
+        hand = table.match.hand
+        now = self.now_ms()
+        if table.state == State.STATE_PLAYING and hand is not None and table.turn_deadline_ms <= now:
+            seconds = table.draw_seconds if hand.phase == "draw" else table.play_seconds
+            table.turn_deadline_ms = now + int(seconds * 1000)
+        if table.state == State.STATE_PLAYING:
+            for seat in table.seats:
+                if seat.human and not seat.bot_controlled:
+                    number = seat.seat
+                    runtime.grace[number] = self.clock.call_later(
+                        self.settings.disconnect_grace_seconds,
+                        lambda n=number: self.spawn(self._disconnected(table, n)),  # type: ignore[misc]
+                    )
+        self.schedule(table)
+
+    def adopt(self, table: LiveTable) -> None:
+        """A table this replica just created (its lease is ours, epoch 1)."""
+        table.epoch = 1
+        self.tables[table.table_id] = table
+        self.runtime[table.table_id] = Runtime()
+        self.schedule(table)
+
+    def _evict(self, table_id: str) -> None:
+        table = self.tables.pop(table_id, None)
+        runtime = self.runtime.pop(table_id, None)
+        if table is not None:
+            table.lost = True
+        if runtime is not None:
+            self._cancel_timers(runtime)
+            for sub in runtime.subscribers:
+                sub.queue.put_nowait(None)
+
+    def _cancel_timers(self, runtime: Runtime) -> None:
+        for handle in (runtime.timer, runtime.proposal_timer, *runtime.grace.values()):
+            if handle is not None:
+                handle.cancel()
+        runtime.timer = runtime.proposal_timer = None
+        runtime.grace.clear()
+
+    # -- changes --------------------------------------------------------------------------------
+    async def change(
+        self, table: LiveTable, work: Callable[[list[Entry]], Any], *, request: tuple[str, str, str] | None = None
+    ) -> tuple[Any, list[Entry]]:
+        """Run `work(out)` under the table's lock, persist the entries it (and what follows by
+        itself) appended, publish them. `request` = (scope, request_id, hash) makes the change
+        idempotent: a retry gets the entries of the first call (`work` does not run again)."""
+        runtime = self.runtime.get(table.table_id)
+        if runtime is None or table.lost or self.tables.get(table.table_id) is not table:
+            raise self._not_owner(table)
+        async with runtime.lock:
+            if table.lost:
+                raise self._not_owner(table)
+            if request is not None:
+                done = table.requests.get((request[0], request[1]))
+                if done is not None:
+                    if done.digest != request[2]:
+                        from services.common.errors import AlreadyExistsError
+
+                        raise AlreadyExistsError(
+                            f"request_id {request[1]!r} was already used for a different request"
+                        )
+                    return None, table.entries[done.first_seq - 1 : done.last_seq]
+            if not table.live:
+                state_name = State.State.Name(table.state)  # type: ignore[arg-type]
+                raise FailedPreconditionError(f"{table.name} is {state_name}; nothing can change")
+            was_state = table.state
+            out: list[Entry] = []
+            try:
+                result = work(out)
+                if table.live:
+                    table.after_change(self.now_ms(), self.settings.deal_seed, out)
+            except BaseException:
+                if out:  # memory changed but nothing was written: rebuild from the log next time
+                    self._evict(table.table_id)
+                raise
+            if not out:
+                return result, out
+            if request is not None:
+                out[0].data["rq"] = [request[0], request[1], request[2], len(out)]
+                table.requests[(request[0], request[1])] = store_request(request[2], out)
+            await self._persist(table, out, state_changed=table.state != was_state)
+            self._publish(table, runtime, out)
+        self.schedule(table)
+        return result, out
+
+    def _not_owner(self, table: LiveTable) -> NotOwnerError:
+        return NotOwnerError(table.name, "", retry_after_ms=200)
+
+    async def _persist(self, table: LiveTable, out: list[Entry], *, state_changed: bool) -> None:
+        now = self.now_ms()
+        write = store.Write(
+            table.table_id, table.epoch, self.owner_id,
+            [(e.seq, json.dumps(e.data, separators=(",", ":"))) for e in out],
+        )
+        if state_changed or any(e.type in ("hand_ended", "match_ended") for e in out):
+            write.table_update = {"state": table.state, "seq": table.seq, "updated_ms": now,
+                                  "match_scores": json.dumps(table.match.totals)}
+        if not table.live:
+            write.finished = True
+            write.outbox = outbox_requests(table, out, now)
+        try:
+            await self.writer.submit(write)
+        except store.LeaseLostError:
+            self._evict(table.table_id)
+            raise self._not_owner(table) from None
+        except BaseException:
+            self._evict(table.table_id)
+            raise
+        self.events_total.inc(len(out))
+        if write.outbox:
+            self.on_outbox()
+
+    def _publish(self, table: LiveTable, runtime: Runtime, out: list[Entry]) -> None:
+        for sub in list(runtime.subscribers):
+            if sub.queue.qsize() > MAX_QUEUED:
+                runtime.subscribers.remove(sub)
+                sub.queue.put_nowait(None)
+                continue
+            for entry in out:
+                sub.queue.put_nowait(entry)
+
+    def event_for(self, table: LiveTable, entry: Entry, sub: Subscriber) -> TableEvent:
+        if entry.type == "chat" and sub.player is not None:
+            runtime = self.runtime.get(table.table_id)
+            sender = entry.data["x"]["sender"]
+            if runtime is not None and (sub.player, sender) in runtime.mutes:
+                return muted_chat(entry)
+        return entry.proto(sub.viewer)
+
+    # -- streams ----------------------------------------------------------------------------------
+    async def subscribe(
+        self, table: LiveTable, viewer: int | None, player: str | None, after_seq: int
+    ) -> tuple[Subscriber, list[TableEvent]]:
+        """Register a stream; returns it with what comes first: a snapshot (after_seq 0) or the
+        events after after_seq. Later events arrive on the subscriber's queue (deduplicated by
+        the caller by seq)."""
+        runtime = self.runtime.get(table.table_id)
+        if runtime is None:
+            if table.lost:
+                raise self._not_owner(table)
+            runtime = self.runtime.setdefault(table.table_id, Runtime())
+        async with runtime.lock:
+            from services.common.errors import OutOfRangeError
+
+            if after_seq > table.seq:
+                raise OutOfRangeError(f"after_seq {after_seq} is past the table's last event ({table.seq})")
+            sub = Subscriber(viewer, player)
+            first: list[TableEvent]
+            if after_seq == 0:
+                first = [TableEvent(seq=table.seq, time=timestamp(self.now_ms()),
+                                    snapshot=table.snapshot(viewer, self.address))]
+            else:
+                first = [self.event_for(table, e, sub) for e in table.entries[after_seq:]]
+            if table.live or after_seq < table.seq:
+                runtime.subscribers.append(sub)
+            if viewer is not None and table.live:
+                table.seats[viewer].streams += 1
+                grace = runtime.grace.pop(viewer, None)
+                if grace is not None:
+                    grace.cancel()
+        if viewer is not None and table.live:
+            self.spawn(self._connected(table, viewer))
+        return sub, first
+
+    def unsubscribe(self, table: LiveTable, sub: Subscriber) -> None:
+        runtime = self.runtime.get(table.table_id)
+        if runtime is None or sub not in runtime.subscribers:
+            return
+        runtime.subscribers.remove(sub)
+        if sub.viewer is None or not table.live:
+            return
+        seat = table.seats[sub.viewer]
+        seat.streams = max(0, seat.streams - 1)
+        if seat.streams == 0 and not seat.bot_controlled and not self.stopping:
+            runtime.grace[seat.seat] = self.clock.call_later(
+                self.settings.disconnect_grace_seconds, lambda: self.spawn(self._disconnected(table, seat.seat))
+            )
+
+    async def _connected(self, table: LiveTable, seat_number: int) -> None:
+        seat = table.seats[seat_number]
+        if table.state == State.STATE_WAITING:
+            self.schedule(table)
+            return
+        if seat.bot_controlled and seat.takeover_reason == "disconnected" and \
+                self.now_ms() <= seat.return_deadline_ms:
+            def work(out: list[Entry]) -> None:
+                if not (seat.bot_controlled and seat.takeover_reason == "disconnected"):
+                    return
+                seat.bot_controlled = False
+                seat.takeover_reason = ""
+                table.add({"t": "seat_returned", "ms": self.now_ms(),
+                           "x": {"seat": seat.seat, "player": seat.player}}, out)
+
+            await self.change(table, work)
+
+    async def _disconnected(self, table: LiveTable, seat_number: int) -> None:
+        seat = table.seats[seat_number]
+        runtime = self.runtime.get(table.table_id)
+        if runtime is not None:
+            runtime.grace.pop(seat_number, None)
+        if seat.streams > 0 or seat.bot_controlled or table.state != State.STATE_PLAYING:
+            return
+
+        def work(out: list[Entry]) -> None:
+            if seat.streams > 0 or seat.bot_controlled:
+                return
+            now = self.now_ms()
+            deadline = now + int(self.settings.reconnect_window_seconds * 1000)
+            self._take_seat(table, seat.seat, "disconnected", now, out, return_deadline_ms=deadline)
+
+        await self.change(table, work)
+
+    def _take_seat(self, table: LiveTable, seat_number: int, reason: str, now: int, out: list[Entry],
+                   *, return_deadline_ms: int = 0) -> None:
+        seat = table.seats[seat_number]
+        seat.bot_controlled = True
+        seat.takeover_reason = reason
+        seat.abandoned = reason != "disconnected"
+        seat.return_deadline_ms = return_deadline_ms
+        x: dict[str, Any] = {"seat": seat_number, "reason": reason}
+        if return_deadline_ms:
+            x["return_deadline_ms"] = return_deadline_ms
+        table.add({"t": "seat_taken_over", "ms": now, "x": x}, out)
+
+    # -- timers and bots --------------------------------------------------------------------------
+    def schedule(self, table: LiveTable) -> None:
+        """(Re)arm the table's one timer: the first deal, a bot's turn, or the turn timer."""
+        runtime = self.runtime.get(table.table_id)
+        if runtime is None or table.lost or self.stopping:
+            return
+        if runtime.timer is not None:
+            runtime.timer.cancel()
+            runtime.timer = None
+        if table.state == State.STATE_WAITING:
+            humans = table.humans()
+            if all(s.streams > 0 for s in humans):
+                runtime.timer = self.clock.call_later(0, lambda: self.spawn(self._start(table)))
+            else:
+                wait = table.created_ms / 1000 + self.settings.start_wait_seconds - self.clock.now()
+                runtime.timer = self.clock.call_later(wait, lambda: self.spawn(self._start(table)))
+            return
+        if table.state != State.STATE_PLAYING:
+            return
+        seat = table.to_act()
+        hand = table.match.hand
+        if seat < 0 or hand is None:
+            return
+        key = (hand.hand_number, seat, hand.phase, table.seq)
+        if table.seats[seat].acts_by_bot:
+            runtime.timer = self.clock.call_later(
+                self.settings.bot_delay_seconds, lambda: self.spawn(self._bot_turn(table, key))
+            )
+        else:
+            delay = table.turn_deadline_ms / 1000 - self.clock.now()
+            runtime.timer = self.clock.call_later(delay, lambda: self.spawn(self._timeout(table, key)))
+        if table.proposal is not None and runtime.proposal_timer is None:
+            proposal = table.proposal
+            runtime.proposal_timer = self.clock.call_later(
+                proposal.deadline_ms / 1000 - self.clock.now(),
+                lambda: self.spawn(self._proposal_expired(table, proposal.proposal_id)),
+            )
+
+    def _same_turn(self, table: LiveTable, key: tuple[int, int, str, int]) -> bool:
+        hand = table.match.hand
+        return (hand is not None and not hand.is_terminal() and table.state == State.STATE_PLAYING
+                and (hand.hand_number, hand.to_act, hand.phase) == key[:3])
+
+    async def _start(self, table: LiveTable) -> None:
+        if table.state != State.STATE_WAITING:
+            return
+
+        def work(out: list[Entry]) -> None:
+            if table.state == State.STATE_WAITING:
+                table.start_hand(self.now_ms(), self.settings.deal_seed, out)
+
+        await self.change(table, work)
+
+    async def _bot_turn(self, table: LiveTable, key: tuple[int, int, str, int]) -> None:
+        if not self._same_turn(table, key):
+            return
+
+        def work(out: list[Entry]) -> None:
+            if not self._same_turn(table, key):
+                return
+            seat = key[1]
+            now = self.now_ms()
+            for _ in range(MAX_BOT_TURN_ACTIONS):
+                hand = table.match.hand
+                if hand is None or hand.is_terminal() or hand.to_act != seat or not table.seats[seat].acts_by_bot:
+                    break
+                action = table.bot(seat).choose(hand.view(seat), hand.legal_actions())
+                table.apply_action(action, seat, "bot", now, out)
+                if table.match.hand is not hand or hand.is_terminal():
+                    break
+
+        await self.change(table, work)
+
+    async def _timeout(self, table: LiveTable, key: tuple[int, int, str, int]) -> None:
+        if not self._same_turn(table, key):
+            return
+
+        def work(out: list[Entry]) -> None:
+            if not self._same_turn(table, key) or self.now_ms() < table.turn_deadline_ms:
+                return
+            seat_number = key[1]
+            seat = table.seats[seat_number]
+            if seat.acts_by_bot:
+                return
+            now = self.now_ms()
+            hand = table.match.hand
+            assert hand is not None
+            if hand.phase == "draw":
+                table.apply_action(DRAW, seat_number, "auto", now, out)
+            helper = HeuristicBot(f"{table.table_id}|{table.seq}", table.rules)
+            for _ in range(MAX_BOT_TURN_ACTIONS):
+                if table.match.hand is not hand or hand.is_terminal() or hand.to_act != seat_number:
+                    break
+                legal = hand.legal_actions()
+                discards = [a for a in legal if isinstance(a, Discard)]
+                view = hand.view(seat_number)
+                action = helper.choose_discard(view, legal) if discards else helper.choose(view, legal)
+                table.apply_action(action, seat_number, "auto", now, out)
+            seat.auto_plays += 1
+            table.add({"t": "auto_played", "ms": now, "x": {"seat": seat_number, "count": seat.auto_plays}}, out)
+            if seat.auto_plays >= self.settings.max_auto_plays and table.live:
+                self._take_seat(table, seat_number, "timeouts", now, out)
+
+        await self.change(table, work)
+
+    # -- annulment ------------------------------------------------------------------------------
+    def propose(self, table: LiveTable, seat: int, out: list[Entry]) -> str:
+        if table.state != State.STATE_PLAYING:
+            raise FailedPreconditionError(f"{table.name}: the match has not started")
+        if table.proposal is not None:
+            raise FailedPreconditionError(f"{table.name}: an annulment proposal is open already")
+        voters = [s.seat for s in table.seats if s.human and not s.bot_controlled]
+        table.proposals_made += 1
+        now = self.now_ms()
+        proposal = Proposal(f"{table.table_id}-a{table.proposals_made}", seat, voters,
+                            now + int(self.settings.annulment_seconds * 1000))
+        table.proposal = proposal
+        table.add({"t": "annulment_proposed", "ms": now,
+                   "x": {"proposal_id": proposal.proposal_id, "proposer_seat": seat, "voters": voters,
+                         "deadline_ms": proposal.deadline_ms}}, out)
+        self.vote(table, seat, proposal.proposal_id, True, out)
+        return proposal.proposal_id
+
+    def vote(self, table: LiveTable, seat: int, proposal_id: str, approve: bool, out: list[Entry]) -> None:
+        proposal = table.proposal
+        if proposal is None or proposal.proposal_id != proposal_id:
+            raise FailedPreconditionError(f"proposal {proposal_id!r} is not open at {table.name}")
+        if seat not in proposal.voters:
+            raise FailedPreconditionError(f"seat {seat} does not vote on {proposal_id!r}")
+        if seat in proposal.votes:
+            raise FailedPreconditionError(f"seat {seat} has voted on {proposal_id!r} already")
+        now = self.now_ms()
+        proposal.votes[seat] = approve
+        table.add({"t": "annulment_voted", "ms": now,
+                   "x": {"proposal_id": proposal_id, "seat": seat, "approve": approve}}, out)
+        if not approve:
+            self._resolve(table, False, now, out)
+        elif all(proposal.votes.get(v) for v in proposal.voters):
+            self._resolve(table, True, now, out)
+
+    def _resolve(self, table: LiveTable, approved: bool, now: int, out: list[Entry]) -> None:
+        proposal = table.proposal
+        assert proposal is not None
+        table.proposal = None
+        runtime = self.runtime.get(table.table_id)
+        if runtime is not None and runtime.proposal_timer is not None:
+            runtime.proposal_timer.cancel()
+            runtime.proposal_timer = None
+        table.add({"t": "annulment_resolved", "ms": now,
+                   "x": {"proposal_id": proposal.proposal_id, "approved": approved}}, out)
+        if not approved:
+            return
+        hand = table.match.hand
+        if hand is not None and not hand.is_terminal():
+            table.add({"t": "hand_ended", "ms": now,
+                       "x": {"hand_number": hand.hand_number, "reason": "aborted", "seed": table.seed,
+                             "match_scores": table.match.totals[:],
+                             "hands": [_cards(hand, s) for s in range(table.players)]}}, out)
+        table.state = State.STATE_FINISHED
+        table.add({"t": "match_ended", "ms": now,
+                   "x": {"outcomes": table.outcomes(annulled=True), "annulled": True,
+                         "match_scores": table.match.totals[:]}}, out)
+
+    async def _proposal_expired(self, table: LiveTable, proposal_id: str) -> None:
+        def work(out: list[Entry]) -> None:
+            proposal = table.proposal
+            if proposal is None or proposal.proposal_id != proposal_id or self.now_ms() < proposal.deadline_ms:
+                return
+            self._resolve(table, False, self.now_ms(), out)
+
+        runtime = self.runtime.get(table.table_id)
+        if runtime is not None:
+            runtime.proposal_timer = None
+        await self.change(table, work)
+
+    # -- chat -----------------------------------------------------------------------------------
+    def chat(self, table: LiveTable, sender: str, seat: int | None, text: str, out: list[Entry]) -> None:
+        runtime = self.runtime.get(table.table_id)
+        assert runtime is not None
+        if ("*", sender) in runtime.mutes:
+            from services.common.errors import PermissionDeniedError
+
+            raise PermissionDeniedError(f"players/{sender} is muted at {table.name}")
+        now = self.clock.now()
+        recent = [t for t in runtime.chat_times.get(sender, []) if t > now - 60]
+        if len(recent) >= self.settings.chat_per_minute:
+            raise ResourceExhaustedError(
+                f"at most {self.settings.chat_per_minute} chat messages a minute; wait a little",
+                metadata=(("retry-after-ms", str(int((recent[0] + 60 - now) * 1000) + 1)),),
+            )
+        recent.append(now)
+        runtime.chat_times[sender] = recent
+        x: dict[str, Any] = {"sender": sender, "text": text}
+        if seat is not None:
+            x["seat"] = seat
+        table.add({"t": "chat", "ms": self.now_ms(), "x": x}, out)
+
+    async def mute(self, table: LiveTable, viewer: str, player: str, muted: bool) -> None:
+        await store.set_mute(self.db, table.table_id, viewer, player, muted)
+        runtime = self.runtime.get(table.table_id)
+        if runtime is not None:
+            (runtime.mutes.add if muted else runtime.mutes.discard)((viewer, player))
+            if viewer == "*":  # table-wide: every viewer
+                pass
+
+    # -- leaving ----------------------------------------------------------------------------------
+    def leave(self, table: LiveTable, seat_number: int, out: list[Entry]) -> None:
+        if table.state != State.STATE_PLAYING:
+            raise FailedPreconditionError(f"{table.name}: the match is not being played")
+        seat = table.seats[seat_number]
+        if seat.abandoned:
+            raise FailedPreconditionError(f"you left {table.name} already")
+        now = self.now_ms()
+        if seat.bot_controlled:
+            seat.abandoned = True
+            seat.takeover_reason = "left"
+            table.add({"t": "seat_taken_over", "ms": now, "x": {"seat": seat_number, "reason": "left"}}, out)
+        else:
+            self._take_seat(table, seat_number, "left", now, out)
+        if table.proposal is not None and seat_number in table.proposal.voters:
+            table.proposal.voters.remove(seat_number)
+            table.proposal.votes.pop(seat_number, None)
+            proposal = table.proposal
+            if proposal.voters and all(proposal.votes.get(v) for v in proposal.voters):
+                self._resolve(table, True, now, out)
+
+
+def _cards(hand: Any, seat: int) -> list[str]:
+    from engine.cards import format_many
+
+    return list(format_many(hand.hand_of(seat)))
+
+
+def store_request(digest: str, out: list[Entry]) -> Any:
+    from services.game_session.table import Request
+
+    return Request(digest, out[0].seq, out[-1].seq)
+
+
+def outbox_requests(table: LiveTable, out: list[Entry], now_ms: int) -> list[tuple[str, bytes]]:
+    """What a match end owes the other services: wallet Settle (or Void when annulled) for a
+    competitive match with stakes, ranking RecordMatch for a competitive match; nothing for a
+    practice table. The match id is every call's idempotency key. Bots are never reported: a
+    seat's result belongs to its player."""
+    ended = next((e for e in out if e.type == "match_ended"), None)
+    if ended is None or not table.competitive:
+        return []
+    x = ended.data.get("x", {})
+    annulled = bool(x.get("annulled", False))
+    outcomes = x["outcomes"]
+    match_id = table.description.match_id
+    owed: list[tuple[str, bytes]] = []
+    player_outcomes = [
+        common_pb2.PlayerOutcome(player=f"players/{o['player']}", seat=o["seat"], outcome=_OUTCOME[o["outcome"]])
+        for o in outcomes
+    ]
+    if table.options.bet_chips > 0 and outcomes:
+        if annulled:
+            void = wallet_pb2.VoidRequest(
+                request_id=match_id, match_id=match_id, reason="match annulled by its players",
+                penalised_players=[f"players/{o['player']}" for o in outcomes if o["player"] in _abandoned(table)],
+            )
+            owed.append(("wallet.Void", void.SerializeToString()))
+        else:
+            settle = wallet_pb2.SettleRequest(
+                request_id=match_id, match_id=match_id, outcomes=player_outcomes,
+                first_seat=(table.match.first_dealer + 1) % table.players,
+            )
+            owed.append(("wallet.Settle", settle.SerializeToString()))
+    if outcomes:
+        totals = table.match.totals
+        record = ranking_pb2.RecordMatchRequest(
+            request_id=match_id, match_id=match_id, options=table.options, annulled=annulled,
+            end_time=timestamp(now_ms),
+            participants=[
+                ranking_pb2.RecordMatchRequest.Participant(
+                    player=f"players/{o['player']}", seat=o["seat"], outcome=_OUTCOME[o["outcome"]],
+                    score=totals[o["seat"] & 1],
+                )
+                for o in outcomes
+            ],
+        )
+        owed.append(("ranking.RecordMatch", record.SerializeToString()))
+    return owed
+
+
+def _abandoned(table: LiveTable) -> set[str]:
+    return {s.player for s in table.seats if s.player is not None and s.abandoned}
+
+
+_OUTCOME = {
+    "won": common_pb2.OUTCOME_WON,
+    "lost": common_pb2.OUTCOME_LOST,
+    "abandoned": common_pb2.OUTCOME_ABANDONED,
+    "void": common_pb2.OUTCOME_VOID,
+}

@@ -1,0 +1,195 @@
+"""Delivering what match ends owe the wallet and ranking: the outbox.
+
+A match end writes its calls (wallet Settle or Void, ranking RecordMatch) to
+`game_session_outbox` in the transaction that ends the match. The deliverer (every replica runs
+one) claims due rows, makes the calls with the match id as idempotency key, and marks them
+delivered; a transient failure is retried with exponential backoff; a permanent refusal (bad
+request, failed precondition, ...) marks the row failed for a person to look at
+(`buraco_outbox_failed`). A crash between the call and the mark only means the call is made again,
+and the target answers a repeated request id with its first answer: delivered exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+import grpc
+from prometheus_client import CollectorRegistry, Gauge
+from sqlalchemy import func, select, update
+
+from buraco.v1 import ranking_pb2, wallet_pb2
+from services.common.client import Clients
+from services.common.db import Database
+from services.game_session import models
+from services.game_session.clock import Clock
+from services.game_session.settings import GameSessionSettings
+
+log = logging.getLogger("buraco.game_session.outbox")
+
+#: Calls a row may hold, and how each is made.
+Call = Callable[[bytes], Awaitable[None]]
+TARGETS = ("wallet.Settle", "wallet.Void", "ranking.RecordMatch")
+#: Codes that will not change on a retry: the row needs a person.
+PERMANENT = frozenset({
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.UNIMPLEMENTED,
+})
+#: How long a claimed row is left to its deliverer before another may try it.
+CLAIM_MS = 30_000
+
+
+def grpc_calls(clients: Clients, timeout: float = 10.0) -> dict[str, Call]:
+    async def settle(data: bytes) -> None:
+        await clients.wallet.Settle(wallet_pb2.SettleRequest.FromString(data), timeout=timeout)
+
+    async def void(data: bytes) -> None:
+        await clients.wallet.Void(wallet_pb2.VoidRequest.FromString(data), timeout=timeout)
+
+    async def record(data: bytes) -> None:
+        await clients.ranking.RecordMatch(ranking_pb2.RecordMatchRequest.FromString(data), timeout=timeout)
+
+    return {"wallet.Settle": settle, "wallet.Void": void, "ranking.RecordMatch": record}
+
+
+class Deliverer:
+    def __init__(
+        self,
+        db: Database,
+        calls: Mapping[str, Call],
+        settings: GameSessionSettings,
+        clock: Clock,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.db = db
+        self.calls = calls
+        self.settings = settings
+        self.clock = clock
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.pending = Gauge("buraco_outbox_pending", "Outbox rows not yet delivered, by destination call.",
+                             ["service", "target"], registry=registry)
+        self.failed = Gauge("buraco_outbox_failed",
+                            "Outbox rows the destination refused for good (a permanent error): they need a person.",
+                            ["service", "target"], registry=registry)
+        self.oldest = Gauge("buraco_outbox_oldest_pending_seconds",
+                            "Age of the oldest undelivered outbox row (0 when none).", ["service"], registry=registry)
+        for target in TARGETS:
+            self.pending.labels("game_session", target).set(0)
+            self.failed.labels("game_session", target).set(0)
+        self.oldest.labels("game_session").set(0)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="game-session-outbox")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.deliver_due()
+                await self.refresh_gauges()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("outbox delivery round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=min(self.settings.outbox_retry_seconds, 1.0))
+
+    def _now_ms(self) -> int:
+        return int(self.clock.now() * 1000)
+
+    async def deliver_due(self) -> int:
+        """Deliver every due row once; returns how many were delivered."""
+        outbox = models.outbox
+        now = self._now_ms()
+        async with self.db.transaction() as session:
+            rows = (
+                await session.execute(
+                    select(outbox.c.id, outbox.c.target, outbox.c.request, outbox.c.attempts, outbox.c.next_attempt_ms)
+                    .where(outbox.c.state == "pending", outbox.c.next_attempt_ms <= now)
+                    .order_by(outbox.c.id)
+                    .limit(100)
+                )
+            ).all()
+        delivered = 0
+        for row in rows:
+            # claim the row, so that another replica's deliverer leaves it alone meanwhile
+            async with self.db.transaction() as session:
+                claimed = await session.execute(
+                    update(outbox)
+                    .where(outbox.c.id == row.id, outbox.c.state == "pending",
+                           outbox.c.next_attempt_ms == row.next_attempt_ms)
+                    .values(next_attempt_ms=now + CLAIM_MS)
+                )
+            if getattr(claimed, "rowcount", 0) != 1:
+                continue
+            call = self.calls.get(row.target)
+            state, error_text, next_ms = "delivered", "", now
+            try:
+                if call is None:
+                    raise LookupError(f"no way to deliver {row.target}")
+                await call(row.request)
+                delivered += 1
+            except grpc.aio.AioRpcError as error:
+                error_text = f"{error.code().name}: {error.details()}"[:500]
+                if error.code() in PERMANENT:
+                    state = "failed"
+                else:
+                    state = "pending"
+                    delay = min(self.settings.outbox_max_retry_seconds,
+                                self.settings.outbox_retry_seconds * 2 ** min(row.attempts, 20))
+                    next_ms = self._now_ms() + int(delay * 1000)
+            except Exception as error:  # a bug or a missing target: keep it, retry later
+                error_text = repr(error)[:500]
+                state = "pending"
+                next_ms = self._now_ms() + int(self.settings.outbox_max_retry_seconds * 1000)
+            if state != "delivered":
+                log.warning("outbox delivery failed",
+                            extra={"fields": {"id": row.id, "target": row.target, "state": state, "error": error_text}})
+            async with self.db.transaction() as session:
+                await session.execute(
+                    update(outbox).where(outbox.c.id == row.id).values(
+                        state=state, attempts=row.attempts + 1, last_error=error_text, next_attempt_ms=next_ms
+                    )
+                )
+        return delivered
+
+    async def refresh_gauges(self) -> None:
+        outbox = models.outbox
+        async with self.db.transaction() as session:
+            counts = (
+                await session.execute(
+                    select(outbox.c.target, outbox.c.state, func.count()).where(outbox.c.state != "delivered")
+                    .group_by(outbox.c.target, outbox.c.state)
+                )
+            ).all()
+            oldest = (
+                await session.execute(select(func.min(outbox.c.created_ms)).where(outbox.c.state == "pending"))
+            ).scalar()
+        pending = dict.fromkeys(TARGETS, 0)
+        failed = dict.fromkeys(TARGETS, 0)
+        for target, state, count in counts:
+            (pending if state == "pending" else failed)[target] = int(count)
+        for target in TARGETS:
+            self.pending.labels("game_session", target).set(pending[target])
+            self.failed.labels("game_session", target).set(failed[target])
+        self.oldest.labels("game_session").set(
+            0 if oldest is None else max(0.0, (self._now_ms() - int(oldest)) / 1000)
+        )

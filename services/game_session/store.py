@@ -1,0 +1,380 @@
+"""The game-session service's database work: the group-committing log writer, leases, loading.
+
+`Writer` appends to event logs. Changes of many tables queue up; a writer worker takes every
+change waiting (up to `batch_max`) and commits them in one transaction: it locks the lease rows of
+those tables (`SELECT ... FOR UPDATE`, in table id order), keeps only the changes made under the
+epoch and owner still on record (fencing: a replica that lost a table can never append to its
+log), and inserts their entries, table-row updates and outbox rows. Each change's caller waits for
+its batch to commit before anyone is told about its events.
+
+On PostgreSQL a few workers commit side by side (each on its own connection), so a batch does not
+wait for the previous one's fsync; a table has at most one change in flight (its lock), so two
+batches never hold the same lease row, and every statement that locks several lease rows (the
+batches, the renewal) locks them in table id order: no deadlock. SQLite has one writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import and_, delete, select, text, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from services.common.db import Database
+from services.game_session import models
+
+log = logging.getLogger("buraco.game_session.store")
+#: Writer workers on PostgreSQL (commits in flight at once).
+PG_WORKERS = 4
+
+
+class LeaseLostError(Exception):
+    """The table's lease changed hands (or epochs): this replica may not append any more."""
+
+
+@dataclass
+class Write:
+    table_id: str
+    epoch: int
+    owner_id: str
+    rows: list[tuple[int, str]]
+    #: New values of the table row (state, seq, match_scores, updated_ms), when they changed.
+    table_update: dict[str, Any] | None = None
+    #: Outbox rows (target, serialised request) owed by this change (a match end).
+    outbox: list[tuple[str, bytes]] = field(default_factory=list)
+    #: Whether the table stops being live (its lease no longer needs to be taken over).
+    finished: bool = False
+    future: asyncio.Future[None] | None = None
+
+
+class Writer:
+    """Group commit of log appends (see the module docstring)."""
+
+    def __init__(self, db: Database, batch_max: int = 256, workers: int | None = None) -> None:
+        self.db = db
+        self.batch_max = batch_max
+        self.workers = workers or (PG_WORKERS if db.dialect == "postgresql" else 1)
+        self._queue: asyncio.Queue[Write] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._connections: list[Any] = [None] * self.workers
+        self.committed_batches = 0
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(i), name=f"game-session-writer-{i}") for i in range(self.workers)]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for index in range(self.workers):
+            await self._close_connection(index)
+        while not self._queue.empty():
+            write = self._queue.get_nowait()
+            if write.future is not None and not write.future.done():
+                write.future.set_exception(LeaseLostError("the replica is stopping"))
+
+    async def submit(self, write: Write) -> None:
+        write.future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(write)
+        await write.future
+
+    async def _run(self, index: int) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self.batch_max and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                await self._settle(batch, index)
+            except asyncio.CancelledError:
+                for write in batch:
+                    if write.future is not None and not write.future.done():
+                        write.future.set_exception(LeaseLostError("the replica is stopping"))
+                raise
+
+    async def _settle(self, batch: list[Write], index: int) -> None:
+        """Commit a batch; when it fails as a whole, commit its writes one by one, so that one bad
+        write (or a transient error) fails only its own caller."""
+        try:
+            refused = await self._commit(batch, index)
+        except Exception as error:
+            if len(batch) > 1:
+                log.warning("batch append failed; retrying its writes one by one",
+                            extra={"fields": {"tables": len(batch), "error": repr(error)[:300]}})
+                for write in batch:
+                    await self._settle([write], index)
+                return
+            log.exception("log append failed", extra={"fields": {"table": batch[0].table_id}})
+            if batch[0].future is not None and not batch[0].future.done():
+                batch[0].future.set_exception(error)
+            return
+        self.committed_batches += 1
+        for write in batch:
+            if write.future is None or write.future.done():
+                continue
+            if write.table_id in refused:
+                write.future.set_exception(LeaseLostError(write.table_id))
+            else:
+                write.future.set_result(None)
+
+    async def _commit(self, batch: Sequence[Write], index: int) -> set[str]:
+        if self.db.dialect == "postgresql" and all(not w.outbox and not w.finished for w in batch):
+            return await self._commit_asyncpg(batch, index)
+        for attempt in range(20):
+            try:
+                return await self._commit_once(batch)
+            except OperationalError:  # SQLite: another connection holds the write lock; try again
+                if self.db.dialect != "sqlite" or attempt == 19:
+                    raise
+                await asyncio.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def _connection(self, index: int) -> Any:
+        """A worker's own asyncpg connection (PostgreSQL): the hot path skips the ORM layers."""
+        import asyncpg
+
+        connection = self._connections[index]
+        if connection is None or connection.is_closed():
+            url = make_url(self.db.url).set(drivername="postgresql")
+            settings = {"search_path": self.db.schema} if self.db.schema else None
+            connection = await asyncpg.connect(url.render_as_string(hide_password=False), server_settings=settings)
+            self._connections[index] = connection
+        return connection
+
+    async def _commit_asyncpg(self, batch: Sequence[Write], index: int) -> set[str]:
+        """The common case (appends and table-row updates, no match end) in four round trips:
+        lock the batch's lease rows, check the epochs, insert the events, update the table rows."""
+        connection = await self._connection(index)
+        ids = sorted({w.table_id for w in batch})
+        try:
+            async with connection.transaction():
+                rows = await connection.fetch(
+                    "SELECT table_id, epoch, owner_id FROM game_session_leases WHERE table_id = ANY($1::text[]) "
+                    "ORDER BY table_id FOR UPDATE",
+                    ids,
+                )
+                current = {row["table_id"]: (int(row["epoch"]), row["owner_id"]) for row in rows}
+                refused = {w.table_id for w in batch if current.get(w.table_id) != (w.epoch, w.owner_id)}
+                events = [(w.table_id, seq, data) for w in batch if w.table_id not in refused for seq, data in w.rows]
+                if events:
+                    await connection.executemany(
+                        "INSERT INTO game_session_events (table_id, seq, data) VALUES ($1, $2, $3)", events
+                    )
+                updates = [
+                    (w.table_id, int(u["state"]), int(u["seq"]), str(u["match_scores"]), int(u["updated_ms"]))
+                    for w in batch
+                    if w.table_id not in refused and (u := w.table_update) is not None
+                ]
+                if updates:
+                    await connection.executemany(
+                        "UPDATE game_session_tables SET state = $2, seq = $3, match_scores = $4, updated_ms = $5 "
+                        "WHERE id = $1",
+                        updates,
+                    )
+        except BaseException:
+            await self._close_connection(index)
+            raise
+        return refused
+
+    async def _close_connection(self, index: int) -> None:
+        connection, self._connections[index] = self._connections[index], None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    async def _commit_once(self, batch: Sequence[Write]) -> set[str]:
+        leases = models.leases
+        ids = sorted({w.table_id for w in batch})
+        async with self.db.transaction() as session:
+            query = (
+                select(leases.c.table_id, leases.c.epoch, leases.c.owner_id)
+                .where(leases.c.table_id.in_(ids))
+                .order_by(leases.c.table_id)
+            )
+            if self.db.dialect == "postgresql":
+                query = query.with_for_update()
+            current = {row.table_id: (row.epoch, row.owner_id) for row in (await session.execute(query)).all()}
+            refused = {w.table_id for w in batch if current.get(w.table_id) != (w.epoch, w.owner_id)}
+            rows = [
+                {"table_id": w.table_id, "seq": seq, "data": data}
+                for w in batch
+                if w.table_id not in refused
+                for seq, data in w.rows
+            ]
+            if rows:
+                await session.execute(models.events.insert(), rows)
+            for w in batch:
+                if w.table_id in refused:
+                    continue
+                if w.table_update is not None:
+                    await session.execute(
+                        update(models.tables).where(models.tables.c.id == w.table_id).values(**w.table_update)
+                    )
+                if w.outbox:
+                    now = int(w.table_update["updated_ms"]) if w.table_update else 0
+                    await session.execute(
+                        models.outbox.insert(),
+                        [
+                            {
+                                "table_id": w.table_id,
+                                "target": target,
+                                "request": request,
+                                "state": "pending",
+                                "attempts": 0,
+                                "next_attempt_ms": 0,
+                                "created_ms": now,
+                                "last_error": "",
+                            }
+                            for target, request in w.outbox
+                        ],
+                    )
+                if w.finished:
+                    await session.execute(
+                        update(models.leases).where(models.leases.c.table_id == w.table_id).values(live=0)
+                    )
+            return refused
+
+
+@dataclass
+class LeaseRow:
+    table_id: str
+    owner_address: str
+    owner_id: str
+    epoch: int
+    expires_ms: int
+    live: bool
+
+
+async def lease_of(db: Database, table_id: str) -> LeaseRow | None:
+    leases = models.leases
+    async with db.transaction() as session:
+        row = (await session.execute(select(leases).where(leases.c.table_id == table_id))).first()
+    if row is None:
+        return None
+    return LeaseRow(row.table_id, row.owner_address, row.owner_id, int(row.epoch), int(row.expires_ms), bool(row.live))
+
+
+async def take_over(
+    db: Database,
+    table_id: str,
+    *,
+    seen_epoch: int,
+    owner_address: str,
+    owner_id: str,
+    now_ms: int,
+    ttl_ms: int,
+    force: bool = False,
+) -> int | None:
+    """Become the owner of a table whose lease ran out (or, `force`, whose owner is known gone):
+    the new epoch, or None when another replica got there first."""
+    leases = models.leases
+    condition = and_(leases.c.table_id == table_id, leases.c.epoch == seen_epoch)
+    if not force:
+        condition = and_(condition, leases.c.expires_ms < now_ms)
+    async with db.transaction() as session:
+        result = await session.execute(
+            update(leases)
+            .where(condition)
+            .values(owner_address=owner_address, owner_id=owner_id, epoch=seen_epoch + 1, expires_ms=now_ms + ttl_ms)
+        )
+    return seen_epoch + 1 if getattr(result, "rowcount", 0) == 1 else None
+
+
+async def renew(db: Database, owner_id: str, now_ms: int, ttl_ms: int) -> dict[str, int]:
+    """Extend every lease this replica holds; returns {table id: epoch} of the leases it holds."""
+    leases = models.leases
+    async with db.transaction() as session:
+        if db.dialect == "postgresql":
+            # lock the rows in table id order, as the writer does: the two never deadlock
+            await session.execute(
+                text(
+                    "SELECT table_id FROM game_session_leases WHERE owner_id = :owner ORDER BY table_id FOR UPDATE"
+                ),
+                {"owner": owner_id},
+            )
+        await session.execute(update(leases).where(leases.c.owner_id == owner_id).values(expires_ms=now_ms + ttl_ms))
+        rows = (
+            await session.execute(select(leases.c.table_id, leases.c.epoch).where(leases.c.owner_id == owner_id))
+        ).all()
+    return {row.table_id: int(row.epoch) for row in rows}
+
+
+async def expired_live(
+    db: Database, now_ms: int, *, address: str, owner_id: str, limit: int = 200
+) -> list[tuple[str, int, bool]]:
+    """Live tables whose lease ran out, or whose owner had this replica's address (a previous
+    process at this address is gone: it cannot hold the port we bound): (id, epoch, force)."""
+    leases = models.leases
+    async with db.transaction() as session:
+        rows = (
+            await session.execute(
+                select(leases.c.table_id, leases.c.epoch, leases.c.owner_address, leases.c.expires_ms)
+                .where(leases.c.live == 1, leases.c.owner_id != owner_id)
+                .where((leases.c.expires_ms < now_ms) | (leases.c.owner_address == address))
+                .limit(limit)
+            )
+        ).all()
+    return [(row.table_id, int(row.epoch), int(row.expires_ms) >= now_ms) for row in rows]
+
+
+async def release(db: Database, owner_id: str) -> int:
+    """Give up every lease this replica holds (graceful stop): another takes them over at once."""
+    async with db.transaction() as session:
+        result = await session.execute(
+            update(models.leases).where(models.leases.c.owner_id == owner_id).values(expires_ms=0)
+        )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+@dataclass
+class StoredTable:
+    table_id: str
+    description: bytes
+    created_ms: int
+    state: int
+    entries: list[dict[str, Any]]
+
+
+async def load(db: Database, table_id: str) -> StoredTable | None:
+    async with db.transaction() as session:
+        row = (await session.execute(select(models.tables).where(models.tables.c.id == table_id))).first()
+        if row is None:
+            return None
+        events = (
+            await session.execute(
+                select(models.events.c.data).where(models.events.c.table_id == table_id).order_by(models.events.c.seq)
+            )
+        ).all()
+    return StoredTable(
+        row.id, row.description, int(row.created_ms), int(row.state), [json.loads(e.data) for e in events]
+    )
+
+
+async def mutes_of(db: Database, table_id: str) -> set[tuple[str, str]]:
+    async with db.transaction() as session:
+        rows = (
+            await session.execute(
+                select(models.mutes.c.viewer, models.mutes.c.player).where(models.mutes.c.table_id == table_id)
+            )
+        ).all()
+    return {(row.viewer, row.player) for row in rows}
+
+
+async def set_mute(db: Database, table_id: str, viewer: str, player: str, muted: bool) -> None:
+    mutes = models.mutes
+    async with db.transaction() as session:
+        await session.execute(
+            delete(mutes).where(mutes.c.table_id == table_id, mutes.c.viewer == viewer, mutes.c.player == player)
+        )
+        if muted:
+            await session.execute(mutes.insert().values(table_id=table_id, viewer=viewer, player=player))

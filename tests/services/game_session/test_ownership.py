@@ -1,0 +1,122 @@
+"""Ownership on both databases: redirects to the owner, takeover after a lease runs out (the old
+owner fenced off), the rebuilt table equal to the lost one, release on a graceful stop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.rpc import status_pb2
+
+from buraco.v1 import common_pb2, game_session_pb2
+from services.common.auth import Kind
+from tests.services.game_session.conftest import Cluster, subscribe, table_request
+
+
+def _trailers(error: grpc.aio.AioRpcError) -> dict[str, Any]:
+    trailers: list[Any] = list(error.trailing_metadata() or ())
+    return {str(key): value for key, value in trailers}
+
+
+def _details(error: grpc.aio.AioRpcError) -> common_pb2.NotOwnerDetails:
+    status = status_pb2.Status.FromString(_trailers(error)["grpc-status-details-bin"])
+    details = common_pb2.NotOwnerDetails()
+    assert status.details[0].Unpack(details)
+    return details
+
+
+async def test_redirect_takeover_fencing_and_rebuild(cluster: Cluster) -> None:
+    a = await cluster.start()
+    b = await cluster.start()
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
+    alice, bob = cluster.token(Kind.PLAYER, "alice"), cluster.token(Kind.PLAYER, "bob")
+    on_a, on_b = cluster.stub(a), cluster.stub(b)
+    await on_a.CreateTable(table_request("t1", "alice", "bob"), metadata=svc)
+    streams = {name: subscribe(on_a, token, "tables/t1") for name, token in (("alice", alice), ("bob", bob))}
+    for stream in streams.values():
+        await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
+    seq = streams["alice"].last_seq
+    drawn = await on_a.Draw(game_session_pb2.DrawRequest(table="tables/t1", request_id="d1", expected_seq=seq),
+                            metadata=alice)
+    before = await on_a.GetTableSnapshot(game_session_pb2.GetTableSnapshotRequest(table="tables/t1"), metadata=alice)
+
+    # another replica redirects to the owner
+    try:
+        await on_b.GetTable(game_session_pb2.GetTableRequest(name="tables/t1"), metadata=alice)
+        raise AssertionError("B answered for A's table")
+    except grpc.aio.AioRpcError as error:
+        assert error.code() == grpc.StatusCode.UNAVAILABLE
+        assert _trailers(error)["buraco-owner-address"] == a.address
+        details = _details(error)
+        assert details.resource == "tables/t1" and details.owner_address == a.address and details.epoch == 1
+
+    # A stops renewing (it hangs); its lease runs out; B takes the table over and rebuilds it
+    cluster.clock.advance(6)
+    await b.api.manager.renew_and_scan()
+    assert "t1" in b.api.manager.tables and b.api.manager.tables["t1"].epoch == 2
+    assert b.api.manager.takeovers_total._value.get() == 1
+    after = await on_b.GetTableSnapshot(game_session_pb2.GetTableSnapshotRequest(table="tables/t1"), metadata=alice)
+    before.table.owner_address = after.table.owner_address = ""
+    for snap in (before, after):
+        snap.ClearField("turn_deadline")
+        for view in snap.seats:
+            view.connected = False  # the streams were at A
+        for seat in snap.table.seats:
+            seat.connected = False
+    assert after == before
+
+    # the old owner is fenced off: its append is refused, its streams end, it redirects
+    hints = await on_a.GetLegalMoves(game_session_pb2.GetLegalMovesRequest(table="tables/t1"), metadata=alice)
+    discard = game_session_pb2.DiscardRequest(table="tables/t1", request_id="x1", expected_seq=drawn.result.seq,
+                                              card=hints.discards[0])
+    try:
+        await on_a.Discard(discard, metadata=alice)
+        raise AssertionError("the old owner appended")
+    except grpc.aio.AioRpcError as error:
+        assert error.code() == grpc.StatusCode.UNAVAILABLE
+    await streams["alice"].wait(lambda events: streams["alice"].ended)
+    assert streams["alice"].error is not None
+    assert streams["alice"].error.code() == grpc.StatusCode.UNAVAILABLE
+    try:
+        await on_a.GetTable(game_session_pb2.GetTableRequest(name="tables/t1"), metadata=alice)
+        raise AssertionError("A still answers")
+    except grpc.aio.AioRpcError as error:
+        assert _trailers(error)["buraco-owner-address"] == b.address
+
+    # clients resume at the new owner: nothing lost, nothing repeated, the retry applies once
+    resumed = subscribe(on_b, alice, "tables/t1", after_seq=streams["alice"].last_seq)
+    retried = await on_b.Draw(game_session_pb2.DrawRequest(table="tables/t1", request_id="d1", expected_seq=seq),
+                              metadata=alice)
+    assert retried == drawn
+    done = await on_b.Discard(discard, metadata=alice)
+    assert done.result.events[0].card_discarded.card == hints.discards[0]
+    await resumed.wait_seq(done.result.seq)
+    seqs = [e.seq for e in streams["alice"].events[1:]] + [e.seq for e in resumed.events]
+    assert seqs == list(range(1, done.result.seq + 1))
+    for stream in (*streams.values(), resumed):
+        await stream.close()
+
+
+async def test_a_graceful_stop_releases_the_leases(cluster: Cluster) -> None:
+    a = await cluster.start()
+    b = await cluster.start()
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
+    await cluster.stub(a).CreateTable(table_request("t2", "alice", "bob"), metadata=svc)
+    await cluster.stop(a)
+    # no waiting for the lease to run out: the call at B takes the table over at once
+    table = await cluster.stub(b).GetTable(game_session_pb2.GetTableRequest(name="tables/t2"), metadata=svc)
+    assert table.owner_address == b.address and table.state == game_session_pb2.Table.STATE_WAITING
+
+
+async def test_a_crashed_replica_s_tables_are_taken_over_by_the_scan(cluster: Cluster) -> None:
+    a = await cluster.start()
+    b = await cluster.start()
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
+    await cluster.stub(a).CreateTable(table_request("t3", "alice", "bot"), metadata=svc)
+    a.api.manager.release_on_stop = False  # a crash: nobody releases anything
+    await cluster.stop(a)
+    await b.api.manager.renew_and_scan()
+    assert "t3" not in b.api.manager.tables  # the lease has not run out yet
+    cluster.clock.advance(6)
+    await b.api.manager.renew_and_scan()
+    assert "t3" in b.api.manager.tables

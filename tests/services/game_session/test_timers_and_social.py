@@ -1,0 +1,208 @@
+"""Timers, bots taking seats, disconnections, annulment and chat, on both databases (a fake clock
+fires the timers)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from buraco.v1 import common_pb2, game_session_pb2
+from services.common.auth import Kind
+from tests.services.game_session.conftest import Cluster, Stream, subscribe, table_request
+
+TAKEN = game_session_pb2.SeatTakenOver
+
+
+async def _start(cluster: Cluster, table_id: str, *who: str, **opts: Any) -> dict[str, Stream]:
+    stub = cluster.stub()
+    await stub.CreateTable(table_request(table_id, *who, **opts), metadata=cluster.token(Kind.SERVICE, "mm"))
+    streams = {name: subscribe(stub, cluster.token(Kind.PLAYER, name), f"tables/{table_id}") for name in who}
+    for stream in streams.values():
+        await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
+    return streams
+
+
+async def _error(call: Any) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    return info.value
+
+
+async def _until(condition: Any, timeout: float = 10.0) -> None:
+    """Wait for server-side state the stream cannot show (a closed stream being noticed)."""
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.005)
+    await asyncio.wait_for(poll(), timeout)
+
+
+def _count_at_least(kind: str, count: int) -> Any:
+    return lambda events: sum(1 for e in events if e.WhichOneof("event") == kind) >= count
+
+
+def _bot_controlled(table: Any, seat: int) -> bool:
+    return bool(table.seats[seat].bot_controlled)
+
+
+async def test_timeouts_auto_play_then_a_bot_takes_the_seat(cluster: Cluster) -> None:
+    await cluster.start()
+    streams = await _start(cluster, "slow", "alice", "bob")
+    watch = streams["bob"]
+    hand = streams["alice"].of("hand_started")[0].hand_started
+    for count in (1, 2, 3):
+        for seat in (0, 1):
+            target = len(watch.of("auto_played")) + 1
+            cluster.clock.advance(31)  # past the 30 s to draw
+            await watch.wait(_count_at_least("auto_played", target))
+            played = watch.of("auto_played")[-1].auto_played
+            assert (played.seat, played.count) == (seat, count)
+    await watch.wait(_count_at_least("seat_taken_over", 2))  # in the same change as the third automatic play
+    taken = watch.of("seat_taken_over")
+    assert [(e.seat_taken_over.seat, e.seat_taken_over.reason) for e in taken] == [
+        (0, TAKEN.REASON_TIMEOUTS), (1, TAKEN.REASON_TIMEOUTS)]
+    # each automatic play drew from the stock and discarded, for the player whose time ran out
+    kinds = [e.WhichOneof("event") for e in watch.events]
+    first = kinds.index("auto_played")
+    assert kinds[kinds.index("card_drawn"):first].count("card_discarded") == 1
+    await watch.wait(lambda events: any(e.HasField("match_ended") for e in events), timeout=60)
+    ended = watch.of("match_ended")[0].match_ended
+    assert [o.outcome for o in ended.outcomes] == [common_pb2.OUTCOME_ABANDONED] * 2
+    alice = cluster.token(Kind.PLAYER, "alice")
+    snapshot = await cluster.stub().GetTable(game_session_pb2.GetTableRequest(name="tables/slow"), metadata=alice)
+    assert snapshot.state == game_session_pb2.Table.STATE_FINISHED and all(s.bot_controlled for s in snapshot.seats)
+    assert hand.to_act == 0
+    for stream in streams.values():
+        await stream.close()
+
+
+async def test_a_dropped_player_is_replaced_and_gets_the_seat_back(cluster: Cluster) -> None:
+    node = await cluster.start()
+    streams = await _start(cluster, "flaky", "alice", "bob")
+    table = node.api.manager.tables["flaky"]
+    await streams["bob"].close()
+    await _until(lambda: 1 in node.api.manager.runtime["flaky"].grace)
+    cluster.clock.advance(11)  # the grace period (10 s in the tests' settings)
+    watch = streams["alice"]
+    await watch.wait(lambda events: any(e.HasField("seat_taken_over") for e in events))
+    taken = watch.of("seat_taken_over")[0].seat_taken_over
+    assert (taken.seat, taken.reason) == (1, TAKEN.REASON_DISCONNECTED)
+    assert taken.return_deadline.ToMilliseconds() == int(cluster.clock.now() * 1000) + 120_000
+    assert _bot_controlled(table, 1)
+
+    # alice plays; the bot plays bob's turn at once
+    alice = cluster.token(Kind.PLAYER, "alice")
+    stub = cluster.stub()
+    seq = watch.last_seq
+    drawn = await stub.Draw(game_session_pb2.DrawRequest(table="tables/flaky", request_id="a1", expected_seq=seq),
+                            metadata=alice)
+    hints = await stub.GetLegalMoves(game_session_pb2.GetLegalMovesRequest(table="tables/flaky"), metadata=alice)
+    await stub.Discard(game_session_pb2.DiscardRequest(table="tables/flaky", request_id="a2",
+                                                       expected_seq=drawn.result.seq, card=hints.discards[0]),
+                       metadata=alice)
+    await watch.wait(lambda events: any(e.HasField("card_discarded") and e.card_discarded.seat == 1 for e in events))
+
+    bob = cluster.token(Kind.PLAYER, "bob")
+    refused = stub.Draw(game_session_pb2.DrawRequest(table="tables/flaky", request_id="b1", expected_seq=0),
+                        metadata=bob)
+    assert (await _error(refused)).code() == grpc.StatusCode.FAILED_PRECONDITION
+    back = subscribe(stub, bob, "tables/flaky", after_seq=streams["bob"].last_seq)
+    await back.wait(lambda events: any(e.HasField("seat_returned") for e in events))
+    returned = back.of("seat_returned")[0].seat_returned
+    assert (returned.seat, returned.player) == (1, "players/bob")
+    assert not _bot_controlled(table, 1)
+    await watch.wait_seq(back.last_seq)
+    for stream in (watch, back):
+        await stream.close()
+
+
+async def test_annulment_voids_the_match_and_the_outbox_refunds(cluster: Cluster) -> None:
+    await cluster.start()
+    stub = cluster.stub()
+    streams = await _start(cluster, "friendly", "alice", "bob", mode=common_pb2.TABLE_MODE_COMPETITIVE,
+                           bet_chips=50)
+    alice, bob, carol = (cluster.token(Kind.PLAYER, p) for p in ("alice", "bob", "carol"))
+    proposed = await stub.ProposeAnnulment(
+        game_session_pb2.ProposeAnnulmentRequest(table="tables/friendly", request_id="p1"), metadata=alice)
+    again = stub.ProposeAnnulment(game_session_pb2.ProposeAnnulmentRequest(table="tables/friendly", request_id="p2"),
+                                  metadata=bob)
+    assert (await _error(again)).code() == grpc.StatusCode.FAILED_PRECONDITION  # one open proposal at a time
+    twice = stub.VoteAnnulment(game_session_pb2.VoteAnnulmentRequest(
+        table="tables/friendly", request_id="v0", proposal_id=proposed.proposal_id, approve=True), metadata=alice)
+    assert (await _error(twice)).code() == grpc.StatusCode.FAILED_PRECONDITION  # the proposer voted already
+    outsider = stub.VoteAnnulment(game_session_pb2.VoteAnnulmentRequest(
+        table="tables/friendly", request_id="v1", proposal_id=proposed.proposal_id, approve=True), metadata=carol)
+    assert (await _error(outsider)).code() == grpc.StatusCode.PERMISSION_DENIED
+
+    # the first proposal runs out; a second one is approved
+    cluster.clock.advance(61)
+    watch = streams["alice"]
+    await watch.wait(lambda events: any(e.HasField("annulment_resolved") for e in events))
+    assert not watch.of("annulment_resolved")[0].annulment_resolved.approved
+    second = await stub.ProposeAnnulment(
+        game_session_pb2.ProposeAnnulmentRequest(table="tables/friendly", request_id="p3"), metadata=bob)
+    assert second.proposal_id != proposed.proposal_id
+    await stub.VoteAnnulment(game_session_pb2.VoteAnnulmentRequest(
+        table="tables/friendly", request_id="v2", proposal_id=second.proposal_id, approve=True), metadata=alice)
+    await watch.wait(lambda events: any(e.HasField("match_ended") for e in events))
+    kinds = [e.WhichOneof("event") for e in watch.events[-3:]]
+    assert kinds == ["annulment_resolved", "hand_ended", "match_ended"]
+    ended = watch.events[-1].match_ended
+    assert ended.annulled and not ended.HasField("winning_side")
+    assert [o.outcome for o in ended.outcomes] == [common_pb2.OUTCOME_VOID] * 2
+    assert watch.events[-2].hand_ended.reason == game_session_pb2.HandEnded.REASON_ABORTED
+    assert len(watch.events[-2].hand_ended.seed) == 64
+
+    await asyncio.wait_for(_delivered(cluster, 2), 10)
+    targets = sorted(target for target, _ in cluster.outbound.calls)
+    assert targets == ["ranking.RecordMatch", "wallet.Void"]
+    for stream in streams.values():
+        await stream.close()
+
+
+async def _delivered(cluster: Cluster, count: int) -> None:
+    while len(cluster.outbound.calls) < count:
+        cluster.outbound.delivered.clear()
+        await cluster.outbound.delivered.wait()
+
+
+async def test_chat_limits_and_mutes(cluster: Cluster) -> None:
+    await cluster.start()
+    stub = cluster.stub()
+    streams = await _start(cluster, "chatty", "alice", "bob")
+    alice, bob = cluster.token(Kind.PLAYER, "alice"), cluster.token(Kind.PLAYER, "bob")
+    admin = cluster.token(Kind.ADMIN, "root")
+
+    def chat(token: Any, request_id: str, text: str) -> Any:
+        return stub.SendChat(game_session_pb2.SendChatRequest(table="tables/chatty", request_id=request_id,
+                                                              text=text), metadata=token)
+
+    assert (await _error(chat(alice, "c0", "x" * 201))).code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (await _error(chat(alice, "c0", ""))).code() == grpc.StatusCode.INVALID_ARGUMENT
+    sent = await chat(alice, "c1", "boa sorte")
+    assert (await chat(alice, "c1", "boa sorte")).seq == sent.seq  # a retry
+    await streams["bob"].wait_seq(sent.seq)
+    message = streams["bob"].events[-1].chat_message
+    assert (message.sender, message.seat, message.text) == ("players/alice", 0, "boa sorte")
+    for n in range(2, 11):
+        await chat(alice, f"c{n}", f"message {n}")
+    limited = await _error(chat(alice, "c11", "one too many"))
+    assert limited.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    cluster.clock.advance(61)
+    await chat(alice, "c12", "again")
+
+    await stub.MuteChat(game_session_pb2.MuteChatRequest(table="tables/chatty", request_id="m1",
+                                                         player="players/alice", muted=True), metadata=bob)
+    hidden = await chat(alice, "c13", "you cannot read this")
+    await streams["bob"].wait_seq(hidden.seq)
+    await streams["alice"].wait_seq(hidden.seq)
+    assert streams["bob"].events[-1].chat_message.text == ""
+    assert streams["alice"].events[-1].chat_message.text == "you cannot read this"
+    await stub.MuteChat(game_session_pb2.MuteChatRequest(table="tables/chatty", request_id="m2",
+                                                         player="players/bob", muted=True), metadata=admin)
+    silenced = await _error(chat(bob, "b1", "hello?"))
+    assert silenced.code() == grpc.StatusCode.PERMISSION_DENIED
+    for stream in streams.values():
+        await stream.close()
