@@ -468,12 +468,32 @@ class Sagas:
                     )
             if saga.lobby_table:
                 lt = models.lobby_tables
-                row = (await session.execute(select(lt.c.version, lt.c.seats).where(lt.c.id == saga.lobby_table))).one()
-                seats = [{**seat, "ready": bool(seat.get("bot")), "rematch": False} for seat in row.seats]
+                row = (
+                    await session.execute(
+                        select(lt.c.version, lt.c.seats, lt.c.onlookers).where(lt.c.id == saga.lobby_table)
+                    )
+                ).one()
+                # The players at fault (who could not cover the bet) stand up; everyone is unready.
+                seats = [
+                    {"player": None, "bot": 0, "ready": False, "rematch": False}
+                    if seat.get("player") in culprits
+                    else {**seat, "ready": bool(seat.get("bot")), "rematch": False}
+                    for seat in row.seats
+                ]
+                free = sum(1 for seat in seats if not seat.get("player") and not seat.get("bot"))
+                onlookers = [*row.onlookers, *(p for p in saga.culprits if p not in row.onlookers)]
                 await session.execute(
                     update(lt)
                     .where(lt.c.id == saga.lobby_table, lt.c.saga_id == saga.id)
-                    .values(state="open", seats=seats, saga_id=None, version=row.version + 1, update_time=now)
+                    .values(
+                        state="open",
+                        seats=seats,
+                        free_seats=free,
+                        onlookers=onlookers,
+                        saga_id=None,
+                        version=row.version + 1,
+                        update_time=now,
+                    )
                 )
         log.info("match start compensated", extra={"fields": {"saga": saga.id, "reason": reason}})
         self._changed(saga)
