@@ -150,7 +150,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 ])
             await session.execute(models.leases.insert().values(
                 table_id=table_id, owner_address=self.manager.address, owner_id=self.manager.owner_id, epoch=1,
-                expires_ms=now + int(self.settings.lease_seconds * 1000), live=1,
+                live=1,
             ))
             created.append(table)
             return table.table_proto(self.manager.address)
@@ -575,8 +575,8 @@ def attach(server: grpc.aio.Server, api: GameSessionApi, bound: dict[str, str] |
         return port
 
     async def start() -> None:
-        await original_start()
         await api.start()
+        await original_start()
 
     async def stop(grace: float | None = None) -> None:
         await api.stop()

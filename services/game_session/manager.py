@@ -96,6 +96,7 @@ class Manager:
         self.stopping = False
         #: False only in tests that simulate a crash: the leases then run out instead.
         self.release_on_stop = True
+        self._owned_at_stop: list[str] = []
         #: Called after a change that ended a match wrote outbox rows (wakes the deliverer).
         self.on_outbox: Callable[[], None] = lambda: None
         self.events_total = Counter(
@@ -122,12 +123,20 @@ class Manager:
         return int(self.clock.now() * 1000)
 
     async def start(self) -> None:
+        """Register this replica's heartbeat (before serving: its new tables must not look
+        orphaned), then start the writer and the maintenance loop."""
+        await self.heartbeat()
         self.writer.start()
         self._loop_task = asyncio.get_running_loop().create_task(self._maintain(), name="game-session-leases")
+
+    async def heartbeat(self) -> None:
+        ttl = int(self.settings.lease_seconds * 1000)
+        await store.heartbeat(self.db, self.owner_id, self.address, self.now_ms(), ttl)
 
     async def stop(self) -> None:
         """Graceful stop: no more changes, streams told to resume elsewhere, leases released."""
         self.stopping = True
+        self._owned_at_stop = [t for t, table in self.tables.items() if table.live]
         if self._loop_task is not None:
             self._loop_task.cancel()
         for table_id in list(self.tables):
@@ -138,8 +147,8 @@ class Manager:
         if not self.release_on_stop:
             return
         try:
-            released = await store.release(self.db, self.owner_id)
-            log.info("leases released", extra={"fields": {"tables": released}})
+            await store.release(self.db, self.owner_id)
+            log.info("leases released", extra={"fields": {"tables": len(self._owned_at_stop)}})
         except Exception:
             log.exception("could not release the leases")
 
@@ -169,9 +178,13 @@ class Manager:
 
     async def renew_and_scan(self) -> None:
         now = self.now_ms()
-        ttl = int(self.settings.lease_seconds * 1000)
-        held = await store.renew(self.db, self.owner_id, now, ttl)
-        for table_id, table in list(self.tables.items()):
+        await self.heartbeat()
+        # only tables known before the query are checked against it (one created meanwhile is ours)
+        known = list(self.tables.items())
+        held = await store.held(self.db, self.owner_id)
+        for table_id, table in known:
+            if self.tables.get(table_id) is not table:
+                continue
             runtime = self.runtime.get(table_id)
             if not table.live and (runtime is None or not runtime.subscribers) and \
                     now - table.last_event_ms > FINISHED_KEPT_MS:
@@ -241,7 +254,7 @@ class Manager:
             return None
         new_epoch = await store.take_over(
             self.db, table_id, seen_epoch=epoch, owner_address=self.address, owner_id=self.owner_id,
-            now_ms=self.now_ms(), ttl_ms=int(self.settings.lease_seconds * 1000), force=force,
+            now_ms=self.now_ms(), force=force,
         )
         if new_epoch is None:
             return None
@@ -362,10 +375,9 @@ class Manager:
 
     async def _persist(self, table: LiveTable, out: list[Entry], *, state_changed: bool) -> None:
         now = self.now_ms()
-        write = store.Write(
-            table.table_id, table.epoch, self.owner_id,
-            [(e.seq, json.dumps(e.data, separators=(",", ":"))) for e in out],
-        )
+        for entry in out:
+            entry.raw = json.dumps(entry.data, separators=(",", ":"))
+        write = store.Write(table.table_id, table.epoch, self.owner_id, [(e.seq, e.raw or "") for e in out])
         if state_changed or any(e.type in ("hand_ended", "match_ended") for e in out):
             write.table_update = {"state": table.state, "seq": table.seq, "updated_ms": now,
                                   "match_scores": json.dumps(table.match.totals)}
