@@ -764,10 +764,19 @@ def outbox_requests(table: LiveTable, out: list[Entry], now_ms: int) -> list[tup
         common_pb2.PlayerOutcome(player=f"players/{o['player']}", seat=o["seat"], outcome=_OUTCOME[o["outcome"]])
         for o in outcomes
     ]
+    won = any(o["outcome"] == "won" for o in outcomes)
     if table.options.bet_chips > 0 and outcomes:
-        if annulled:
+        if annulled or not won:
+            # annulled, or every player of the winning side abandoned (a bot won for them): the
+            # stakes go back, except those of the players who abandoned, which go to the others
+            # (to the house when everyone abandoned): the wallet's Void with penalties
+            reason = (
+                "match annulled by its players"
+                if annulled
+                else "no winner left at the table: every player of the winning side abandoned"
+            )
             void = wallet_pb2.VoidRequest(
-                request_id=match_id, match_id=match_id, reason="match annulled by its players",
+                request_id=match_id, match_id=match_id, reason=reason,
                 penalised_players=[f"players/{o['player']}" for o in outcomes if o["player"] in _abandoned(table)],
             )
             owed.append(("wallet.Void", void.SerializeToString()))
@@ -795,7 +804,10 @@ def outbox_requests(table: LiveTable, out: list[Entry], now_ms: int) -> list[tup
 
 
 def _abandoned(table: LiveTable) -> set[str]:
-    return {s.player for s in table.seats if s.player is not None and s.abandoned}
+    return {
+        s.player for s in table.seats
+        if s.player is not None and (s.abandoned or (s.bot_controlled and s.takeover_reason == "disconnected"))
+    }
 
 
 _OUTCOME = {
