@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from buraco.v1 import common_pb2, game_session_pb2, ranking_pb2, wallet_pb2
+from buraco.v1 import common_pb2, game_session_pb2, ranking_pb2, tournament_pb2, wallet_pb2
 from engine.actions import DRAW, Discard
 from engine.bots.heuristic import HeuristicBot
 from services.common.db import Database
@@ -748,12 +748,12 @@ def store_request(digest: str, out: list[Entry]) -> Any:
 
 
 def outbox_requests(table: LiveTable, out: list[Entry], now_ms: int) -> list[tuple[str, bytes]]:
-    """What a match end owes the other services: wallet Settle (or Void when annulled) for a
-    competitive match with stakes, ranking RecordMatch for a competitive match; nothing for a
-    practice table. The match id is every call's idempotency key. Bots are never reported: a
-    seat's result belongs to its player."""
+    """What a match end owes the other services: the tournament's ReportMatchResult for a
+    tournament's table; wallet Settle (or Void) for a competitive match with stakes, ranking
+    RecordMatch for a competitive match; nothing else for a practice table. The match id is every
+    call's idempotency key. Bots are never reported: a seat's result belongs to its player."""
     ended = next((e for e in out if e.type == "match_ended"), None)
-    if ended is None or not table.competitive:
+    if ended is None:
         return []
     x = ended.data.get("x", {})
     annulled = bool(x.get("annulled", False))
@@ -764,6 +764,14 @@ def outbox_requests(table: LiveTable, out: list[Entry], now_ms: int) -> list[tup
         common_pb2.PlayerOutcome(player=f"players/{o['player']}", seat=o["seat"], outcome=_OUTCOME[o["outcome"]])
         for o in outcomes
     ]
+    if table.description.tournament:
+        report = tournament_pb2.ReportMatchResultRequest(
+            request_id=match_id, tournament=table.description.tournament, match_id=match_id,
+            outcomes=player_outcomes, match_scores=table.match.totals,
+        )
+        owed.append(("tournament.ReportMatchResult", report.SerializeToString()))
+    if not table.competitive:
+        return owed
     won = any(o["outcome"] == "won" for o in outcomes)
     if table.options.bet_chips > 0 and outcomes:
         if annulled or not won:

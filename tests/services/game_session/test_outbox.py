@@ -13,7 +13,15 @@ import grpc
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
-from buraco.v1 import common_pb2, game_session_pb2, ranking_pb2, ranking_pb2_grpc, wallet_pb2, wallet_pb2_grpc
+from buraco.v1 import (
+    common_pb2,
+    game_session_pb2,
+    ranking_pb2,
+    ranking_pb2_grpc,
+    tournament_pb2,
+    wallet_pb2,
+    wallet_pb2_grpc,
+)
 from services.common.auth import Kind
 from services.game_session import models
 from services.game_session.table import Entry, LiveTable
@@ -22,10 +30,14 @@ from tests.services.game_session.conftest import Cluster, Node, options, seats, 
 from tests.services.harness import bearer, dev_minter, make_config, running
 
 
-async def _finish(cluster: Cluster, node: Node, table_id: str, **opts: Any) -> game_session_pb2.MatchEnded:
+async def _finish(
+    cluster: Cluster, node: Node, table_id: str, tournament: str = "", **opts: Any
+) -> game_session_pb2.MatchEnded:
     """Both players leave at once; the bots finish the (express) match."""
     stub = cluster.stub(node)
-    await stub.CreateTable(table_request(table_id, "alice", "bob", **opts), metadata=cluster.token(Kind.SERVICE, "mm"))
+    request = table_request(table_id, "alice", "bob", **opts)
+    request.table.tournament = tournament
+    await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "mm"))
     streams = [subscribe(stub, cluster.token(Kind.PLAYER, p), f"tables/{table_id}") for p in ("alice", "bob")]
     for stream in streams:
         await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
@@ -111,6 +123,18 @@ async def test_practice_tables_owe_nothing_and_free_competitive_ones_skip_the_wa
     await _finish(cluster, node, "free", mode=common_pb2.TABLE_MODE_COMPETITIVE)
     rows = await _wait_rows(node, lambda rows: len(rows) == 1 and rows[0].state == "delivered")
     assert [r.target for r in rows] == ["ranking.RecordMatch"]
+
+
+async def test_a_tournament_table_reports_its_result_to_the_tournament(cluster: Cluster) -> None:
+    node = await cluster.start()
+    ended = await _finish(cluster, node, "cup", tournament="tournaments/cup1", mode=common_pb2.TABLE_MODE_COMPETITIVE)
+    rows = await _wait_rows(node, lambda rows: len(rows) == 2 and all(r.state == "delivered" for r in rows))
+    assert [r.target for r in rows] == ["tournament.ReportMatchResult", "ranking.RecordMatch"]
+    report = tournament_pb2.ReportMatchResultRequest.FromString(
+        dict(cluster.outbound.calls)["tournament.ReportMatchResult"])
+    assert (report.tournament, report.match_id, report.request_id) == ("tournaments/cup1", "m-cup", "m-cup")
+    assert list(report.outcomes) == list(ended.outcomes)
+    assert list(report.match_scores) == list(ended.match_scores)
 
 
 async def test_the_real_wallet_and_ranking_accept_what_a_match_end_owes(
