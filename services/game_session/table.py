@@ -178,13 +178,23 @@ class Entry:
         return event
 
     def compact(self) -> None:
+        """Keep only the JSON text (old hands)."""
+        self.seal()
+        self.protos = {}
+
+    def seal(self, players: int = 0) -> None:
+        """Once written and published: build every viewer's proto now, then drop the dicts and the
+        engine event (the JSON text stays). A live table then holds a few objects per event
+        instead of dozens, which keeps the garbage collector's passes short."""
         if self._data is None:
             return
+        if players:
+            for viewer in (*range(players), None) if self.type in PRIVATE_TYPES else (None,):
+                self.proto(viewer)
         if self.raw is None:
             self.raw = json.dumps(self._data, separators=(",", ":"))
         self._data = None
         self._event = None
-        self.protos = {}
 
     def proto(self, viewer: int | None) -> TableEvent:
         """The event as `viewer` (a seat, None for a spectator) may see it."""
@@ -194,7 +204,7 @@ class Entry:
         cached = self.protos.get(key)
         if cached is None:
             cached = build_proto(self, viewer)
-            if self._data is not None:
+            if self._data is not None:  # a sealed entry keeps the protos it had
                 self.protos[key] = cached
         return cached
 
@@ -467,6 +477,8 @@ class LiveTable:
             entry = Entry(self.seq + 1, data)
             self.entries.append(entry)
             self.replay(entry)
+        for entry in self.entries[self.compacted :]:
+            entry.seal(self.players)
 
     # -- views ------------------------------------------------------------------------------------
     def table_proto(self, owner_address: str) -> game_session_pb2.Table:
