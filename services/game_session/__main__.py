@@ -9,6 +9,7 @@ import asyncio
 import gc
 
 from services.common.server import main
+from services.game_session import manager
 from services.game_session.service import SPEC
 
 try:
@@ -21,5 +22,6 @@ else:
 # What was loaded at start lives as long as the process: out of the collector's sight. (The
 # manager does the same for tables as they age: manager.settle_garbage_collector.)
 gc.freeze()
+manager.FREEZE_SURVIVORS = True
 
 raise SystemExit(main(SPEC))
