@@ -332,7 +332,21 @@ class Manager:
     ) -> tuple[Any, list[Entry]]:
         """Run `work(out)` under the table's lock, persist the entries it (and what follows by
         itself) appended, publish them. `request` = (scope, request_id, hash) makes the change
-        idempotent: a retry gets the entries of the first call (`work` does not run again)."""
+        idempotent: a retry gets the entries of the first call (`work` does not run again).
+
+        A change, once begun, runs to its end even when its caller goes away (a client that
+        cancels its call): stopping it between the append's submission and its commit would
+        leave the log ahead of the table in memory."""
+        task = asyncio.ensure_future(self._change(table, work, request))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_retrieve)  # the caller left; the change's own errors are logged
+            raise
+
+    async def _change(
+        self, table: LiveTable, work: Callable[[list[Entry]], Any], request: tuple[str, str, str] | None
+    ) -> tuple[Any, list[Entry]]:
         runtime = self.runtime.get(table.table_id)
         if runtime is None or table.lost or self.tables.get(table.table_id) is not table:
             raise self._not_owner(table)
@@ -843,3 +857,9 @@ _OUTCOME = {
     "abandoned": common_pb2.OUTCOME_ABANDONED,
     "void": common_pb2.OUTCOME_VOID,
 }
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Reads the outcome of a change whose caller left, so a failure is logged, not lost."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("a change whose caller left failed", exc_info=task.exception())

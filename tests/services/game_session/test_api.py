@@ -4,6 +4,7 @@ the exported records."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
@@ -270,3 +271,51 @@ def test_settings_are_documented_and_the_deal_seed_is_refused_in_production() ->
         gs_settings.load({"BURACO_GAME_SESSION_DEAL_SEED": "x"}, production=True)
     with pytest.raises(ConfigError, match="BURACO_GAME_SESSION_LEASE_SECONDS"):
         gs_settings.load({"BURACO_GAME_SESSION_LEASE_SECONDS": "soon"})
+
+
+async def test_an_action_whose_caller_cancels_mid_write_still_completes(cluster: Cluster) -> None:
+    """A client that cancels its call while the action's append is being written: the change runs
+    to its end (published, in memory and in the log alike), a retry with the same request id gets
+    its answer, and the table plays on (stopping it there used to leave the log ahead of memory:
+    the next action failed with INTERNAL, a duplicate sequence number)."""
+    node = await cluster.start()
+    stub = cluster.stub()
+    streams = await started(cluster, "cancelled", "alice", "bob")
+    alice = cluster.token(Kind.PLAYER, "alice")
+    seq = streams["alice"].last_seq
+    manager = node.api.manager
+    submitted, release, caller_left = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    submit, change = manager.writer.submit, manager.change
+
+    async def held_submit(write: Any) -> Any:
+        submitted.set()
+        await release.wait()
+        return await submit(write)
+
+    async def watched_change(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await change(*args, **kwargs)
+        except asyncio.CancelledError:
+            caller_left.set()
+            raise
+
+    manager.writer.submit = held_submit  # type: ignore[method-assign]
+    manager.change = watched_change  # type: ignore[method-assign]
+    draw = game_session_pb2.DrawRequest(table="tables/cancelled", request_id="d1", expected_seq=seq)
+    call = stub.Draw(draw, metadata=alice)
+    await submitted.wait()
+    call.cancel()
+    await caller_left.wait()
+    release.set()
+    manager.writer.submit = submit  # type: ignore[method-assign]
+
+    await streams["alice"].wait_seq(seq + 1)
+    again = await stub.Draw(draw, metadata=alice)  # the retry gets the first answer
+    assert again.result.seq > seq and again.result.events[0].card_drawn.card
+    drawn = again.result.events[0].card_drawn.card
+    discard = game_session_pb2.DiscardRequest(
+        table="tables/cancelled", request_id="d2", expected_seq=again.result.seq, card=drawn
+    )
+    discarded = await stub.Discard(discard, metadata=alice)
+    assert discarded.result.seq > again.result.seq
+    assert streams["bob"].last_seq >= seq + 1
