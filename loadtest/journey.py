@@ -33,9 +33,10 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -60,6 +61,8 @@ from loadtest.table import play_match, table_request
 from services.cli.seat import ChannelPool
 from services.common.auth import Kind
 
+T = TypeVar("T")
+
 FAILED_JOURNEY_PAUSE_S = 1.0
 #: Polls (the settlement, the ranking) start this often and slow down to POLL_MAX_S.
 POLL_INTERVAL_S = 0.05
@@ -69,6 +72,16 @@ POLL_MAX_S = 1.0
 SIGNUP_SERVICE = "gateway"
 #: Grants top a player up to this many stakes.
 TOP_UP_STAKES = 20
+
+
+async def gather_all(*awaitables: Awaitable[T]) -> list[T]:
+    """Every result, once all have finished; then the first failure, if any, is raised. (A bare
+    gather would leave the others running on after one failed, into the group's next match.)"""
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)  # type: ignore[arg-type]
 
 
 def match_rules(settings: Settings) -> Ruleset:
@@ -346,7 +359,7 @@ class Driver:
         balances = [0] * len(group)
         if not s.practice:
             async with self.step("fund"):
-                balances = await asyncio.gather(*(self.fund(player) for player in group))
+                balances = await gather_all(*(self.fund(player) for player in group))
         head = group[0]
         match_id = f"{head.id}-m{number}"
         service = self.tokens.service("matchmaking")
@@ -373,7 +386,7 @@ class Driver:
                 service,
             )
         address = table.owner_address or s.targets["game_session"]
-        await asyncio.gather(
+        await gather_all(
             *(self.play_and_check(p, address, table.name, balances[seat]) for seat, p in enumerate(group))
         )
 
@@ -387,7 +400,7 @@ class Driver:
         balances = [0] * len(group)
         if chips:
             async with self.step("fund"):
-                balances = await asyncio.gather(*(self.fund(player) for player in group))
+                balances = await gather_all(*(self.fund(player) for player in group))
         head = group[0]
         match_id = f"{head.id}-m{number}"
         wallet, ranking = self.wallet(head), self.ranking(head)
@@ -449,10 +462,10 @@ class Driver:
             if chips:
                 deltas = expected_deltas(s.bet, s.seats, winners, first_seat, s.house_cut_percent)
                 checks = (self.check_settled(p, balances[seat], deltas[seat]) for seat, p in enumerate(group))
-                await asyncio.gather(*checks)
+                await gather_all(*checks)
         if self.uses("ranking"):
             async with self.step("leaderboard"):
-                await asyncio.gather(*(self.check_ranking(p) for p in group))
+                await gather_all(*(self.check_ranking(p) for p in group))
 
     async def play_locally(self, rng: random.Random) -> tuple[MatchState, int]:
         """A whole match between engine bots, pausing `think_time` before each action."""
