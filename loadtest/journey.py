@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
 
+import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from buraco.v1 import (
@@ -53,7 +54,7 @@ from buraco.v1 import (
 from engine.bots import make_bot
 from engine.match import MatchState
 from engine.rules import Ruleset, preset
-from loadtest.client import Calls, Channels, StepError, Tokens, status_name
+from loadtest.client import Calls, Channels, RunEnded, StepError, Tokens, status_name
 from loadtest.payouts import expected_deltas
 from loadtest.recorder import Recorder
 from loadtest.settings import Settings
@@ -155,7 +156,7 @@ class Driver:
         started = time.perf_counter()
         try:
             yield
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, RunEnded):
             raise
         except Exception as error:
             self.recorder.error("step", name, status_name(error))
@@ -324,7 +325,33 @@ class Driver:
                     raise StepError(f"TICKET_{state}", update.failure_reason or state.lower())
             raise StepError("STREAM_ENDED", f"{ticket.name}: WatchTicket ended before a match")
 
-        return await asyncio.wait_for(watch(), s.wait_timeout_s)
+        watching = asyncio.ensure_future(asyncio.wait_for(watch(), s.wait_timeout_s))
+        ending = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({watching, ending}, return_when=asyncio.FIRST_COMPLETED)
+            if watching.done():
+                return watching.result()
+            # The run is ending (--duration) while this player waits: the others stop queueing,
+            # so leave the queue rather than time out; matched meanwhile, play the match.
+            try:
+                await self.calls.unary(
+                    "matchmaking.CancelTicket",
+                    stub.CancelTicket,
+                    matchmaking_pb2.CancelTicketRequest(
+                        name=ticket.name, request_id=f"{player.id}-cancel-{player.journeys}"
+                    ),
+                    metadata,
+                    expected=(grpc.StatusCode.FAILED_PRECONDITION,),
+                )
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+                return await watching
+            raise RunEnded(f"{ticket.name}: left the queue as the run ended")
+        finally:
+            ending.cancel()
+            if not watching.done():
+                watching.cancel()
 
     async def journey(self, player: Player) -> None:
         if not player.signed_up:
@@ -498,6 +525,9 @@ class Driver:
             self.recorder.counters["journeys_started"] += 1
             try:
                 await self.journey(player)
+            except RunEnded:
+                self.recorder.counters["left_queue_at_end"] += 1
+                break
             except Exception:
                 self.recorder.counters["journeys_failed"] += 1
                 player.journeys += 1
