@@ -73,6 +73,8 @@ class ServiceProcess:
     process: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
     listening: dict[str, Any] = field(default_factory=dict)
+    #: The settings it was started with (on top of the inherited environment).
+    env: dict[str, str] = field(default_factory=dict)
     _queue: queue.Queue[str | None] = field(default_factory=queue.Queue)
 
     @property
@@ -132,7 +134,8 @@ def service_process(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    running_process = ServiceProcess(name, process)
+    own_settings = {k: v for k, v in environment.items() if k.startswith("BURACO_")}
+    running_process = ServiceProcess(name, process, env=own_settings)
     threading.Thread(target=running_process._pump, daemon=True).start()
     try:
         running_process.listening = running_process.wait_for_log("listening")
