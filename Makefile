@@ -8,7 +8,7 @@ PIP_INSTALL := $(BIN)/pip install -q -c constraints.txt
 PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
-	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-sessions clean
+	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-sessions bench-matchmaking clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -94,6 +94,9 @@ bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite 
 # cores; sizes from BURACO_BENCH_* (see the module's docstring), `ARGS=--smoke` for a tiny run.
 bench-sessions: venv ## game sessions: 1,000 tables at human pace (p99), the highest sustained action rate vs a grpc.aio echo
 	$(PY) -m services.game_session.bench $(ARGS)
+
+bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, tickets matched/s end to end (SQLite, PostgreSQL), match quality
+	$(PY) -m services.matchmaking.bench
 
 clean: ## remove the virtual environment, local databases, dev keys and native builds
 	rm -rf $(VENV) var build

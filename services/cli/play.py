@@ -116,8 +116,8 @@ class Session:
         self.write = write
         self.color = color
         self.hints: list[Action] = []
-        self.hints_seq = -1
-        self.shown_seq = -1
+        self.hints_version = -1  # the model's game version the hints were listed for
+        self.shown_version = -1
 
     @property
     def model(self) -> TableModel:
@@ -131,15 +131,16 @@ class Session:
         if not self.model.my_turn:
             self.write("not your turn: no moves to list")
             return
+        version = self.model.version
         reply = await self.connection.hints()
         self.hints = actions_from_hints(reply)
-        self.hints_seq = reply.seq
+        self.hints_version = version if reply.seq <= self.model.seq else -1
         self.write("legal moves (type a number, or the command):")
         for line in render_hints(self.hints, self.color):
             self.write(line)
 
     async def turn_started(self) -> None:
-        self.shown_seq = self.model.seq
+        self.shown_version = self.model.version
         self.show()
         await self.show_hints()
 
@@ -157,11 +158,11 @@ class Session:
                     self.show()
                     self.write("the match is over")
                     return 0
-                if self.model.my_turn and self.shown_seq != self.model.seq and self.hints_seq != self.model.seq:
+                if self.model.my_turn and self._turn_changed(self.shown_version)(self.model):
                     await self.turn_started()
                 if line_task is None:
                     line_task = asyncio.ensure_future(reader.__anext__())
-                change = asyncio.ensure_future(self.connection.wait_until(self._turn_changed(self.shown_seq)))
+                change = asyncio.ensure_future(self.connection.wait_until(self._turn_changed(self.shown_version)))
                 done, _ = await asyncio.wait({line_task, change}, return_when=asyncio.FIRST_COMPLETED)
                 if change not in done:
                     change.cancel()
@@ -181,7 +182,8 @@ class Session:
                 line_task.cancel()
 
     def _turn_changed(self, shown: int) -> Callable[[TableModel], bool]:
-        return lambda m: m.finished or (m.my_turn and m.seq != shown and self.hints_seq != m.seq)
+        """The match ended, or the game moved and it is (still) our turn: show it again."""
+        return lambda m: m.finished or (m.my_turn and m.version != shown and self.hints_version != m.version)
 
     async def handle(self, line: str) -> bool:
         """Carry out one command line; False to stop."""
@@ -213,7 +215,7 @@ class Session:
             await self._annul(command.vote)
             return True
         if isinstance(command, Hint):
-            if self.hints_seq != self.model.seq:
+            if self.hints_version != self.model.version:
                 await self.show_hints()
                 if not self.hints:
                     return True
@@ -266,17 +268,25 @@ async def play(
     address: str,
     player_token: str,
     table: str,
-    lines: AsyncIterator[str],
+    lines: AsyncIterator[str] | Callable[[TableConnection], AsyncIterator[str]],
     write: Write,
     color: bool = False,
 ) -> int:
-    """Play `table` as the token's player, reading commands from `lines`."""
+    """Play `table` as the token's player, reading commands from `lines` (or from the lines a
+    function of the connection gives: scripted players that look at the table)."""
     connection = TableConnection(address, player_token, table)
     connection.on_event = Printer(lambda: connection.model, write)
     try:
         await connection.start()
+        if connection.model.viewer_seat is None:
+            write(f"you have no seat at {table}; `buraco watch {table}` follows it as a spectator")
+            return 1
         write(f"joined {table} as seat {connection.model.viewer_seat} (type `help` for the commands)")
-        return await Session(connection, write, color).run(lines)
+        source = lines(connection) if callable(lines) else lines
+        return await Session(connection, write, color).run(source)
+    except grpc.aio.AioRpcError as error:
+        write(f"{error.code().name}: {error.details()}")
+        return 1
     finally:
         await connection.close()
 

@@ -72,6 +72,8 @@ def render_table(model: TableModel, color: bool = False) -> list[str]:
         lines.append(f" your hand ({len(model.hand)}): {pretty_cards(sort_cards(model.hand), color)}")
     if model.finished:
         lines.append(" the match is over")
+    elif model.hand_number == 0:
+        lines.append(" waiting for the first deal (when every player has joined)")
     elif model.phase in ("draw", "play"):
         who = "your turn" if model.my_turn else f"{model.seat_name(model.to_act)}'s turn"
         extra = ""

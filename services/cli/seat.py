@@ -56,7 +56,7 @@ def trailer(error: grpc.aio.AioRpcError, key: str) -> str | None:
 class Timing:
     """When each action was sent, to measure the time until its first event arrives on the stream."""
 
-    pending: dict[int, float] = field(default_factory=dict)  # first event seq -> send time
+    pending: dict[tuple[str, int], float] = field(default_factory=dict)  # (table, first event seq) -> sent
     samples: list[tuple[float, float]] = field(default_factory=list)  # (send time, latency), perf_counter
 
 
@@ -96,7 +96,8 @@ class TableConnection:
         retry_seconds: float = 30.0,
         channels: ChannelPool | None = None,
     ) -> None:
-        self.address = address
+        self.address = address  # where calls go now: the entry address, or the owner it redirected to
+        self.home = address  # the entry address (a load balancer in production), to fall back to
         self.metadata = (("authorization", f"Bearer {token}"),)
         self.table = table
         self.model = TableModel(table)
@@ -106,6 +107,9 @@ class TableConnection:
         self.timing: Timing | None = None
         self.received: list[game_session_pb2.TableEvent] = []  # every event applied, in order
         self.keep_received = False
+        self.accepted: list[tuple[str, Any, game_session_pb2.ActionResult]] = []  # kept with keep_received
+        # every message as it arrives (stream events, duplicates included, and unary responses)
+        self.on_message: Callable[[str, Any], None] | None = None
         self.reconnects = 0
         self.stream_error: BaseException | None = None
         self._changed = asyncio.Condition()
@@ -131,10 +135,15 @@ class TableConnection:
             self._channel_address = self.address
         return self._stub
 
+    def retarget(self, address: str) -> None:
+        """Use another entry address from now on (the service moved)."""
+        self.home = self.address = address
+
     def _redirect(self, error: grpc.aio.AioRpcError) -> None:
+        """After UNAVAILABLE: to the owner the status names, else back to the entry address (an
+        owner named earlier may have died; the entry address reaches whoever takes over)."""
         owner = trailer(error, OWNER_HEADER)
-        if owner:
-            self.address = owner
+        self.address = owner or self.home
 
     @property
     def closed(self) -> bool:
@@ -161,6 +170,8 @@ class TableConnection:
                     metadata=self.metadata,
                 )
                 async for event in call:
+                    if self.on_message is not None:
+                        self.on_message("Subscribe", event)
                     await self._apply(event)
                     delay = 0.05
                     give_up = time.monotonic() + self.retry_seconds
@@ -190,9 +201,10 @@ class TableConnection:
         if self.keep_received:
             self.received.append(event)
         timing = self.timing
-        if timing is not None and timing.pending and event.seq in timing.pending:
-            sent = timing.pending.pop(event.seq)
-            timing.samples.append((sent, time.perf_counter() - sent))
+        if timing is not None and timing.pending:
+            sent = timing.pending.pop((self.table, event.seq), None)
+            if sent is not None:
+                timing.samples.append((sent, time.perf_counter() - sent))
         if self.on_event is not None:
             self.on_event(event)
         self._ready.set()
@@ -228,7 +240,10 @@ class TableConnection:
         give_up = time.monotonic() + self.retry_seconds
         while True:
             try:
-                return await getattr(self.stub, method)(request, metadata=self.metadata, timeout=10)
+                response = await getattr(self.stub, method)(request, metadata=self.metadata, timeout=10)
+                if self.on_message is not None:
+                    self.on_message(method, response)
+                return response
             except grpc.aio.AioRpcError as error:
                 if error.code() not in RETRYABLE or time.monotonic() > give_up:
                     raise
@@ -262,15 +277,17 @@ class TableConnection:
         method, request = self.request_for(action, request_id)
         timing = self.timing
         if timing is not None:
-            timing.pending[request.expected_seq + 1] = time.perf_counter()
+            timing.pending[(self.table, request.expected_seq + 1)] = time.perf_counter()
         try:
             response = await self._unary(method, request)
         except grpc.aio.AioRpcError as error:
             if timing is not None:
-                timing.pending.pop(request.expected_seq + 1, None)
+                timing.pending.pop((self.table, request.expected_seq + 1), None)
             current = trailer(error, CURRENT_SEQ_HEADER)
             raise ActionRefused(error.code(), error.details() or "", int(current) if current else None) from None
         result: game_session_pb2.ActionResult = response.result
+        if self.keep_received:
+            self.accepted.append((method, request, result))
         return result
 
     async def hints(self) -> game_session_pb2.GetLegalMovesResponse:

@@ -31,6 +31,11 @@ PHASE_NAMES = {
     game_session_pb2.TURN_PHASE_PLAY: PLAY_PHASE,
     game_session_pb2.TURN_PHASE_HAND_OVER: OVER,
 }
+#: The events that change the game (what is on the table, whose turn): chat, votes and timers do not.
+GAME_EVENTS = frozenset({
+    "snapshot", "hand_started", "card_drawn", "discard_taken", "meld_laid", "meld_extended", "card_discarded",
+    "morto_taken", "morto_became_stock", "hand_ended", "match_ended", "table_cancelled",
+})
 PLACEHOLDER = 0  # the card code standing for a card the viewer cannot see (never read for legality)
 
 
@@ -80,6 +85,7 @@ class TableModel:
     table_name: str
     viewer_seat: int | None = None
     seq: int = 0
+    version: int = 0  # counts the events that changed the game (not chat, timers, votes)
     table: game_session_pb2.Table | None = None
     players: int = 0
     seats: list[SeatInfo] = field(default_factory=list)
@@ -128,6 +134,8 @@ class TableModel:
     def apply(self, event: TableEvent) -> bool:
         """Apply one stream event; False (and nothing changes) for a duplicate."""
         kind = event.WhichOneof("event")
+        if kind in GAME_EVENTS:
+            self.version += 1
         if kind == "snapshot":
             self._load(event.snapshot)
             self.seq = max(self.seq, event.seq) if event.seq else self.seq

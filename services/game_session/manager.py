@@ -46,6 +46,8 @@ from services.game_session.table import (
 
 log = logging.getLogger("buraco.game_session")
 
+#: How long a finished table stays in memory after its last event (then it is read from the log).
+FINISHED_KEPT_MS = 600_000
 #: Most entries a stream may have queued before it is ended (the client resumes with after_seq).
 MAX_QUEUED = 2000
 
@@ -170,10 +172,15 @@ class Manager:
         ttl = int(self.settings.lease_seconds * 1000)
         held = await store.renew(self.db, self.owner_id, now, ttl)
         for table_id, table in list(self.tables.items()):
-            if table.live and held.get(table_id) != table.epoch:
+            runtime = self.runtime.get(table_id)
+            if not table.live and (runtime is None or not runtime.subscribers) and \
+                    now - table.last_event_ms > FINISHED_KEPT_MS:
+                self._evict(table_id)  # finished and quiet: any replica reloads it from the log if asked
+            elif table.live and held.get(table_id) != table.epoch:
                 log.warning("lease lost", extra={"fields": {"table": table_id}})
                 self._evict(table_id)
-        for table_id, epoch, force in await store.expired_live(self.db, now, address=self.address):
+        expired = await store.expired_live(self.db, now, address=self.address, owner_id=self.owner_id)
+        for table_id, epoch, force in expired:
             if table_id in self.tables or self.stopping:
                 continue
             try:
@@ -230,6 +237,8 @@ class Manager:
         return table
 
     async def _take_over(self, table_id: str, epoch: int, *, force: bool) -> LiveTable | None:
+        if self.stopping:
+            return None
         new_epoch = await store.take_over(
             self.db, table_id, seen_epoch=epoch, owner_address=self.address, owner_id=self.owner_id,
             now_ms=self.now_ms(), ttl_ms=int(self.settings.lease_seconds * 1000), force=force,
@@ -247,15 +256,36 @@ class Manager:
         description = game_session_pb2.Table.FromString(stored.description)
         table = LiveTable(table_id, description, stored.created_ms)
         table.restore(stored.entries)
+        if table_id in self.tables:  # an older copy (from before a lost lease) must never write again
+            self._evict(table_id)
         if stored.state == State.STATE_CANCELLED:
             table.state = State.STATE_CANCELLED
         table.epoch = epoch
         runtime = Runtime(mutes=await store.mutes_of(self.db, table_id))
         self.tables[table_id] = table
         self.runtime[table_id] = runtime
-        if table.live:
-            self.schedule(table)
+        if table.live and epoch > 0:
+            self._resume_timers(table, runtime)
         return table
+
+    def _resume_timers(self, table: LiveTable, runtime: Runtime) -> None:
+        """After a takeover or a restart: a turn whose time ran out meanwhile gets its full time
+        again (the players were not to blame), and every human seat starts its disconnection grace
+        until its player's stream comes back (here)."""
+        hand = table.match.hand
+        now = self.now_ms()
+        if table.state == State.STATE_PLAYING and hand is not None and table.turn_deadline_ms <= now:
+            seconds = table.draw_seconds if hand.phase == "draw" else table.play_seconds
+            table.turn_deadline_ms = now + int(seconds * 1000)
+        if table.state == State.STATE_PLAYING:
+            for seat in table.seats:
+                if seat.human and not seat.bot_controlled:
+                    number = seat.seat
+                    runtime.grace[number] = self.clock.call_later(
+                        self.settings.disconnect_grace_seconds,
+                        lambda n=number: self.spawn(self._disconnected(table, n)),  # type: ignore[misc]
+                    )
+        self.schedule(table)
 
     def adopt(self, table: LiveTable) -> None:
         """A table this replica just created (its lease is ours, epoch 1)."""
@@ -289,7 +319,7 @@ class Manager:
         itself) appended, publish them. `request` = (scope, request_id, hash) makes the change
         idempotent: a retry gets the entries of the first call (`work` does not run again)."""
         runtime = self.runtime.get(table.table_id)
-        if runtime is None or table.lost:
+        if runtime is None or table.lost or self.tables.get(table.table_id) is not table:
             raise self._not_owner(table)
         async with runtime.lock:
             if table.lost:

@@ -1,11 +1,16 @@
 """The game-session service's database work: the group-committing log writer, leases, loading.
 
-`Writer` is the one task that appends to event logs. Changes of many tables queue up; the writer
-takes every change waiting (up to `batch_max`) and commits them in one transaction: it locks the
-lease rows of those tables (`SELECT ... FOR UPDATE` on PostgreSQL), keeps only the changes made
-under the epoch and owner still on record (fencing: a replica that lost a table can never append
-to its log), and inserts their entries, table-row updates and outbox rows. Each change's caller
-waits for its batch to commit before anyone is told about its events.
+`Writer` appends to event logs. Changes of many tables queue up; a writer worker takes every
+change waiting (up to `batch_max`) and commits them in one transaction: it locks the lease rows of
+those tables (`SELECT ... FOR UPDATE`, in table id order), keeps only the changes made under the
+epoch and owner still on record (fencing: a replica that lost a table can never append to its
+log), and inserts their entries, table-row updates and outbox rows. Each change's caller waits for
+its batch to commit before anyone is told about its events.
+
+On PostgreSQL a few workers commit side by side (each on its own connection), so a batch does not
+wait for the previous one's fsync; a table has at most one change in flight (its lock), so two
+batches never hold the same lease row, and every statement that locks several lease rows (the
+batches, the renewal) locks them in table id order: no deadlock. SQLite has one writer.
 """
 
 from __future__ import annotations
@@ -18,13 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, delete, select, text, update
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from services.common.db import Database
 from services.game_session import models
 
 log = logging.getLogger("buraco.game_session.store")
+#: Writer workers on PostgreSQL (commits in flight at once).
+PG_WORKERS = 4
 
 
 class LeaseLostError(Exception):
@@ -49,22 +57,28 @@ class Write:
 class Writer:
     """Group commit of log appends (see the module docstring)."""
 
-    def __init__(self, db: Database, batch_max: int = 256) -> None:
+    def __init__(self, db: Database, batch_max: int = 256, workers: int | None = None) -> None:
         self.db = db
         self.batch_max = batch_max
+        self.workers = workers or (PG_WORKERS if db.dialect == "postgresql" else 1)
         self._queue: asyncio.Queue[Write] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._connections: list[Any] = [None] * self.workers
         self.committed_batches = 0
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="game-session-writer")
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(i), name=f"game-session-writer-{i}") for i in range(self.workers)]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._tasks = []
+        for index in range(self.workers):
+            await self._close_connection(index)
         while not self._queue.empty():
             write = self._queue.get_nowait()
             if write.future is not None and not write.future.done():
@@ -75,34 +89,47 @@ class Writer:
         self._queue.put_nowait(write)
         await write.future
 
-    async def _run(self) -> None:
+    async def _run(self, index: int) -> None:
         while True:
             batch = [await self._queue.get()]
             while len(batch) < self.batch_max and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:
-                refused = await self._commit(batch)
+                await self._settle(batch, index)
             except asyncio.CancelledError:
                 for write in batch:
                     if write.future is not None and not write.future.done():
                         write.future.set_exception(LeaseLostError("the replica is stopping"))
                 raise
-            except Exception as error:  # the whole batch failed: every caller hears it
-                log.exception("log append failed", extra={"fields": {"tables": len(batch)}})
-                for write in batch:
-                    if write.future is not None and not write.future.done():
-                        write.future.set_exception(error)
-                continue
-            self.committed_batches += 1
-            for write in batch:
-                if write.future is None or write.future.done():
-                    continue
-                if write.table_id in refused:
-                    write.future.set_exception(LeaseLostError(write.table_id))
-                else:
-                    write.future.set_result(None)
 
-    async def _commit(self, batch: Sequence[Write]) -> set[str]:
+    async def _settle(self, batch: list[Write], index: int) -> None:
+        """Commit a batch; when it fails as a whole, commit its writes one by one, so that one bad
+        write (or a transient error) fails only its own caller."""
+        try:
+            refused = await self._commit(batch, index)
+        except Exception as error:
+            if len(batch) > 1:
+                log.warning("batch append failed; retrying its writes one by one",
+                            extra={"fields": {"tables": len(batch), "error": repr(error)[:300]}})
+                for write in batch:
+                    await self._settle([write], index)
+                return
+            log.exception("log append failed", extra={"fields": {"table": batch[0].table_id}})
+            if batch[0].future is not None and not batch[0].future.done():
+                batch[0].future.set_exception(error)
+            return
+        self.committed_batches += 1
+        for write in batch:
+            if write.future is None or write.future.done():
+                continue
+            if write.table_id in refused:
+                write.future.set_exception(LeaseLostError(write.table_id))
+            else:
+                write.future.set_result(None)
+
+    async def _commit(self, batch: Sequence[Write], index: int) -> set[str]:
+        if self.db.dialect == "postgresql" and all(not w.outbox and not w.finished for w in batch):
+            return await self._commit_asyncpg(batch, index)
         for attempt in range(20):
             try:
                 return await self._commit_once(batch)
@@ -112,11 +139,68 @@ class Writer:
                 await asyncio.sleep(0.01 * (attempt + 1))
         raise AssertionError("unreachable")
 
+    async def _connection(self, index: int) -> Any:
+        """A worker's own asyncpg connection (PostgreSQL): the hot path skips the ORM layers."""
+        import asyncpg
+
+        connection = self._connections[index]
+        if connection is None or connection.is_closed():
+            url = make_url(self.db.url).set(drivername="postgresql")
+            settings = {"search_path": self.db.schema} if self.db.schema else None
+            connection = await asyncpg.connect(url.render_as_string(hide_password=False), server_settings=settings)
+            self._connections[index] = connection
+        return connection
+
+    async def _commit_asyncpg(self, batch: Sequence[Write], index: int) -> set[str]:
+        """The common case (appends and table-row updates, no match end) in four round trips:
+        lock the batch's lease rows, check the epochs, insert the events, update the table rows."""
+        connection = await self._connection(index)
+        ids = sorted({w.table_id for w in batch})
+        try:
+            async with connection.transaction():
+                rows = await connection.fetch(
+                    "SELECT table_id, epoch, owner_id FROM game_session_leases WHERE table_id = ANY($1::text[]) "
+                    "ORDER BY table_id FOR UPDATE",
+                    ids,
+                )
+                current = {row["table_id"]: (int(row["epoch"]), row["owner_id"]) for row in rows}
+                refused = {w.table_id for w in batch if current.get(w.table_id) != (w.epoch, w.owner_id)}
+                events = [(w.table_id, seq, data) for w in batch if w.table_id not in refused for seq, data in w.rows]
+                if events:
+                    await connection.executemany(
+                        "INSERT INTO game_session_events (table_id, seq, data) VALUES ($1, $2, $3)", events
+                    )
+                updates = [
+                    (w.table_id, int(u["state"]), int(u["seq"]), str(u["match_scores"]), int(u["updated_ms"]))
+                    for w in batch
+                    if w.table_id not in refused and (u := w.table_update) is not None
+                ]
+                if updates:
+                    await connection.executemany(
+                        "UPDATE game_session_tables SET state = $2, seq = $3, match_scores = $4, updated_ms = $5 "
+                        "WHERE id = $1",
+                        updates,
+                    )
+        except BaseException:
+            await self._close_connection(index)
+            raise
+        return refused
+
+    async def _close_connection(self, index: int) -> None:
+        connection, self._connections[index] = self._connections[index], None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
     async def _commit_once(self, batch: Sequence[Write]) -> set[str]:
         leases = models.leases
         ids = sorted({w.table_id for w in batch})
         async with self.db.transaction() as session:
-            query = select(leases.c.table_id, leases.c.epoch, leases.c.owner_id).where(leases.c.table_id.in_(ids))
+            query = (
+                select(leases.c.table_id, leases.c.epoch, leases.c.owner_id)
+                .where(leases.c.table_id.in_(ids))
+                .order_by(leases.c.table_id)
+            )
             if self.db.dialect == "postgresql":
                 query = query.with_for_update()
             current = {row.table_id: (row.epoch, row.owner_id) for row in (await session.execute(query)).all()}
@@ -210,6 +294,14 @@ async def renew(db: Database, owner_id: str, now_ms: int, ttl_ms: int) -> dict[s
     """Extend every lease this replica holds; returns {table id: epoch} of the leases it holds."""
     leases = models.leases
     async with db.transaction() as session:
+        if db.dialect == "postgresql":
+            # lock the rows in table id order, as the writer does: the two never deadlock
+            await session.execute(
+                text(
+                    "SELECT table_id FROM game_session_leases WHERE owner_id = :owner ORDER BY table_id FOR UPDATE"
+                ),
+                {"owner": owner_id},
+            )
         await session.execute(update(leases).where(leases.c.owner_id == owner_id).values(expires_ms=now_ms + ttl_ms))
         rows = (
             await session.execute(select(leases.c.table_id, leases.c.epoch).where(leases.c.owner_id == owner_id))
@@ -217,7 +309,9 @@ async def renew(db: Database, owner_id: str, now_ms: int, ttl_ms: int) -> dict[s
     return {row.table_id: int(row.epoch) for row in rows}
 
 
-async def expired_live(db: Database, now_ms: int, *, address: str, limit: int = 200) -> list[tuple[str, int, bool]]:
+async def expired_live(
+    db: Database, now_ms: int, *, address: str, owner_id: str, limit: int = 200
+) -> list[tuple[str, int, bool]]:
     """Live tables whose lease ran out, or whose owner had this replica's address (a previous
     process at this address is gone: it cannot hold the port we bound): (id, epoch, force)."""
     leases = models.leases
@@ -225,7 +319,7 @@ async def expired_live(db: Database, now_ms: int, *, address: str, limit: int = 
         rows = (
             await session.execute(
                 select(leases.c.table_id, leases.c.epoch, leases.c.owner_address, leases.c.expires_ms)
-                .where(leases.c.live == 1)
+                .where(leases.c.live == 1, leases.c.owner_id != owner_id)
                 .where((leases.c.expires_ms < now_ms) | (leases.c.owner_address == address))
                 .limit(limit)
             )

@@ -265,8 +265,8 @@ class LiveTable:
         return "draw" if hand is None else hand.phase
 
     # -- appending entries ----------------------------------------------------------------------
-    def add(self, data: dict[str, Any], out: list[Entry]) -> Entry:
-        entry = Entry(self.seq + 1, data)
+    def add(self, data: dict[str, Any], out: list[Entry], event: Event | None = None) -> Entry:
+        entry = Entry(self.seq + 1, data, _event=event)
         self.entries.append(entry)
         out.append(entry)
         self.last_event_ms = int(data["ms"])
@@ -288,6 +288,7 @@ class LiveTable:
                 "x": {"commitment": self.commitment, "seed": seed},
             },
             out,
+            started,
         )
 
     def apply_action(self, action: Action, seat: int, by: str, now_ms: int, out: list[Entry]) -> None:
@@ -307,7 +308,7 @@ class LiveTable:
             if event.type == "match_ended":
                 data["x"] = {"outcomes": self.outcomes(annulled=False)}
                 self.state = State.STATE_FINISHED
-            self.add(data, out)
+            self.add(data, out, event)
 
     def after_change(self, now_ms: int, master_seed: str | None, out: list[Entry]) -> None:
         """What follows a change by itself: the next deal after a hand ends, a turn timer when the

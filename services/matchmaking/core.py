@@ -57,6 +57,8 @@ TICKET_STATES = {
 LIVE_TICKET = ("searching", "proposed")
 #: How far back finished waits count for the estimated wait.
 WAIT_HISTORY = timedelta(hours=1)
+#: How often a watch stream rebuilds a searching ticket's view when nothing else changed.
+REFRESH_SECONDS = 5.0
 
 
 def aware(moment: datetime) -> datetime:
@@ -299,23 +301,40 @@ class Core:
             return await self.ticket_view(session, await self._ticket_row(session, ticket_id, viewer), viewer)
 
     async def watch_ticket(self, ticket_id: str, viewer: Viewer) -> AsyncIterator[matchmaking_pb2.Ticket]:
-        """The ticket now, then every change, until it is final."""
-        await self.get_ticket(ticket_id, viewer)  # NOT_FOUND before the stream starts
+        """The ticket now, then every change, until it is final. Woken by this replica's changes;
+        otherwise every `watch_poll_seconds` it reads the ticket's version only (changes made by
+        other replicas), and rebuilds a searching ticket's view every REFRESH_SECONDS (its
+        window, position and estimated wait move with time)."""
+        # (The first read is a full one: NOT_FOUND ends the stream before it sends anything.)
+        loop = asyncio.get_running_loop()
+        t = models.tickets
         sent = b""
+        version = -1
+        refreshed = 0.0
+        notified = True
         while True:
             event = self.notifier.event(f"ticket:{ticket_id}")
-            async with self.db.read() as session:
-                row = await self._ticket_row(session, ticket_id, viewer)
-                view = await self.ticket_view(session, row, viewer)
-            data = view.SerializeToString(deterministic=True)
-            if data != sent:
-                sent = data
-                yield view
-            if row.state not in LIVE_TICKET:
-                return
+            full = notified or loop.time() - refreshed >= REFRESH_SECONDS
+            if not full:
+                async with self.db.read() as session:
+                    current = (await session.execute(select(t.c.version).where(t.c.id == ticket_id))).scalar_one()
+                full = current != version
+            if full:
+                async with self.db.read() as session:
+                    row = await self._ticket_row(session, ticket_id, viewer)
+                    view = await self.ticket_view(session, row, viewer)
+                version, refreshed = row.version, loop.time()
+                data = view.SerializeToString(deterministic=True)
+                if data != sent:
+                    sent = data
+                    yield view
+                if row.state not in LIVE_TICKET:
+                    return
+            notified = False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.watch_poll_seconds):
                     await event.wait()
+                    notified = True
 
     # -- tickets: changes -------------------------------------------------------------------------
 
@@ -497,7 +516,9 @@ class Core:
                 .where(models.tickets.c.id == ticket_id)
                 .values(confirmed=confirmed, version=row.version + 1, update_time=now)
             )
-            saga = (await session.execute(select(models.sagas).where(models.sagas.c.id == row.saga_id))).one()
+            saga = (
+                await session.execute(select(models.sagas).where(models.sagas.c.id == row.saga_id).with_for_update())
+            ).one()
             others = (
                 await session.execute(
                     select(models.tickets.c.players, models.tickets.c.confirmed).where(

@@ -29,6 +29,11 @@ from services.matchmaking.saga import Sagas
 
 log = logging.getLogger("buraco.matchmaking")
 
+#: Start sagas advanced concurrently within a pass.
+SAGAS_AT_ONCE = 32
+#: The shortest time between two passes (the tick, if shorter).
+MIN_PASS_GAP_SECONDS = 0.25
+
 
 class Loop:
     def __init__(self, core: Core, sagas: Sagas) -> None:
@@ -86,7 +91,12 @@ class Loop:
 
     async def _run(self) -> None:
         log.info("matching loop started")
+        clock = asyncio.get_running_loop()
+        # Passes are at least this far apart, however often the loop is woken: under a burst of
+        # new tickets one pass takes them all, rather than a pass per ticket.
+        gap = min(self.settings.tick_seconds, MIN_PASS_GAP_SECONDS)
         while not self._stopping:
+            started = clock.time()
             self._wake.clear()
             try:
                 await self.run_once()
@@ -95,8 +105,11 @@ class Loop:
                 self._end_pass()
             if self.stopping:
                 break
+            rest = gap - (clock.time() - started)
+            if rest > 0:
+                await asyncio.sleep(rest)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.tick_seconds):
+                async with asyncio.timeout(max(self.settings.tick_seconds - gap, 0.0)):
                     await self._wake.wait()
 
     def _end_pass(self) -> None:
@@ -106,13 +119,19 @@ class Loop:
 
     async def run_once(self) -> int:
         """Advances every due saga, then runs one matching pass; returns the tables proposed."""
-        for saga_id in await self.sagas.due():
-            if self._stopping:
-                break
-            try:
-                await self.sagas.advance(saga_id)
-            except Exception:
-                log.exception("a start saga step failed", extra={"fields": {"saga": saga_id}})
+        gate = asyncio.Semaphore(SAGAS_AT_ONCE)
+
+        async def advance(saga_id: str) -> None:
+            async with gate:
+                if self._stopping:
+                    return
+                try:
+                    await self.sagas.advance(saga_id)
+                except Exception:
+                    log.exception("a start saga step failed", extra={"fields": {"saga": saga_id}})
+
+        # Sagas are independent: their calls to the wallet and game sessions overlap.
+        await asyncio.gather(*(advance(saga_id) for saga_id in await self.sagas.due()))
         proposed = 0 if self._stopping else await self.match_once()
         self._end_pass()
         return proposed

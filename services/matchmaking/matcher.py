@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 #: What makes two tickets want the same table: (preset, seats, length, target points, mode, bet).
 BucketKey = tuple[str, int, int, int, int, int]
@@ -37,6 +38,13 @@ class Windows:
             return math.inf
         steps = math.floor(max(waited_seconds, 0.0) / self.step_seconds)
         return min(self.initial + self.growth * steps, self.maximum)
+
+    def half_widths(self, waited: list[float]) -> list[float]:
+        """`half_width` of each (the matcher's hot path: no call per ticket)."""
+        initial, growth, step, maximum = self.initial, self.growth, self.step_seconds, self.maximum
+        opens = self.open_seconds if self.open_seconds > 0 else math.inf
+        inf = math.inf
+        return [inf if w >= opens else min(initial + growth * (w // step if w > 0 else 0.0), maximum) for w in waited]
 
 
 @dataclass(frozen=True)
@@ -73,82 +81,89 @@ def seat_players(members: Sequence[Waiting], seat_count: int) -> tuple[tuple[str
     the weakest when four single players balance the sides."""
     if seat_count == 2:
         return tuple((m.ticket, m.players[0]) for m in members)
-    seats: list[tuple[str, str] | None] = [None] * 4
     parties = [m for m in members if len(m.players) == 2]
-    singles = sorted((m for m in members if len(m.players) == 1), key=lambda m: -m.rating)
-    for side, party in enumerate(parties):
-        seats[side] = (party.ticket, party.players[0])
-        seats[side + 2] = (party.ticket, party.players[1])
-    if len(singles) == 4:
-        # Strongest and weakest against the two in the middle.
-        order = [singles[0], singles[1], singles[3], singles[2]]
-        return tuple((m.ticket, m.players[0]) for m in order)
-    free = iter(i for i in (1, 3, 0, 2) if seats[i] is None)
-    for single in singles:
-        seats[next(free)] = (single.ticket, single.players[0])
-    assert all(s is not None for s in seats)
-    return tuple(s for s in seats if s is not None)
+    if not parties:
+        # Four single players: the strongest and the weakest against the two in the middle.
+        a, b, c, d = sorted(members, key=lambda m: -m.rating)
+        return ((a.ticket, a.players[0]), (b.ticket, b.players[0]), (d.ticket, d.players[0]), (c.ticket, c.players[0]))
+    first = parties[0]
+    if len(parties) == 2:
+        second = parties[1]
+        return (
+            (first.ticket, first.players[0]),
+            (second.ticket, second.players[0]),
+            (first.ticket, first.players[1]),
+            (second.ticket, second.players[1]),
+        )
+    x, y = (m for m in members if len(m.players) == 1)
+    return (
+        (first.ticket, first.players[0]),
+        (x.ticket, x.players[0]),
+        (first.ticket, first.players[1]),
+        (y.ticket, y.players[0]),
+    )
 
 
-def _fits(size: int, players: int, seat_count: int) -> bool:
-    """Whether a ticket of `players` fits beside `size` players; a party never plays a 2-seat
-    table (its members would face each other)."""
-    return size + players <= seat_count and not (seat_count == 2 and players > 1)
+_players = attrgetter("players")
 
 
 def _bucket_pass(key: BucketKey, tickets: list[Waiting], windows: Windows) -> list[Proposal]:
     """One sweep over a bucket sorted by rating: each unused ticket in turn anchors a table with
     the next unused tickets above it. The anchor has the table's lowest rating, so a candidate
     fits when its rating is under every member's upper bound (rating + half width) and its own
-    window reaches down to the anchor."""
+    window reaches down to the anchor. (Hot path: plain lists indexed by position.)"""
     seat_count = key[1]
     # Ties in rating: requeued tickets first, then the longest wait.
     tickets.sort(key=lambda w: (w.rating, not w.front, -w.waited_seconds))
-    widths = [windows.half_width(w.waited_seconds) for w in tickets]
+    widths = windows.half_widths([w.waited_seconds for w in tickets])
+    ratings = [w.rating for w in tickets]
+    # A party never plays a 2-seat table (its members would face each other): size 99 never fits.
+    sizes = [len(w.players) if seat_count == 4 or len(w.players) == 1 else 99 for w in tickets]
     used = [False] * len(tickets)
-    waiting_players = sum(len(w.players) for w in tickets)
+    waiting_players = sum(map(len, map(_players, tickets)))
     proposals: list[Proposal] = []
     n = len(tickets)
     for i in range(n):
-        if used[i] or not _fits(0, len(tickets[i].players), seat_count):
+        size = sizes[i]
+        if used[i] or size > seat_count:
             continue
         anchor = tickets[i]
-        lowest = anchor.rating
-        size = len(anchor.players)
+        lowest = ratings[i]
         group = [i]
         upper = lowest + widths[i]
-        met: set[str] = set(anchor.recent)
-        names: set[str] = set(anchor.players)
+        met: frozenset[str] | set[str] = anchor.recent  # copied on the first addition
+        names: tuple[str, ...] | set[str] = anchor.players
         rematches: list[int] = []
         j = i + 1
         while size < seat_count and j < n:
-            if used[j]:
+            rating = ratings[j]
+            if rating > upper:
+                break  # sorted: no later ticket fits either
+            if used[j] or rating - widths[j] > lowest or size + sizes[j] > seat_count:
                 j += 1
                 continue
             candidate = tickets[j]
-            if candidate.rating > upper:
-                break  # sorted: no later ticket fits either
-            if candidate.rating - widths[j] > lowest or not _fits(size, len(candidate.players), seat_count):
-                j += 1
-                continue
-            if names.intersection(candidate.recent) or met.intersection(candidate.players):
+            if (candidate.recent and not candidate.recent.isdisjoint(names)) or (
+                met and not met.isdisjoint(candidate.players)
+            ):
                 rematches.append(j)
                 j += 1
                 continue
             group.append(j)
-            size += len(candidate.players)
-            upper = min(upper, candidate.rating + widths[j])
-            met.update(candidate.recent)
-            names.update(candidate.players)
+            size += sizes[j]
+            if rating + widths[j] < upper:
+                upper = rating + widths[j]
+            if size < seat_count:  # the sets only matter while the table fills
+                met = met | candidate.recent
+                names = {*names, *candidate.players}
             j += 1
         if size < seat_count and rematches and waiting_players <= seat_count:
             # Nobody else is waiting here: a rematch is better than no match.
             for k in rematches:
-                candidate = tickets[k]
-                if _fits(size, len(candidate.players), seat_count) and candidate.rating <= upper:
+                if size + sizes[k] <= seat_count and ratings[k] <= upper:
                     group.append(k)
-                    size += len(candidate.players)
-                    upper = min(upper, candidate.rating + widths[k])
+                    size += sizes[k]
+                    upper = min(upper, ratings[k] + widths[k])
         if size != seat_count:
             continue
         for k in group:
@@ -160,7 +175,7 @@ def _bucket_pass(key: BucketKey, tickets: list[Waiting], windows: Windows) -> li
                 key=key,
                 tickets=tuple(m.ticket for m in members),
                 seats=seat_players(members, seat_count),
-                spread=max(m.rating for m in members) - lowest,
+                spread=ratings[max(group)] - lowest,
             )
         )
     return proposals
@@ -177,6 +192,6 @@ def match_pass(waiting: Iterable[Waiting], windows: Windows) -> list[Proposal]:
             bucket.append(ticket)
     proposals: list[Proposal] = []
     for key, tickets in buckets.items():
-        if sum(len(t.players) for t in tickets) >= key[1]:
+        if 2 * len(tickets) >= key[1]:  # (a ticket has one or two players)
             proposals.extend(_bucket_pass(key, tickets, windows))
     return proposals

@@ -222,8 +222,14 @@ class Sagas:
         return str(saga.state)
 
     async def _confirming(self, saga: Any) -> None:
+        # One transaction with the saga row locked: a confirmation that lands meanwhile (it locks
+        # the row too) is either seen here or comes after and makes the saga due again.
         now = self.clock()
-        async with self.db.read() as session:
+        s = models.sagas
+        async with self.db.transaction() as session:
+            current = (await session.execute(select(s).where(s.c.id == saga.id).with_for_update())).one()
+            if current.state != "confirming":
+                return
             rows = (
                 await session.execute(
                     select(models.tickets.c.players, models.tickets.c.confirmed).where(
@@ -231,30 +237,28 @@ class Sagas:
                     )
                 )
             ).all()
-        missing = sorted({p for players, confirmed in rows for p in players if p not in confirmed})
-        if not missing:
-            needs_hold = saga.bet_chips > 0
-            await self._set(
-                saga.id,
-                "confirming",
-                state="holding" if needs_hold else "creating",
-                held=needs_hold,
-                table_requested=not needs_hold,
-                deadline=now + timedelta(seconds=self.settings.start_seconds),
-                next_attempt_at=now,
-                attempts=0,
-            )
-        elif saga.confirm_deadline is not None and now >= aware(saga.confirm_deadline):
-            await self._set(
-                saga.id,
-                "confirming",
-                state="compensating",
-                culprits=missing,
-                failure_reason="not confirmed",
-                next_attempt_at=now,
-            )
-        else:
-            await self._set(saga.id, "confirming", next_attempt_at=aware(saga.confirm_deadline))
+            missing = sorted({p for players, confirmed in rows for p in players if p not in confirmed})
+            values: dict[str, Any]
+            if not missing:
+                needs_hold = saga.bet_chips > 0
+                values = {
+                    "state": "holding" if needs_hold else "creating",
+                    "held": needs_hold,
+                    "table_requested": not needs_hold,
+                    "deadline": now + timedelta(seconds=self.settings.start_seconds),
+                    "next_attempt_at": now,
+                    "attempts": 0,
+                }
+            elif saga.confirm_deadline is not None and now >= aware(saga.confirm_deadline):
+                values = {
+                    "state": "compensating",
+                    "culprits": missing,
+                    "failure_reason": "not confirmed",
+                    "next_attempt_at": now,
+                }
+            else:
+                values = {"next_attempt_at": aware(saga.confirm_deadline)}
+            await session.execute(update(s).where(s.c.id == saga.id).values(**values, update_time=now))
 
     async def _holding(self, saga: Any) -> None:
         stakes = [(seat["player"], int(saga.bet_chips)) for seat in saga.seats if seat["player"]]
@@ -380,12 +384,24 @@ class Sagas:
         try:
             self.before_step("compensate", saga.id)
             if saga.table_requested:
-                await self.platform.cancel_table(
-                    f"mm-cancel-{saga.id}", f"tables/{table_id_of(saga.id)}", reason, saga.game_address
-                )
+                try:
+                    await self.platform.cancel_table(
+                        f"mm-cancel-{saga.id}", f"tables/{table_id_of(saga.id)}", reason, saga.game_address
+                    )
+                except Refused as refused:
+                    # A definitive no (the match started after all?): retrying cannot change it.
+                    log.error(
+                        "the table could not be cancelled", extra={"fields": {"saga": saga.id, "error": str(refused)}}
+                    )
             if saga.held:
-                await self.platform.void_pot(f"mm-void-{saga.id}", saga.id, reason)
-        except (Unreachable, Refused) as error:
+                try:
+                    await self.platform.void_pot(f"mm-void-{saga.id}", saga.id, reason)
+                except Refused as refused:
+                    # The pot was settled or is unknown to the wallet: nothing of ours is held.
+                    log.error(
+                        "the holds could not be voided", extra={"fields": {"saga": saga.id, "error": str(refused)}}
+                    )
+        except Unreachable as error:
             # Keep trying: the holds expire on their own meanwhile, and a table nobody joins ends.
             log.warning("compensation failed; retrying", extra={"fields": {"saga": saga.id, "error": str(error)}})
             delay = min(self.settings.retry_seconds * 2**saga.attempts, self.settings.max_retry_seconds)

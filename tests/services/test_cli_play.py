@@ -3,7 +3,10 @@ bots play from, rendering, command parsing."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +17,11 @@ from engine.cards import parse
 from engine.match import MatchState
 from engine.rules import preset
 from engine.state import HandState
+from services.cli.__main__ import build_parser
 from services.cli.commands import Annul, CommandError, Hint, Play, Say, Simple, parse_command
+from services.cli.play import PracticeTable, play, practice_table_request, watch
 from services.cli.render import pretty_card, render_hints, render_table
+from services.cli.seat import TableConnection, play_seat
 from services.cli.tableview import (
     MeldView,
     SeatInfo,
@@ -26,6 +32,9 @@ from services.cli.tableview import (
     ruleset_of,
     shadow_state,
 )
+from services.common.auth import Kind
+from tests.conftest import DatabaseTarget
+from tests.services.game_session.conftest import Cluster
 
 KINDS = {"sequence": common_pb2.Meld.KIND_SEQUENCE, "group": common_pb2.Meld.KIND_GROUP}
 CANASTRAS = {
@@ -212,3 +221,126 @@ def test_ruleset_overrides_are_json_scalars() -> None:
     ref = common_pb2.RulesetRef(preset="aberto", overrides={"target": "3000"})
     assert ruleset_of(ref).target == 3000
     assert ruleset_of(common_pb2.RulesetRef(preset="fechado")) == preset("fechado")
+
+
+# --- end to end: the command loop against an in-process game-session server --------------------------
+
+async def test_play_and_watch_a_practice_table_end_to_end(tmp_path: Path) -> None:
+    """A scripted person plays a practice table against a server bot through `play`, with typos and
+    refused moves on the way, while `watch` follows it as a spectator; both reach the match's end."""
+    cluster = Cluster(DatabaseTarget("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'gs.db'}"), tmp_path)
+    node = await cluster.start()
+    try:
+        request = practice_table_request(PracticeTable(player="ann", players=2, preset="aberto"), table_id="cli-e2e")
+        table = await cluster.stub().CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
+        assert [s.participant.WhichOneof("kind") for s in table.seats] == ["player", "bot"]
+        played: list[str] = []
+        watched: list[str] = []
+        typed: list[str] = []
+
+        async def person(connection: TableConnection) -> AsyncIterator[str]:
+            for line in ("help", "meld 4H 5Z 6H", "frobnicate", ""):
+                typed.append(line)
+                yield line
+            turns = 0
+            while True:
+                await connection.wait_until(lambda m: m.finished or m.my_turn, timeout=30)
+                model = connection.model
+                if model.finished:
+                    return
+                if turns == 0 and model.phase == "draw":
+                    # the pile is empty at the first turn, and nobody discards before drawing
+                    line = "take" if not model.pile else f"discard {model.hand[0]}"
+                elif turns == 1 and model.phase == "play":
+                    line = f"discard {model.hand[-1]}"  # typed, not chosen by number
+                else:
+                    line = "1"
+                turns += 1
+                typed.append(line)
+                yield line
+
+        watcher_token = cluster.minter.mint(Kind.PLAYER, "zed")
+        watching = asyncio.ensure_future(watch(node.address, watcher_token, table.name, watched.append))
+        code = await asyncio.wait_for(
+            play(node.address, cluster.minter.mint(Kind.PLAYER, "ann"), table.name, person, played.append), 120)
+        assert code == 0
+        assert await asyncio.wait_for(watching, 30) == 0
+        # a player without a seat is sent to `watch`; a table that does not exist is reported
+        said: list[str] = []
+        stranger = cluster.minter.mint(Kind.PLAYER, "zed")
+        assert await play(node.address, stranger, table.name, person, said.append) == 1
+        assert await play(node.address, stranger, "tables/nope", person, said.append) == 1
+        assert said[0] == "you have no seat at tables/cli-e2e; `buraco watch tables/cli-e2e` follows it as a spectator"
+        assert said[1].startswith("NOT_FOUND: ")
+        final = await cluster.stub().GetTable(game_session_pb2.GetTableRequest(name=table.name),
+                                              metadata=cluster.token(Kind.SERVICE, "matchmaking"))
+        assert final.state == game_session_pb2.Table.STATE_FINISHED
+    finally:
+        for each in list(cluster.nodes):
+            await cluster.stop(each)
+
+    text = "\n".join(played)
+    assert "joined tables/cli-e2e as seat 0" in text
+    assert "<number>" in text  # the help
+    assert "? '5Z' is not a card" in text and "? unknown command 'frobnicate'" in text
+    assert "refused (FAILED_PRECONDITION):" in text  # the take of an empty pile (or a discard before drawing)
+    assert "legal moves (type a number, or the command):" in text and "    1. draw   (draw)" in text
+    assert any(line.startswith(" your hand (11): ") and any(s in line for s in "♠♥♦♣") for line in played)
+    assert "· seat 1 (bot-medium) discarded" in text and "· seat 0 (ann) drew " in text
+    assert "the match is over" in played[-1]
+    assert sum(1 for line in typed if line == "1") > 5
+    spectated = "\n".join(watched)
+    assert ("your hand" not in spectated and "seat 0 ann [dealer]" in spectated) or "seat 0 ann" in spectated
+    assert "hand 1 ended" in spectated and watched[-1] == "the match is over"
+
+
+def test_play_and_watch_parse_their_options() -> None:
+    args = build_parser().parse_args(["play", "--players", "4", "--preset", "fechado", "--target", "1500",
+                                      "--player", "ann", "--bot-level", "hard"])
+    assert (args.players, args.preset, args.target, args.player, args.bot_level) == (4, "fechado", 1500, "ann", "hard")
+    request = practice_table_request(PracticeTable(player="ann", players=4, preset="fechado", target_points=1500,
+                                                   bot_level="hard"))
+    options = request.table.options
+    assert (options.length, options.target_points, options.mode) == (
+        common_pb2.MATCH_LENGTH_POINTS, 1500, common_pb2.TABLE_MODE_PRACTICE)
+    assert [s.participant.bot for s in request.table.seats[1:]] == [common_pb2.BOT_LEVEL_HARD] * 3
+    assert build_parser().parse_args(["watch", "t1"]).table == "t1"
+
+
+def test_chat_and_timers_do_not_change_the_game_version() -> None:
+    model = TableModel("tables/t1")
+    model.apply(_snapshot(7))
+    version = model.version
+    model.apply(_event(8, chat_message=game_session_pb2.ChatMessage(sender="players/bob", text="hi")))
+    model.apply(_event(9, turn_timer_started=game_session_pb2.TurnTimerStarted(
+        seat=0, phase=game_session_pb2.TURN_PHASE_DRAW)))
+    assert (model.version, model.seq, model.messages[-1]) == (version, 9, "<bob> hi")
+    model.apply(_event(10, card_drawn=game_session_pb2.CardDrawn(seat=0, card="7H", stock_count=49)))
+    assert model.version == version + 1
+
+
+async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: Path) -> None:
+    """Connected through a replica that does not own the table, a client is redirected to the owner
+    (UNAVAILABLE + buraco-owner-address) for its stream and its actions, and plays on there."""
+    cluster = Cluster(DatabaseTarget("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'gs.db'}"), tmp_path)
+    owner = await cluster.start()
+    other = await cluster.start()
+    connections: list[TableConnection] = []
+    try:
+        request = practice_table_request(PracticeTable(player="ann", players=2), table_id="redirected")
+        request.table.seats[1].participant.player = "players/bob"
+        table = await cluster.stub(owner).CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
+        connections = [TableConnection(other.address, cluster.minter.mint(Kind.PLAYER, p), table.name)
+                       for p in ("ann", "bob")]
+        await asyncio.gather(*(c.start() for c in connections))
+        assert [c.address for c in connections] == [owner.address] * 2
+        assert all(c.home == other.address for c in connections)
+        rules = preset("aberto")
+        games = [play_seat(c, make_bot("random", seed=s), rules) for s, c in enumerate(connections)]
+        assert sum(await asyncio.wait_for(asyncio.gather(*games), 60)) > 20
+        assert all(c.model.finished and c.address == owner.address for c in connections)
+    finally:
+        for connection in connections:
+            await connection.close()
+        for node in list(cluster.nodes):
+            await cluster.stop(node)

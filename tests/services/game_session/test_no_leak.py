@@ -15,13 +15,16 @@ one of them is in sight). After each engine event, a viewer may know of
 (the last term drops by one when such a seat lays a copy down, since the viewer cannot tell which
 copy went). That count only grows during a hand; once the hand ends (its seed revealed) nothing of
 it is secret any more. A message at sequence number n may name no card more often than its
-recipient's count after event n. On top of that, exact checks where the contract is exact: a dealt
-hand and a snapshot's hand are the recipient's own cards, a drawn card and a morto's cards are shown
-to the drawer and the taker only, a spectator holds no hand.
+recipient's count after event n, within any one place the message shows (a hand, the pile, a
+meld, one legal-move option; a snapshot's hand, pile and melds together). On top of that, exact
+checks where the contract is exact: a dealt hand and a snapshot's hand are the recipient's own
+cards, a drawn card and a morto's cards are shown to the drawer and the taker only, a spectator
+holds no hand.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections import Counter
@@ -33,34 +36,57 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from buraco.v1 import game_session_pb2
+from buraco.v1 import common_pb2, game_session_pb2
 from engine.actions import Action
 from engine.bots import make_bot
 from engine.cards import CARD_STR, NCODES, parse
-from engine.deal import Deal, deal_from_seed
+from engine.deal import Deal, commitment, deal_from_seed
 from engine.errors import MalformedError
 from engine.events import Event
+from engine.replay import parse_record
 from engine.rules import Ruleset, preset
 from engine.state import HandState
+from services.cli.seat import TableConnection, play_seat
+from services.common.auth import Kind
 
 Viewer = int | None  # a seat, or None for a spectator
 
 
-def cards_named(payload: Any) -> Counter[str]:
-    """Every string in a message (a dict/list tree) that is a card, counted."""
-    found: Counter[str] = Counter()
+def _card(item: object) -> str | None:
+    if isinstance(item, str) and 2 <= len(item) <= 3:
+        with contextlib.suppress(MalformedError):
+            return CARD_STR[parse(item)]
+    return None
+
+
+def card_groups(payload: Any) -> list[Counter[str]]:
+    """The cards a message names, in groups that each name one copy once: every list of cards (a
+    hand, a pile, a meld, one legal-move option), every single card field, and a snapshot's hand,
+    pile and melds together (different places, so different copies)."""
+    groups: list[Counter[str]] = []
     stack = [payload]
     while stack:
         item = stack.pop()
-        if isinstance(item, str):
-            if 2 <= len(item) <= 3:
-                with contextlib.suppress(MalformedError):
-                    found[CARD_STR[parse(item)]] += 1
-        elif isinstance(item, dict):
-            stack.extend(item.values())
+        if isinstance(item, dict):
+            snapshot = item.get("snapshot")
+            if isinstance(snapshot, dict):
+                places = list(snapshot.get("hand", [])) + list(snapshot.get("discardPile", []))
+                for side in snapshot.get("sides", []):
+                    for meld in side.get("melds", []):
+                        places.extend(meld.get("cards", []))
+                groups.append(Counter(c for c in map(_card, places) if c))
+            # `wildAs` names the card a wild stands for, not a copy anyone holds
+            stack.extend(v for k, v in item.items() if k != "wildAs")
         elif isinstance(item, list):
-            stack.extend(item)
-    return found
+            cards = [c for c in map(_card, item) if c]
+            if cards:
+                groups.append(Counter(cards))
+            stack.extend(x for x in item if isinstance(x, dict | list))
+        else:
+            card = _card(item)
+            if card:
+                groups.append(Counter([card]))
+    return [group for group in groups if group]
 
 
 def as_payload(message: Message | Mapping[str, Any]) -> Any:
@@ -199,20 +225,21 @@ def check_message(timeline: Timeline, viewer: Viewer, seq: int, message: Message
                   kind: str = "") -> Iterator[Leak]:
     """The leaks of one message received by `viewer`, about the table at sequence number `seq`."""
     payload = as_payload(message)
-    named = cards_named(payload)
+    groups = card_groups(payload)
     found = timeline.lookup(seq)
     if found is None:
-        if named:
-            yield Leak(viewer, seq, f"cards before any deal: {dict(named)}", payload)
+        if groups:
+            yield Leak(viewer, seq, f"cards before any deal: {groups}", payload)
         return
     knowledge, index, revealed = found
     if revealed:
         return
     allowed = knowledge.allowed[index][viewer]
-    over = {card: n for card, n in named.items() if n > allowed[parse(card)]}
-    if over:
-        yield Leak(viewer, seq, f"{kind}: more copies than it may know of: "
-                   + ", ".join(f"{c} x{n} (may know {allowed[parse(c)]})" for c, n in over.items()), payload)
+    for named in groups:
+        over = {card: n for card, n in named.items() if n > allowed[parse(card)]}
+        if over:
+            yield Leak(viewer, seq, f"{kind}: more copies than it may know of: "
+                       + ", ".join(f"{c} x{n} (may know {allowed[parse(c)]})" for c, n in over.items()), payload)
     yield from _exact_checks(knowledge, index, viewer, seq, payload, kind)
 
 
@@ -334,3 +361,121 @@ def test_the_checker_passes_honest_messages_and_catches_planted_leaks(players: i
     for index, event in mortos:
         viewer = (event.seat + 1) % players
         assert list(check_message(timeline, viewer, index + 1, engine_event_message(event, event.seat, index + 1)))
+
+
+# --- the property over real games through the gRPC API ---------------------------------------------
+
+GAMES = [  # (players, preset, table id: the deal follows from it and the test deal seed)
+    (2, "aberto", "leak-a2"),
+    (4, "aberto", "leak-a4"),
+    (2, "fechado", "leak-f2"),
+    (4, "buraco_2005", "leak-b4"),
+]
+
+
+@dataclass
+class Received:
+    """Everything one viewer got: (method, message) in arrival order."""
+
+    viewer: Viewer
+    messages: list[tuple[str, Any]] = field(default_factory=list)
+
+    def __call__(self, method: str, message: Any) -> None:
+        self.messages.append((method, message))
+
+
+def checks_of(method: str, message: Any) -> Iterator[tuple[int, Any, str]]:
+    """(seq, payload, kind) pieces of one received message, each at the sequence number it shows."""
+    if method == "Subscribe":
+        yield message.seq, message, f"stream {message.WhichOneof('event')}"
+    elif isinstance(message, game_session_pb2.TableSnapshot):
+        yield message.table.seq, {"snapshot": json_format.MessageToDict(message)}, method
+    elif isinstance(message, game_session_pb2.GetLegalMovesResponse | game_session_pb2.Table):
+        yield message.seq, message, method
+    elif hasattr(message, "result"):
+        result = message.result
+        for event in result.events:
+            yield event.seq, event, f"{method} result {event.WhichOneof('event')}"
+        yield result.seq, result, f"{method} result"
+    else:
+        yield 1 << 40, message, method  # anything else: nothing secret is left only at the very end
+
+
+@pytest.mark.parametrize(("players", "ruleset", "table_id"), GAMES)
+async def test_no_seat_and_no_spectator_learns_a_hidden_card(
+    cluster: Any, players: int, ruleset: str, table_id: str
+) -> None:
+    node = await cluster.start()
+    rules = preset(ruleset)
+    names = [f"{table_id}-p{s}" for s in range(players)]
+    options = common_pb2.TableOptions(
+        ruleset=common_pb2.RulesetRef(preset=ruleset), players=players, length=common_pb2.MATCH_LENGTH_EXPRESS,
+        mode=common_pb2.TABLE_MODE_PRACTICE, spectators_allowed=True, draw_seconds=300, play_seconds=600,
+    )
+    request = game_session_pb2.CreateTableRequest(
+        request_id=f"create-{table_id}", table_id=table_id,
+        table=game_session_pb2.Table(
+            match_id=f"m-{table_id}", options=options,
+            seats=[game_session_pb2.Seat(seat=s, participant=common_pb2.Participant(player=f"players/{name}"))
+                   for s, name in enumerate(names)],
+        ),
+    )
+    table = await cluster.stub().CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
+
+    def connect(player: str, viewer: Viewer) -> tuple[TableConnection, Received]:
+        token = cluster.minter.mint(Kind.PLAYER, player)
+        connection = TableConnection(node.address, token, table.name)
+        received = Received(viewer)
+        connection.on_message = received
+        return connection, received
+
+    spectator, spectator_log = connect(f"{table_id}-watcher", None)
+    seats = [connect(name, seat) for seat, name in enumerate(names)]
+    await spectator.start()
+    try:
+        for connection, _ in seats:
+            await connection.start()
+
+        async def look_around(connection: TableConnection) -> None:
+            """Before each action: the hints, and now and then the snapshot and the table."""
+            await connection.hints()
+            if connection.model.seq % 7 == 0:
+                await connection.call("GetTableSnapshot", game_session_pb2.GetTableSnapshotRequest(table=table.name))
+                await connection.call("GetTable", game_session_pb2.GetTableRequest(name=table.name))
+
+        sent = await asyncio.wait_for(asyncio.gather(*(
+            play_seat(c, make_bot("random", seed=f"{table_id}-{seat}"), rules,
+                      pace=lambda c=c: look_around(c))  # type: ignore[misc]
+            for seat, (c, _) in enumerate(seats)
+        )), timeout=120)
+        assert sum(sent) > 20
+        await spectator.wait_until(lambda m: m.finished, timeout=10)
+        export = await seats[0][0].call("ExportRecords", game_session_pb2.ExportRecordsRequest(table=table.name))
+    finally:
+        for connection, _ in seats:
+            await connection.close()
+        await spectator.close()
+
+    # the truth: each hand's deal and actions, replayed
+    hands = []
+    public_log = [(m.seq, m.WhichOneof("event")) for method, m in spectator_log.messages if method == "Subscribe"]
+    started = [m for method, m in spectator_log.messages
+               if method == "Subscribe" and m.WhichOneof("event") == "hand_started"]
+    for record in export.hands:
+        data = json.loads(record.record_json)
+        parsed = parse_record(data)
+        # the deal is the one the revealed seed gives, and the commitment sent at the start holds
+        assert parsed.state.deal == deal_from_seed(rules, players, record.seed)
+        assert commitment(record.seed, table.name, record.hand_number) == record.commitment
+        assert record.commitment == started[record.hand_number - 1].hand_started.deal_commitment
+        hands.append(replay_knowledge(rules, players, parsed.state.deal, parsed.state.dealer, parsed.actions))
+    assert hands, "the match was played"
+    timeline = build_timeline(public_log, hands)
+
+    leaks: list[Leak] = []
+    for received in [spectator_log, *(r for _, r in seats)]:
+        assert len(received.messages) > 20
+        for method, message in received.messages:
+            for seq, payload, kind in checks_of(method, message):
+                leaks.extend(check_message(timeline, received.viewer, seq, payload, kind))
+    assert not leaks, "\n".join(f"{leak.viewer} at {leak.seq}: {leak.what}" for leak in leaks[:10])

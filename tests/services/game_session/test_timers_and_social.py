@@ -59,6 +59,7 @@ async def test_timeouts_auto_play_then_a_bot_takes_the_seat(cluster: Cluster) ->
             await watch.wait(_count_at_least("auto_played", target))
             played = watch.of("auto_played")[-1].auto_played
             assert (played.seat, played.count) == (seat, count)
+    await watch.wait(_count_at_least("seat_taken_over", 2))  # in the same change as the third automatic play
     taken = watch.of("seat_taken_over")
     assert [(e.seat_taken_over.seat, e.seat_taken_over.reason) for e in taken] == [
         (0, TAKEN.REASON_TIMEOUTS), (1, TAKEN.REASON_TIMEOUTS)]

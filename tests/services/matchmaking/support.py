@@ -190,6 +190,9 @@ class Faults:
     then Unreachable), `refuse` n calls (Refused with a code, nothing done)."""
 
     def __init__(self) -> None:
+        #: Methods whose calls never return (until cancelled), and an event set when one hangs.
+        self.hang: set[str] = set()
+        self.hanging = asyncio.Event()
         self.fail: dict[str, int] = {}
         self.lose: dict[str, int] = {}
         self.refuse: dict[str, tuple[int, str]] = {}
@@ -230,6 +233,9 @@ class FaultyPlatform:
         self, request_id: str, match_id: str, stakes: Sequence[tuple[str, int]], ttl_seconds: int
     ) -> None:
         self.faults.before("hold_bets")
+        if "hold_bets" in self.faults.hang:
+            self.faults.hanging.set()
+            await asyncio.Event().wait()
         await self.inner.hold_bets(request_id, match_id, stakes, ttl_seconds)
         self.faults.after("hold_bets")
 

@@ -308,3 +308,73 @@ async def test_watch_lobby_streams_matching_tables_as_they_come_and_go(service: 
     await lobby.call("LeaveLobbyTable", "caio", new)  # closed: no longer open
     assert (await read(stream)).removed == new.name
     stream.cancel()
+
+
+async def test_lobby_and_party_retries_and_bad_input(service: Service) -> None:
+    lobby = Lobby(service)
+    ana, bia = service.player("ana"), service.player("bia")
+    table = await lobby.create("ana")
+    sit = matchmaking_pb2.SitDownRequest(name=table.name, request_id="sit-1")
+    first = await service.stub.SitDown(sit, metadata=bia)
+    assert await service.stub.SitDown(sit, metadata=bia) == first  # a retry: the first answer
+    code, _ = await code_of(
+        service.stub.SitDown(matchmaking_pb2.SitDownRequest(name=table.name, request_id="sit-1", seat=1), metadata=bia)
+    )
+    assert code == grpc.StatusCode.ALREADY_EXISTS  # the same id for another request
+    cases: list[tuple[Any, str]] = [
+        (service.stub.GetLobbyTable(matchmaking_pb2.GetLobbyTableRequest(name="tables/x"), metadata=ana), "name"),
+        (service.stub.ListLobbyTables(matchmaking_pb2.ListLobbyTablesRequest(page_size=-1), metadata=ana), "page_size"),
+        (service.stub.ListLobbyTables(matchmaking_pb2.ListLobbyTablesRequest(players=3), metadata=ana), "players"),
+        (service.stub.ListLobbyTables(matchmaking_pb2.ListLobbyTablesRequest(preset="x"), metadata=ana), "preset"),
+        (
+            service.stub.UpdateLobbyTable(
+                matchmaking_pb2.UpdateLobbyTableRequest(request_id="u", lobby_table=LobbyTable(name=table.name)),
+                metadata=ana,
+            ),
+            "update_mask",
+        ),
+        (
+            service.stub.SitDown(matchmaking_pb2.SitDownRequest(name=table.name, request_id="s", seat=7), metadata=ana),
+            "seat",
+        ),
+        (
+            service.stub.FillWithBots(
+                matchmaking_pb2.FillWithBotsRequest(name=table.name, request_id="f", level=9),  # type: ignore[arg-type]
+                metadata=ana,
+            ),
+            "level",
+        ),
+        (service.stub.SetReady(matchmaking_pb2.SetReadyRequest(name=table.name), metadata=ana), "request_id"),
+        (
+            service.stub.InviteToTable(
+                matchmaking_pb2.InviteToTableRequest(name=table.name, request_id="i", player="bob"), metadata=ana
+            ),
+            "player",
+        ),
+        (service.stub.GetParty(matchmaking_pb2.GetPartyRequest(name="party/1"), metadata=ana), "name"),
+    ]
+    for call, field in cases:
+        code, message = await code_of(call)
+        assert (code, message.split(":")[0]) == (grpc.StatusCode.INVALID_ARGUMENT, field), message
+    code, _ = await code_of(
+        service.stub.GetLobbyTable(matchmaking_pb2.GetLobbyTableRequest(name="lobbyTables/nope"), metadata=ana)
+    )
+    assert code == grpc.StatusCode.NOT_FOUND
+    code, _ = await code_of(service.stub.GetParty(matchmaking_pb2.GetPartyRequest(name="parties/nope"), metadata=ana))
+    assert code == grpc.StatusCode.NOT_FOUND
+    # A party holds two: a third is refused.
+    party = await service.stub.CreateParty(matchmaking_pb2.CreatePartyRequest(request_id="p"), metadata=ana)
+    await service.stub.InviteToParty(
+        matchmaking_pb2.InviteToPartyRequest(name=party.name, request_id="i1", player="players/bia"), metadata=ana
+    )
+    await service.stub.JoinParty(matchmaking_pb2.JoinPartyRequest(name=party.name, request_id="j"), metadata=bia)
+    code, message = await code_of(
+        service.stub.InviteToParty(
+            matchmaking_pb2.InviteToPartyRequest(name=party.name, request_id="i2", player="players/caio"), metadata=ana
+        )
+    )
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "full" in message
+    left = await service.stub.LeaveParty(
+        matchmaking_pb2.LeavePartyRequest(name=party.name, request_id="l"), metadata=ana
+    )
+    assert not left.members  # the leader left: disbanded

@@ -4,6 +4,9 @@ the wallet ends with no orphaned hold, and at most one table and one hold per ma
 
 from __future__ import annotations
 
+import asyncio
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -169,3 +172,49 @@ async def test_a_crash_in_the_middle_resumes_without_holding_twice(
         assert await platform.held("ana") == await platform.held("bia") == BET
         assert len(platform.tables.tables) == 1
     await platform.audit()
+
+
+async def test_shutdown_is_bounded_while_a_step_hangs(
+    platform: Platform_, db_target: DatabaseTarget, tmp_path: Path
+) -> None:
+    settings = replace(FAST, stop_timeout_seconds=0.5)
+    async with matchmaking_service(platform, db_target, tmp_path, settings=settings) as first:
+        clock = first.clock
+        platform.faults.hang.add("hold_bets")
+        tickets = await proposed_pair(first)
+        for ticket in tickets:
+            await first.confirm(ticket, ticket.players[0].removeprefix("players/"))
+        async with asyncio.timeout(10):
+            await platform.faults.hanging.wait()
+        started = time.monotonic()
+    assert time.monotonic() - started < 5  # the loop was cancelled after its bounded wait
+    platform.faults.hang.clear()
+    async with matchmaking_service(platform, db_target, tmp_path, clock=clock) as second:
+        await second.retries()
+        assert await states(second, tickets) == [Ticket.STATE_MATCHED] * 2
+    await platform.audit()
+
+
+async def test_two_replicas_never_propose_a_ticket_twice(
+    platform: Platform_, db_target: DatabaseTarget, tmp_path: Path
+) -> None:
+    async with (
+        matchmaking_service(platform, db_target, tmp_path) as one,
+        matchmaking_service(platform, db_target, tmp_path, clock=one.clock) as two,
+    ):
+        players = [f"p{i:02d}" for i in range(12)]
+        tickets = [await (one if i % 2 else two).ticket(p) for i, p in enumerate(players)]
+        await one.settle()
+        await two.settle()
+        seen = [await one.get(t) for t in tickets]
+        assert {t.state for t in seen} == {Ticket.STATE_PROPOSED}
+        matches: dict[str, list[str]] = {}
+        for ticket in seen:
+            matches.setdefault(ticket.assignment.match_id, []).append(ticket.name)
+        assert sorted(len(names) for names in matches.values()) == [2] * 6
+        for ticket in seen:
+            await (one if ticket.name < "m" else two).confirm(ticket, ticket.players[0].removeprefix("players/"))
+        await one.settle()
+        await two.settle()
+        assert {(await one.get(t)).state for t in tickets} == {Ticket.STATE_MATCHED}
+        assert len(platform.tables.tables) == 6

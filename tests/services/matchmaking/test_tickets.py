@@ -208,6 +208,9 @@ async def test_bad_input_gets_the_right_status(service: Service) -> None:
             service.stub.GetTicket(matchmaking_pb2.GetTicketRequest(name=ticket.name), metadata=metadata)
         )
         assert code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED)
+    watch = service.stub.WatchTicket(matchmaking_pb2.WatchTicketRequest(name=ticket.name), metadata=ana)
+    code, _ = await code_of(watch.read())  # another player's ticket: not found, nothing streamed
+    assert code == grpc.StatusCode.NOT_FOUND
     code, _ = await code_of(
         service.stub.CreateTicket(create(), metadata=service.service())  # a service must act for a player
     )

@@ -1,0 +1,487 @@
+"""`make bench-matchmaking`: the matcher's speed, the service's end-to-end rate, and match quality.
+
+1. One matching pass over 100,000 waiting tickets across every modality (8 presets, 2 and 4 seats,
+   express and three points targets, competitive at three bets and practice; 10% of the 4-seat
+   tickets are parties), on one core: the target is under 1 s. Baseline in the same run: bucketing
+   and sorting the same tickets by rating, the least any pass must do.
+2. Tickets matched per second end to end, through the gRPC service: the real wallet (every
+   player's bet held) and ranking services, a minimal in-process game-session service, SQLite in a
+   temporary folder and PostgreSQL (BURACO_BENCH_POSTGRES_URL, default
+   `postgresql://postgres@127.0.0.1:5432/test`, in a schema of its own dropped afterwards, skipped
+   when unreachable). Every player creates a ticket, follows it with WatchTicket, confirms the
+   proposal and waits for MATCHED; the rate is tickets matched over the time from the first
+   CreateTicket to the last MATCHED. Every server runs in one child process (so on one core at
+   most); the clients run in this one.
+3. Match quality on a simulated arrival stream (a Poisson stream of tickets over 30 simulated
+   minutes, ratings from a normal distribution, a pass every simulated second): the mean rating
+   spread per table (highest minus lowest ticket rating) and the mean wait, with the same stream
+   seated first come, first served (no skill) as the baseline.
+
+Each figure is printed as `bench: NAME VALUE UNIT`.
+
+    python -m services.matchmaking.bench [--tickets 100000] [--players 400] [--databases sqlite,postgresql]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+
+from buraco.v1 import (
+    common_pb2,
+    game_session_pb2,
+    game_session_pb2_grpc,
+    matchmaking_pb2,
+    matchmaking_pb2_grpc,
+    wallet_pb2,
+    wallet_pb2_grpc,
+)
+from engine.rules import PRESETS
+from services.common.auth import Kind, Minter, current_identity, ensure_dev_keys, load_private_key
+from services.common.config import Config
+from services.common.errors import NotFoundError
+from services.common.server import Deps, Server, ServiceSpec
+from services.matchmaking.matcher import BucketKey, Waiting, Windows, match_pass
+from services.matchmaking.service import build_spec
+from services.matchmaking.settings import MatchmakingSettings
+from services.ranking.service import SPEC as RANKING
+from services.wallet.service import WalletService
+from services.wallet.settings import WalletSettings
+
+BET = 10
+TARGETS = (0, 1005, 1505, 3005)
+BETS = (10, 100, 1000)
+
+
+def report(name: str, value: float, unit: str) -> None:
+    print(f"bench: {name} {value:.4g} {unit}", flush=True)
+
+
+# -- 1. the matcher ---------------------------------------------------------------------------------
+
+
+def random_key(rng: random.Random) -> BucketKey:
+    target = rng.choice(TARGETS)
+    length = common_pb2.MATCH_LENGTH_EXPRESS if target == 0 else common_pb2.MATCH_LENGTH_POINTS
+    competitive = rng.random() < 0.6
+    return (
+        rng.choice(list(PRESETS)),
+        rng.choice((2, 4)),
+        length,
+        target,
+        common_pb2.TABLE_MODE_COMPETITIVE if competitive else common_pb2.TABLE_MODE_PRACTICE,
+        rng.choice(BETS) if competitive else 0,
+    )
+
+
+def waiting_tickets(count: int, seed: int = 1) -> list[Waiting]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        key = random_key(rng)
+        party = key[1] == 4 and rng.random() < 0.1
+        players = (f"p{i}a", f"p{i}b") if party else (f"p{i}",)
+        recent = frozenset({f"p{rng.randrange(count)}"}) if rng.random() < 0.3 else frozenset()
+        out.append(Waiting(f"t{i}", key, players, rng.gauss(15, 7), rng.uniform(0, 180), recent=recent))
+    return out
+
+
+def _best_of_three(work: Any) -> tuple[float, float]:
+    """The best wall-clock and CPU (process) seconds of three runs of `work`."""
+    wall = cpu = float("inf")
+    for _ in range(3):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        work()
+        wall = min(wall, time.perf_counter() - started)
+        cpu = min(cpu, time.process_time() - started_cpu)
+    return wall, cpu
+
+
+def bench_matcher(count: int) -> None:
+    tickets = waiting_tickets(count)
+    windows = Windows()
+    tables = len(match_pass(tickets, windows))
+
+    def bucket_and_sort() -> None:
+        buckets: dict[BucketKey, list[Waiting]] = {}
+        for ticket in tickets:
+            buckets.setdefault(ticket.key, []).append(ticket)
+        for bucket in buckets.values():
+            bucket.sort(key=lambda w: w.rating)
+
+    wall, cpu = _best_of_three(lambda: match_pass(tickets, windows))
+    baseline_wall, baseline_cpu = _best_of_three(bucket_and_sort)
+    report(f"matcher_pass_{count}_tickets", wall, "s")
+    report(f"matcher_pass_{count}_tickets_cpu", cpu, "s")
+    report("matcher_pass_tables_formed", tables, "tables")
+    report("matcher_pass_baseline_bucket_and_sort", baseline_wall, "s")
+    report("matcher_pass_ratio_to_baseline", cpu / baseline_cpu, "x")
+
+
+# -- 3. match quality -------------------------------------------------------------------------------
+
+
+def fifo_pass(waiting: list[Waiting]) -> list[tuple[list[Waiting], float]]:
+    """The baseline: each bucket seated in arrival order, ratings ignored."""
+    buckets: dict[BucketKey, list[Waiting]] = {}
+    for ticket in sorted(waiting, key=lambda w: -w.waited_seconds):
+        buckets.setdefault(ticket.key, []).append(ticket)
+    tables = []
+    for key, bucket in buckets.items():
+        group: list[Waiting] = []
+        size = 0
+        for ticket in bucket:
+            if key[1] == 2 and len(ticket.players) > 1:
+                continue
+            if size + len(ticket.players) > key[1]:
+                continue
+            group.append(ticket)
+            size += len(ticket.players)
+            if size == key[1]:
+                ratings = [t.rating for t in group]
+                tables.append((group, max(ratings) - min(ratings)))
+                group, size = [], 0
+    return tables
+
+
+def simulate(skill: bool, seconds: int = 1800, rate: float = 20.0, seed: int = 3) -> tuple[float, float, int]:
+    """(mean spread, mean wait in seconds, tables) for a Poisson stream of `rate` tickets/s over
+    `seconds` of simulated time, with a pass every second."""
+    rng = random.Random(seed)
+    windows = Windows()
+    arrivals: dict[str, float] = {}
+    waiting: dict[str, Waiting] = {}
+    spreads: list[float] = []
+    waits: list[float] = []
+    keys = [random_key(rng) for _ in range(12)]  # the popular modalities of the simulation
+    count = 0
+    for now in range(seconds):
+        for _ in range(_poisson(rng, rate)):
+            count += 1
+            key = rng.choice(keys)
+            players = (f"p{count}a", f"p{count}b") if key[1] == 4 and rng.random() < 0.1 else (f"p{count}",)
+            waiting[f"t{count}"] = Waiting(f"t{count}", key, players, rng.gauss(15, 7), 0.0)
+            arrivals[f"t{count}"] = float(now)
+        current = [replace(w, waited_seconds=now - arrivals[w.ticket]) for w in waiting.values()]
+        if skill:
+            tables = [([waiting[t] for t in p.tickets], p.spread) for p in match_pass(current, windows)]
+        else:
+            tables = fifo_pass(current)
+        for members, spread in tables:
+            spreads.append(spread)
+            for member in members:
+                waits.append(now - arrivals[member.ticket])
+                del waiting[member.ticket]
+    return sum(spreads) / len(spreads), sum(waits) / len(waits), len(spreads)
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    # Knuth's method is slow for large means; the sum of exponential gaps is fine here.
+    count, total = 0, rng.expovariate(mean)
+    while total < 1.0:
+        count += 1
+        total += rng.expovariate(mean)
+    return count
+
+
+def bench_quality() -> None:
+    spread, wait, tables = simulate(skill=True)
+    fifo_spread, fifo_wait, _ = simulate(skill=False)
+    report("quality_tables", tables, "tables")
+    report("quality_mean_rating_spread", spread, "rating_points")
+    report("quality_mean_wait", wait, "s")
+    report("quality_fifo_mean_rating_spread", fifo_spread, "rating_points")
+    report("quality_fifo_mean_wait", fifo_wait, "s")
+    report("quality_spread_ratio_to_fifo", spread / fifo_spread, "x")
+
+
+# -- 2. end to end ----------------------------------------------------------------------------------
+
+
+class Tables(game_session_pb2_grpc.GameSessionServiceServicer):
+    """A minimal game-session service: CreateTable (idempotent), GetTable, CancelTable."""
+
+    def __init__(self, address: list[str]) -> None:
+        self.tables: dict[str, game_session_pb2.Table] = {}
+        self.address = address
+
+    async def CreateTable(self, request: game_session_pb2.CreateTableRequest, context: Any) -> game_session_pb2.Table:
+        current_identity().require_kind(Kind.SERVICE)
+        table = self.tables.get(request.table_id)
+        if table is None:
+            table = game_session_pb2.Table()
+            table.CopyFrom(request.table)
+            table.name = f"tables/{request.table_id}"
+            table.state = game_session_pb2.Table.STATE_WAITING
+            table.owner_address = self.address[0]
+            self.tables[request.table_id] = table
+        return table
+
+    async def GetTable(self, request: game_session_pb2.GetTableRequest, context: Any) -> game_session_pb2.Table:
+        table = self.tables.get(request.name.removeprefix("tables/"))
+        if table is None:
+            raise NotFoundError(f"{request.name} does not exist")
+        return table
+
+    async def CancelTable(self, request: game_session_pb2.CancelTableRequest, context: Any) -> game_session_pb2.Table:
+        table = await self.GetTable(game_session_pb2.GetTableRequest(name=request.name), context)
+        table.state = game_session_pb2.Table.STATE_CANCELLED
+        return table
+
+
+def _config(service: str, workdir: Path, database: tuple[str, str | None]) -> Config:
+    return Config(
+        service=service,
+        env="local",
+        port=0,
+        metrics_enabled=False,
+        database_url=database[0],
+        database_schema=database[1],
+        dev_keys_dir=workdir / "keys",
+        rate_limit_per_second=1e6,
+        rate_limit_burst=1_000_000,
+        service_rate_limit_per_second=1e6,
+        max_streams_per_caller=64,
+        shutdown_grace_seconds=2.0,
+        log_level="WARNING",
+    )
+
+
+@contextlib.asynccontextmanager
+async def platform(workdir: Path, kind: str, postgres_url: str) -> AsyncIterator[tuple[str, str, Minter]]:
+    """Wallet, ranking, game sessions and matchmaking in this process: (matchmaking address,
+    wallet address, a minter)."""
+    schema = None
+    if kind == "postgresql":
+        schema = f"bench_{uuid.uuid4().hex[:12]}"
+        connection = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+        await connection.execute(f'CREATE SCHEMA "{schema}"')
+        await connection.close()
+
+    def database(name: str) -> tuple[str, str | None]:
+        if kind == "sqlite":
+            return f"sqlite+aiosqlite:///{workdir / name}.db", None
+        return postgres_url, schema
+
+    private, _ = ensure_dev_keys(workdir / "keys")
+    minter = Minter(load_private_key(private), audience="buraco")
+    address: list[str] = [""]
+    tables = Tables(address)  # type: ignore[abstract]
+
+    def register(server: grpc.aio.Server, deps: Deps) -> None:
+        game_session_pb2_grpc.add_GameSessionServiceServicer_to_server(tables, server)
+
+    fake = ServiceSpec("game_session", ("buraco.v1.GameSessionService",), register, Path(__file__).parent)
+    servers: list[Server] = []
+    try:
+        wallet_settings = WalletSettings(starting_grant_chips=0, expiry_sweep_interval=timedelta(0))
+        for spec, name in (
+            (WalletService(settings=wallet_settings).spec(), "wallet"),
+            (RANKING, "ranking"),
+            (fake, "game_session"),
+        ):
+            server = Server(
+                spec, replace(_config(name, workdir, database(name)), migrate_on_start=name != "game_session")
+            )
+            await server.start()
+            servers.append(server)
+        address[0] = servers[2].address
+        addresses = {"wallet": servers[0].address, "ranking": servers[1].address, "game_session": address[0]}
+        settings = MatchmakingSettings(tick_seconds=0.05)
+        mm_config = replace(_config("matchmaking", workdir, database("matchmaking")), addresses=addresses)
+        matchmaking = Server(build_spec(settings=settings), mm_config)
+        await matchmaking.start()
+        servers.append(matchmaking)
+        yield matchmaking.address, servers[0].address, minter
+    finally:
+        for server in reversed(servers):
+            await server.stop(0)
+        if schema is not None:
+            connection = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+            await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            await connection.close()
+
+
+def _bearer(minter: Minter, kind: Kind, name: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {minter.mint(kind, name)}"),)
+
+
+async def bench_end_to_end(kind: str, players: int, postgres_url: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        async with platform_process(kind, Path(folder), postgres_url) as (address, wallet_address, minter):
+            names = [f"b{i:05d}" for i in range(players)]
+            admin = _bearer(minter, Kind.ADMIN, "bench")
+            async with grpc.aio.insecure_channel(wallet_address) as channel:
+                wallet = wallet_pb2_grpc.WalletServiceStub(channel)
+                gate = asyncio.Semaphore(32)
+
+                async def fund(player: str) -> None:
+                    async with gate:
+                        await wallet.CreateAccount(
+                            wallet_pb2.CreateAccountRequest(request_id=f"o-{player}", player=f"players/{player}"),
+                            metadata=admin,
+                        )
+                        await wallet.Grant(
+                            wallet_pb2.GrantRequest(
+                                request_id=f"g-{player}",
+                                player=f"players/{player}",
+                                amount_chips=1000,
+                                kind=wallet_pb2.GrantRequest.KIND_PROMOTION,
+                            ),
+                            metadata=admin,
+                        )
+
+                await asyncio.gather(*(fund(p) for p in names))
+            async with grpc.aio.insecure_channel(address) as channel:
+                stub = matchmaking_pb2_grpc.MatchmakingServiceStub(channel)
+                waits: list[float] = []
+
+                async def play(player: str) -> None:
+                    metadata = _bearer(minter, Kind.PLAYER, player)
+                    started = time.perf_counter()
+                    request = matchmaking_pb2.CreateTicketRequest(
+                        request_id=f"t-{player}",
+                        ticket=matchmaking_pb2.Ticket(
+                            preferences=matchmaking_pb2.MatchPreferences(
+                                preset="aberto",
+                                players=2,
+                                length=common_pb2.MATCH_LENGTH_EXPRESS,
+                                mode=common_pb2.TABLE_MODE_COMPETITIVE,
+                                bet_chips=BET,
+                            )
+                        ),
+                    )
+                    for attempt in range(5):  # as a client does: UNAVAILABLE is retried, same request id
+                        try:
+                            ticket = await stub.CreateTicket(request, metadata=metadata)
+                            break
+                        except grpc.aio.AioRpcError as error:
+                            if error.code() != grpc.StatusCode.UNAVAILABLE or attempt == 4:
+                                raise
+                            await asyncio.sleep(0.1 * 2**attempt)
+                    stream = stub.WatchTicket(matchmaking_pb2.WatchTicketRequest(name=ticket.name), metadata=metadata)
+                    confirmed = False
+                    async for update in stream:
+                        if update.state == matchmaking_pb2.Ticket.STATE_PROPOSED and not confirmed:
+                            confirmed = True
+                            await stub.ConfirmTicket(
+                                matchmaking_pb2.ConfirmTicketRequest(name=ticket.name, request_id=f"c-{player}"),
+                                metadata=metadata,
+                            )
+                        elif update.state == matchmaking_pb2.Ticket.STATE_MATCHED:
+                            waits.append(time.perf_counter() - started)
+                            return
+                        elif update.state not in (
+                            matchmaking_pb2.Ticket.STATE_SEARCHING,
+                            matchmaking_pb2.Ticket.STATE_PROPOSED,
+                        ):
+                            raise AssertionError(f"{player}: {update}")
+
+                started = time.perf_counter()
+                async with asyncio.timeout(600):
+                    await asyncio.gather(*(play(p) for p in names))
+                elapsed = time.perf_counter() - started
+            waits.sort()
+            report(f"e2e_{kind}_tickets_matched_per_second", len(waits) / elapsed, "tickets/s")
+            report(f"e2e_{kind}_time_to_matched_p50", waits[len(waits) // 2] * 1000, "ms")
+            report(f"e2e_{kind}_time_to_matched_p99", waits[min(len(waits) - 1, int(0.99 * len(waits)))] * 1000, "ms")
+
+
+async def postgres_reachable(url: str) -> bool:
+    try:
+        connection = await asyncpg.connect(url.replace("+asyncpg", ""), timeout=5)
+    except (OSError, asyncpg.PostgresError, TimeoutError):
+        return False
+    await connection.close()
+    return True
+
+
+async def serve_platform(kind: str, workdir: Path, postgres_url: str) -> int:
+    """The child process of the end-to-end run: serves the platform, prints its addresses as one
+    JSON line, and stops when its standard input closes."""
+    async with platform(workdir, kind, postgres_url) as (address, wallet_address, _):
+        print(json.dumps({"matchmaking": address, "wallet": wallet_address}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    return 0
+
+
+@contextlib.asynccontextmanager
+async def platform_process(kind: str, workdir: Path, postgres_url: str) -> AsyncIterator[tuple[str, str, Minter]]:
+    """The platform in a process of its own (the servers on one core, the clients on another)."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.matchmaking.bench",
+            "--serve",
+            kind,
+            "--workdir",
+            str(workdir),
+            "--postgres-url",
+            postgres_url,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        line = await asyncio.get_running_loop().run_in_executor(None, child.stdout.readline)
+        addresses = json.loads(line)
+        private, _ = ensure_dev_keys(workdir / "keys")
+        yield addresses["matchmaking"], addresses["wallet"], Minter(load_private_key(private), audience="buraco")
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, lambda: child.wait(timeout=60))
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+async def main(args: argparse.Namespace) -> int:
+    if args.serve:
+        return await serve_platform(args.serve, Path(args.workdir), args.postgres_url)
+    bench_matcher(args.tickets)
+    bench_quality()
+    for kind in args.databases.split(","):
+        if kind == "postgresql" and not await postgres_reachable(args.postgres_url):
+            print(f"bench: skipped PostgreSQL, not reachable at {args.postgres_url}", flush=True)
+            continue
+        await bench_end_to_end(kind, args.players, args.postgres_url)
+    return 0
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m services.matchmaking.bench")
+    parser.add_argument("--tickets", type=int, default=100_000, help="waiting tickets of the matcher pass")
+    parser.add_argument("--players", type=int, default=400, help="players of the end-to-end run")
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the end-to-end run's child
+    parser.add_argument("--workdir", default="", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("BURACO_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"),
+    )
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main(parse())))

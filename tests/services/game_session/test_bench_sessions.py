@@ -1,0 +1,49 @@
+"""`make bench-sessions` at its smoke size: the whole run (echo baseline, the game-session process on
+PostgreSQL, the driver, both scenarios) ends well and prints every figure."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+from tests.services.harness import ROOT
+
+FIGURES = {
+    "sessions_echo_unary_rate": "calls/s",
+    "sessions_human_concurrent_tables": "tables",
+    "sessions_human_actions_per_s": "actions/s",
+    "sessions_human_latency_p50": "ms",
+    "sessions_human_latency_p99": "ms",
+    "sessions_memory_per_table": "KiB",
+    "sessions_human_cpu_per_1000_actions": "s",
+    "sessions_human_driver_loop_lag_p99": "ms",
+    "sessions_human_health_check_p99": "ms",
+    "sessions_errors": "errors",
+    "sessions_max_sustained_actions_per_s": "actions/s",
+    "sessions_max_sustained_latency_p99": "ms",
+    "sessions_max_sustained_cpu_per_1000_actions": "s",
+    "sessions_max_sustained_vs_echo": "ratio",
+}
+
+
+def test_the_bench_prints_every_figure(postgres_url: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "services.game_session.bench", "--smoke", "--postgres-url", postgres_url],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    figures: dict[str, tuple[float, str]] = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("bench: "):
+            _, name, number, unit = line.split()
+            figures[name] = (float(number), unit)
+    for name, unit in FIGURES.items():
+        assert name in figures, f"{name} missing from:\n{run.stdout}"
+        value, printed_unit = figures[name]
+        assert printed_unit == unit and math.isfinite(value), (name, value, printed_unit)
+    assert figures["sessions_errors"][0] == 0
+    assert figures["sessions_human_concurrent_tables"][0] == 6
+    assert figures["sessions_human_actions_per_s"][0] > 10  # 6 tables at 5 actions/s each were offered
+    assert figures["sessions_max_sustained_actions_per_s"][0] > 0
+    assert figures["sessions_echo_unary_rate"][0] > 100
