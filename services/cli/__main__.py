@@ -157,6 +157,8 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         table = args.table
+        if table and not table.startswith("tables/"):
+            table = f"tables/{table}"
         if not table:
             spec = play.PracticeTable(
                 player=args.player, players=args.players, preset=args.preset, target_points=args.target,
@@ -216,11 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     play_parser.add_argument("--draw-seconds", type=int, default=120)
     play_parser.add_argument("--play-seconds", type=int, default=300)
     play_parser.add_argument("--no-color", action="store_true", help="no ANSI colours for red suits")
-    for each in (play_parser,):
-        each.add_argument("--token", help="use this player token instead of minting one")
-        each.add_argument("--ttl", type=float, default=6 * 3600.0)
-        each.add_argument("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco")
-        each.add_argument("--address", help="host:port (default: BURACO_GAME_SESSION_ADDRESS)")
+    play_parser.add_argument("--token", help="use this player token instead of minting one")
+    play_parser.add_argument("--ttl", type=float, default=6 * 3600.0)
+    play_parser.add_argument("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco")
+    play_parser.add_argument("--address", help="host:port (default: BURACO_GAME_SESSION_ADDRESS)")
     play_parser.set_defaults(run=cmd_play)
 
     watch_parser = commands.add_parser("watch", help="spectate a table")

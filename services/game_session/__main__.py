@@ -2,11 +2,14 @@
 
 The event loop is uvloop's when it is installed (requirements.txt): a game-session replica spends
 much of its time scheduling callbacks for gRPC calls and streams, which uvloop does for less CPU.
+The garbage collector never re-scans what was loaded at start (below).
 """
 
 import asyncio
+import gc
 
 from services.common.server import main
+from services.game_session import manager
 from services.game_session.service import SPEC
 
 try:
@@ -15,5 +18,10 @@ except ImportError:  # pragma: no cover - the plain asyncio loop works too
     pass
 else:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+# What was loaded at start lives as long as the process: out of the collector's sight. (The
+# manager does the same for tables as they age: manager.settle_garbage_collector.)
+gc.freeze()
+manager.FREEZE_SURVIVORS = True
 
 raise SystemExit(main(SPEC))

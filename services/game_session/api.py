@@ -30,13 +30,14 @@ from services.common.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     PermissionDeniedError,
+    UnavailableError,
 )
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.common.server import Deps
 from services.game_session import models
 from services.game_session import settings as settings_module
 from services.game_session.clock import Clock, RealClock
-from services.game_session.manager import Manager, Subscriber
+from services.game_session.manager import Manager
 from services.game_session.outbox import Call, Deliverer, grpc_calls
 from services.game_session.settings import GameSessionSettings
 from services.game_session.table import Entry, LiveTable, State, ruleset_for, ruleset_spec
@@ -150,7 +151,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 ])
             await session.execute(models.leases.insert().values(
                 table_id=table_id, owner_address=self.manager.address, owner_id=self.manager.owner_id, epoch=1,
-                expires_ms=now + int(self.settings.lease_seconds * 1000), live=1,
+                live=1,
             ))
             created.append(table)
             return table.table_proto(self.manager.address)
@@ -295,13 +296,8 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         table = await self._table(request.table)
         viewer, player = self._viewer(table, identity)
         sub, first = await self.manager.subscribe(table, viewer, player, request.after_seq)
-        async for event in self._stream(table, sub, first, request.after_seq):
-            yield event
-
-    async def _stream(
-        self, table: LiveTable, sub: Subscriber, first: list[game_session_pb2.TableEvent], after_seq: int
-    ) -> AsyncIterator[game_session_pb2.TableEvent]:
-        last = after_seq
+        # one generator from the queue to the wire (each layer costs every message a hop)
+        last = request.after_seq
         try:
             for event in first:
                 last = max(last, event.seq)
@@ -310,19 +306,17 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                     return
             if first and first[0].HasField("snapshot") and not table.live:
                 return
+            queue, event_for = sub.queue, self.manager.event_for
             while True:
-                entry = await sub.queue.get()
+                entry = await queue.get()
                 if entry is None:
-                    from services.common.errors import UnavailableError
-
                     if table.lost:
                         raise self.manager._not_owner(table)
                     raise UnavailableError("stream ended (too far behind); resume with after_seq")
                 if entry.seq <= last:
                     continue
                 last = entry.seq
-                event = self.manager.event_for(table, entry, sub)
-                yield event
+                yield event_for(table, entry, sub)
                 if entry.type in ("match_ended", "table_cancelled"):
                     return
         finally:
@@ -575,8 +569,8 @@ def attach(server: grpc.aio.Server, api: GameSessionApi, bound: dict[str, str] |
         return port
 
     async def start() -> None:
-        await original_start()
         await api.start()
+        await original_start()
 
     async def stop(grace: float | None = None) -> None:
         await api.stop()

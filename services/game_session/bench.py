@@ -467,7 +467,7 @@ def server_env(workdir: Path, args: argparse.Namespace, schema: str | None) -> d
         "BURACO_SERVICE_RATE_LIMIT_PER_SECOND": "1000000",
         "BURACO_MAX_STREAMS_PER_CALLER": "100",
         "BURACO_GAME_SESSION_BOT_DELAY_MS": "0",
-        "BURACO_GAME_SESSION_START_WAIT_SECONDS": "5",
+        "BURACO_GAME_SESSION_START_SECONDS": "5",
         # the driver's players never drop; a table it lets go must not turn into a bot table
         "BURACO_GAME_SESSION_DISCONNECT_GRACE_SECONDS": "86400",
     }

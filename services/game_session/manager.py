@@ -11,6 +11,7 @@ rebuilt from its log when next needed) so memory never runs ahead of the log.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import uuid
@@ -20,7 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from buraco.v1 import common_pb2, game_session_pb2, ranking_pb2, wallet_pb2
+from buraco.v1 import common_pb2, game_session_pb2, ranking_pb2, tournament_pb2, wallet_pb2
 from engine.actions import DRAW, Discard
 from engine.bots.heuristic import HeuristicBot
 from services.common.db import Database
@@ -96,6 +97,7 @@ class Manager:
         self.stopping = False
         #: False only in tests that simulate a crash: the leases then run out instead.
         self.release_on_stop = True
+        self._owned_at_stop: list[str] = []
         #: Called after a change that ended a match wrote outbox rows (wakes the deliverer).
         self.on_outbox: Callable[[], None] = lambda: None
         self.events_total = Counter(
@@ -122,12 +124,20 @@ class Manager:
         return int(self.clock.now() * 1000)
 
     async def start(self) -> None:
+        """Register this replica's heartbeat (before serving: its new tables must not look
+        orphaned), then start the writer and the maintenance loop."""
+        await self.heartbeat()
         self.writer.start()
         self._loop_task = asyncio.get_running_loop().create_task(self._maintain(), name="game-session-leases")
+
+    async def heartbeat(self) -> None:
+        ttl = int(self.settings.lease_seconds * 1000)
+        await store.heartbeat(self.db, self.owner_id, self.address, self.now_ms(), ttl)
 
     async def stop(self) -> None:
         """Graceful stop: no more changes, streams told to resume elsewhere, leases released."""
         self.stopping = True
+        self._owned_at_stop = [t for t, table in self.tables.items() if table.live]
         if self._loop_task is not None:
             self._loop_task.cancel()
         for table_id in list(self.tables):
@@ -138,8 +148,8 @@ class Manager:
         if not self.release_on_stop:
             return
         try:
-            released = await store.release(self.db, self.owner_id)
-            log.info("leases released", extra={"fields": {"tables": released}})
+            await store.release(self.db, self.owner_id)
+            log.info("leases released", extra={"fields": {"tables": len(self._owned_at_stop)}})
         except Exception:
             log.exception("could not release the leases")
 
@@ -165,13 +175,18 @@ class Manager:
                 raise
             except Exception:
                 log.exception("lease maintenance failed")
+            settle_garbage_collector()
             await asyncio.sleep(self.settings.scan_seconds)
 
     async def renew_and_scan(self) -> None:
         now = self.now_ms()
-        ttl = int(self.settings.lease_seconds * 1000)
-        held = await store.renew(self.db, self.owner_id, now, ttl)
-        for table_id, table in list(self.tables.items()):
+        await self.heartbeat()
+        # only tables known before the query are checked against it (one created meanwhile is ours)
+        known = list(self.tables.items())
+        held = await store.held(self.db, self.owner_id)
+        for table_id, table in known:
+            if self.tables.get(table_id) is not table:
+                continue
             runtime = self.runtime.get(table_id)
             if not table.live and (runtime is None or not runtime.subscribers) and \
                     now - table.last_event_ms > FINISHED_KEPT_MS:
@@ -241,7 +256,7 @@ class Manager:
             return None
         new_epoch = await store.take_over(
             self.db, table_id, seen_epoch=epoch, owner_address=self.address, owner_id=self.owner_id,
-            now_ms=self.now_ms(), ttl_ms=int(self.settings.lease_seconds * 1000), force=force,
+            now_ms=self.now_ms(), force=force,
         )
         if new_epoch is None:
             return None
@@ -354,6 +369,8 @@ class Manager:
                 table.requests[(request[0], request[1])] = store_request(request[2], out)
             await self._persist(table, out, state_changed=table.state != was_state)
             self._publish(table, runtime, out)
+            for entry in out:
+                entry.seal(table.players)
         self.schedule(table)
         return result, out
 
@@ -362,10 +379,9 @@ class Manager:
 
     async def _persist(self, table: LiveTable, out: list[Entry], *, state_changed: bool) -> None:
         now = self.now_ms()
-        write = store.Write(
-            table.table_id, table.epoch, self.owner_id,
-            [(e.seq, json.dumps(e.data, separators=(",", ":"))) for e in out],
-        )
+        for entry in out:
+            entry.raw = json.dumps(entry.data, separators=(",", ":"))
+        write = store.Write(table.table_id, table.epoch, self.owner_id, [(e.seq, e.raw or "") for e in out])
         if state_changed or any(e.type in ("hand_ended", "match_ended") for e in out):
             write.table_update = {"state": table.state, "seq": table.seq, "updated_ms": now,
                                   "match_scores": json.dumps(table.match.totals)}
@@ -723,6 +739,21 @@ class Manager:
                 self._resolve(table, True, now, out)
 
 
+#: Set by the service's own process (`__main__`): the collector is process-wide, so an in-process
+#: server (tests) leaves it alone.
+FREEZE_SURVIVORS = False
+
+
+def settle_garbage_collector() -> None:
+    """Collect the young generations, then move every survivor out of the collector's sight
+    (`gc.freeze`): tables and their logs live long, and a full collection over them all would
+    pause every table (hundreds of milliseconds at a thousand tables). Cycles that become garbage
+    later in frozen objects are not collected; the service makes few (asyncio's are young)."""
+    if FREEZE_SURVIVORS:
+        gc.collect(1)
+        gc.freeze()
+
+
 def _cards(hand: Any, seat: int) -> list[str]:
     from engine.cards import format_many
 
@@ -736,12 +767,12 @@ def store_request(digest: str, out: list[Entry]) -> Any:
 
 
 def outbox_requests(table: LiveTable, out: list[Entry], now_ms: int) -> list[tuple[str, bytes]]:
-    """What a match end owes the other services: wallet Settle (or Void when annulled) for a
-    competitive match with stakes, ranking RecordMatch for a competitive match; nothing for a
-    practice table. The match id is every call's idempotency key. Bots are never reported: a
-    seat's result belongs to its player."""
+    """What a match end owes the other services: the tournament's ReportMatchResult for a
+    tournament's table; wallet Settle (or Void) for a competitive match with stakes, ranking
+    RecordMatch for a competitive match; nothing else for a practice table. The match id is every
+    call's idempotency key. Bots are never reported: a seat's result belongs to its player."""
     ended = next((e for e in out if e.type == "match_ended"), None)
-    if ended is None or not table.competitive:
+    if ended is None:
         return []
     x = ended.data.get("x", {})
     annulled = bool(x.get("annulled", False))
@@ -752,10 +783,27 @@ def outbox_requests(table: LiveTable, out: list[Entry], now_ms: int) -> list[tup
         common_pb2.PlayerOutcome(player=f"players/{o['player']}", seat=o["seat"], outcome=_OUTCOME[o["outcome"]])
         for o in outcomes
     ]
+    if table.description.tournament:
+        report = tournament_pb2.ReportMatchResultRequest(
+            request_id=match_id, tournament=table.description.tournament, match_id=match_id,
+            outcomes=player_outcomes, match_scores=table.match.totals,
+        )
+        owed.append(("tournament.ReportMatchResult", report.SerializeToString()))
+    if not table.competitive:
+        return owed
+    won = any(o["outcome"] == "won" for o in outcomes)
     if table.options.bet_chips > 0 and outcomes:
-        if annulled:
+        if annulled or not won:
+            # annulled, or every player of the winning side abandoned (a bot won for them): the
+            # stakes go back, except those of the players who abandoned, which go to the others
+            # (to the house when everyone abandoned): the wallet's Void with penalties
+            reason = (
+                "match annulled by its players"
+                if annulled
+                else "no winner left at the table: every player of the winning side abandoned"
+            )
             void = wallet_pb2.VoidRequest(
-                request_id=match_id, match_id=match_id, reason="match annulled by its players",
+                request_id=match_id, match_id=match_id, reason=reason,
                 penalised_players=[f"players/{o['player']}" for o in outcomes if o["player"] in _abandoned(table)],
             )
             owed.append(("wallet.Void", void.SerializeToString()))
@@ -783,7 +831,10 @@ def outbox_requests(table: LiveTable, out: list[Entry], now_ms: int) -> list[tup
 
 
 def _abandoned(table: LiveTable) -> set[str]:
-    return {s.player for s in table.seats if s.player is not None and s.abandoned}
+    return {
+        s.player for s in table.seats
+        if s.player is not None and (s.abandoned or (s.bot_controlled and s.takeover_reason == "disconnected"))
+    }
 
 
 _OUTCOME = {

@@ -52,7 +52,8 @@ events = Table(
 )
 
 #: Ownership: one replica at a time appends to a table's log. `epoch` grows at every change of
-#: owner; an append is accepted only under the epoch the appending replica holds (fencing).
+#: owner; an append is accepted only under the epoch the appending replica holds (fencing). A
+#: lease lasts as long as its owner's heartbeat (`replicas`).
 leases = Table(
     "game_session_leases",
     metadata,
@@ -60,8 +61,17 @@ leases = Table(
     Column("owner_address", String(200), nullable=False),
     Column("owner_id", String(64), nullable=False, index=True),
     Column("epoch", BigInteger, nullable=False),
-    Column("expires_ms", BigInteger, nullable=False, index=True),
     Column("live", Integer, nullable=False),
+)
+
+#: The replicas' heartbeats: one row per process (`owner_id` is random per process), renewed every
+#: scan; a replica whose `expires_ms` passed is presumed gone and its tables may be taken over.
+replicas = Table(
+    "game_session_replicas",
+    metadata,
+    Column("owner_id", String(64), primary_key=True),
+    Column("address", String(200), nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
 )
 
 #: Calls to other services that a match end owes (wallet settle/void, ranking record), written in

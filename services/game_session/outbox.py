@@ -1,6 +1,7 @@
 """Delivering what match ends owe the wallet and ranking: the outbox.
 
-A match end writes its calls (wallet Settle or Void, ranking RecordMatch) to
+A match end writes its calls (wallet Settle or Void, ranking RecordMatch, tournament
+ReportMatchResult for a tournament's table) to
 `game_session_outbox` in the transaction that ends the match. The deliverer (every replica runs
 one) claims due rows, makes the calls with the match id as idempotency key, and marks them
 delivered; a transient failure is retried with exponential backoff; a permanent refusal (bad
@@ -20,7 +21,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import func, select, update
 
-from buraco.v1 import ranking_pb2, wallet_pb2
+from buraco.v1 import ranking_pb2, tournament_pb2, wallet_pb2
 from services.common.client import Clients
 from services.common.db import Database
 from services.game_session import models
@@ -31,7 +32,7 @@ log = logging.getLogger("buraco.game_session.outbox")
 
 #: Calls a row may hold, and how each is made.
 Call = Callable[[bytes], Awaitable[None]]
-TARGETS = ("wallet.Settle", "wallet.Void", "ranking.RecordMatch")
+TARGETS = ("wallet.Settle", "wallet.Void", "ranking.RecordMatch", "tournament.ReportMatchResult")
 #: Codes that will not change on a retry: the row needs a person.
 PERMANENT = frozenset({
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -56,7 +57,12 @@ def grpc_calls(clients: Clients, timeout: float = 10.0) -> dict[str, Call]:
     async def record(data: bytes) -> None:
         await clients.ranking.RecordMatch(ranking_pb2.RecordMatchRequest.FromString(data), timeout=timeout)
 
-    return {"wallet.Settle": settle, "wallet.Void": void, "ranking.RecordMatch": record}
+    async def report(data: bytes) -> None:
+        request = tournament_pb2.ReportMatchResultRequest.FromString(data)
+        await clients.tournament.ReportMatchResult(request, timeout=timeout)
+
+    return {"wallet.Settle": settle, "wallet.Void": void, "ranking.RecordMatch": record,
+            "tournament.ReportMatchResult": report}
 
 
 class Deliverer:

@@ -25,11 +25,15 @@ SETTINGS: tuple[Setting, ...] = (
         "TESTS ONLY, refused when BURACO_ENV=production: a master seed from which every hand's seed "
         "is derived (HMAC-SHA256 of the table name and hand number), so two runs deal alike",
     ),
-    Setting("BURACO_GAME_SESSION_LEASE_SECONDS", "10", "how long a table's lease lasts without renewal"),
+    Setting(
+        "BURACO_GAME_SESSION_LEASE_SECONDS",
+        "10",
+        "how long a replica's heartbeat (and so its tables' leases) lasts without renewal",
+    ),
     Setting(
         "BURACO_GAME_SESSION_TAKEOVER_SCAN_SECONDS",
         "3",
-        "how often a replica renews its leases and looks for tables whose lease ran out",
+        "how often a replica renews its heartbeat and looks for tables whose owner's heartbeat ran out",
     ),
     Setting(
         "BURACO_GAME_SESSION_START_SECONDS",

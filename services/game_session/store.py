@@ -9,8 +9,9 @@ its batch to commit before anyone is told about its events.
 
 On PostgreSQL a few workers commit side by side (each on its own connection), so a batch does not
 wait for the previous one's fsync; a table has at most one change in flight (its lock), so two
-batches never hold the same lease row, and every statement that locks several lease rows (the
-batches, the renewal) locks them in table id order: no deadlock. SQLite has one writer.
+batches never hold the same lease row, and they lock their rows in table id order: no deadlock.
+Leases are renewed through one heartbeat row per replica (`game_session_replicas`), never by
+touching the lease rows, so renewals and appends do not wait for each other. SQLite has one writer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, delete, select, text, update
+from sqlalchemy import and_, delete, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
@@ -251,17 +252,50 @@ class LeaseRow:
     owner_address: str
     owner_id: str
     epoch: int
+    #: Until when the owner's heartbeat vouches for it (0: the owner is gone or stopped).
     expires_ms: int
     live: bool
 
 
+def _alive(now_ms: int) -> Any:
+    """The lease's owner has a heartbeat that has not run out."""
+    replicas, leases = models.replicas, models.leases
+    return (
+        select(replicas.c.owner_id)
+        .where(replicas.c.owner_id == leases.c.owner_id, replicas.c.expires_ms >= now_ms)
+        .exists()
+    )
+
+
 async def lease_of(db: Database, table_id: str) -> LeaseRow | None:
-    leases = models.leases
+    leases, replicas = models.leases, models.replicas
     async with db.transaction() as session:
-        row = (await session.execute(select(leases).where(leases.c.table_id == table_id))).first()
+        row = (
+            await session.execute(
+                select(leases, replicas.c.expires_ms)
+                .select_from(leases.outerjoin(replicas, replicas.c.owner_id == leases.c.owner_id))
+                .where(leases.c.table_id == table_id)
+            )
+        ).first()
     if row is None:
         return None
-    return LeaseRow(row.table_id, row.owner_address, row.owner_id, int(row.epoch), int(row.expires_ms), bool(row.live))
+    return LeaseRow(
+        row.table_id, row.owner_address, row.owner_id, int(row.epoch), int(row.expires_ms or 0), bool(row.live)
+    )
+
+
+async def heartbeat(db: Database, owner_id: str, address: str, now_ms: int, ttl_ms: int) -> None:
+    """Register or renew this replica: one row, whatever the number of tables it owns (so a
+    renewal never waits for, or holds up, the log appends that lock lease rows)."""
+    replicas = models.replicas
+    async with db.transaction() as session:
+        result = await session.execute(
+            update(replicas).where(replicas.c.owner_id == owner_id).values(address=address, expires_ms=now_ms + ttl_ms)
+        )
+        if getattr(result, "rowcount", 0) != 1:
+            await session.execute(
+                replicas.insert().values(owner_id=owner_id, address=address, expires_ms=now_ms + ttl_ms)
+            )
 
 
 async def take_over(
@@ -272,37 +306,25 @@ async def take_over(
     owner_address: str,
     owner_id: str,
     now_ms: int,
-    ttl_ms: int,
     force: bool = False,
 ) -> int | None:
-    """Become the owner of a table whose lease ran out (or, `force`, whose owner is known gone):
-    the new epoch, or None when another replica got there first."""
+    """Become the owner of a table whose owner's heartbeat ran out (or, `force`, whose owner is
+    known gone): the new epoch, or None when another replica got there first."""
     leases = models.leases
     condition = and_(leases.c.table_id == table_id, leases.c.epoch == seen_epoch)
     if not force:
-        condition = and_(condition, leases.c.expires_ms < now_ms)
+        condition = and_(condition, ~_alive(now_ms))
     async with db.transaction() as session:
         result = await session.execute(
-            update(leases)
-            .where(condition)
-            .values(owner_address=owner_address, owner_id=owner_id, epoch=seen_epoch + 1, expires_ms=now_ms + ttl_ms)
+            update(leases).where(condition).values(owner_address=owner_address, owner_id=owner_id, epoch=seen_epoch + 1)
         )
     return seen_epoch + 1 if getattr(result, "rowcount", 0) == 1 else None
 
 
-async def renew(db: Database, owner_id: str, now_ms: int, ttl_ms: int) -> dict[str, int]:
-    """Extend every lease this replica holds; returns {table id: epoch} of the leases it holds."""
+async def held(db: Database, owner_id: str) -> dict[str, int]:
+    """{table id: epoch} of the leases this replica holds."""
     leases = models.leases
     async with db.transaction() as session:
-        if db.dialect == "postgresql":
-            # lock the rows in table id order, as the writer does: the two never deadlock
-            await session.execute(
-                text(
-                    "SELECT table_id FROM game_session_leases WHERE owner_id = :owner ORDER BY table_id FOR UPDATE"
-                ),
-                {"owner": owner_id},
-            )
-        await session.execute(update(leases).where(leases.c.owner_id == owner_id).values(expires_ms=now_ms + ttl_ms))
         rows = (
             await session.execute(select(leases.c.table_id, leases.c.epoch).where(leases.c.owner_id == owner_id))
         ).all()
@@ -312,28 +334,27 @@ async def renew(db: Database, owner_id: str, now_ms: int, ttl_ms: int) -> dict[s
 async def expired_live(
     db: Database, now_ms: int, *, address: str, owner_id: str, limit: int = 200
 ) -> list[tuple[str, int, bool]]:
-    """Live tables whose lease ran out, or whose owner had this replica's address (a previous
-    process at this address is gone: it cannot hold the port we bound): (id, epoch, force)."""
+    """Live tables whose owner's heartbeat ran out, or whose owner had this replica's address (a
+    previous process at this address is gone: it cannot hold the port we bound): (id, epoch, force)."""
     leases = models.leases
     async with db.transaction() as session:
         rows = (
             await session.execute(
-                select(leases.c.table_id, leases.c.epoch, leases.c.owner_address, leases.c.expires_ms)
+                select(leases.c.table_id, leases.c.epoch, leases.c.owner_address, _alive(now_ms).label("alive"))
                 .where(leases.c.live == 1, leases.c.owner_id != owner_id)
-                .where((leases.c.expires_ms < now_ms) | (leases.c.owner_address == address))
+                .where(~_alive(now_ms) | (leases.c.owner_address == address))
                 .limit(limit)
             )
         ).all()
-    return [(row.table_id, int(row.epoch), int(row.expires_ms) >= now_ms) for row in rows]
+    return [(row.table_id, int(row.epoch), bool(row.alive)) for row in rows]
 
 
-async def release(db: Database, owner_id: str) -> int:
-    """Give up every lease this replica holds (graceful stop): another takes them over at once."""
+async def release(db: Database, owner_id: str) -> None:
+    """Give up every table this replica owns (graceful stop): its heartbeat ends now, so others
+    take its tables over at once."""
     async with db.transaction() as session:
-        result = await session.execute(
-            update(models.leases).where(models.leases.c.owner_id == owner_id).values(expires_ms=0)
-        )
-    return int(getattr(result, "rowcount", 0) or 0)
+        replicas = models.replicas
+        await session.execute(update(replicas).where(replicas.c.owner_id == owner_id).values(expires_ms=0))
 
 
 @dataclass

@@ -141,23 +141,60 @@ class SeatState:
         return self.player is None or self.bot_controlled
 
 
-@dataclass
 class Entry:
-    seq: int
-    data: dict[str, Any]
-    #: TableEvent per viewer class (seat number, or -1 for spectators), built once.
-    protos: dict[int, TableEvent] = field(default_factory=dict)
-    _event: Event | None = None
+    """One logged event. Entries of the current and the previous hand are kept ready (the dict,
+    the engine event, the protos built per viewer); older ones are compacted to their JSON text
+    and parsed again on the rare reads (an old replay, an export, an old retry)."""
+
+    __slots__ = ("_data", "_event", "protos", "raw", "seq", "type")
+
+    def __init__(self, seq: int, data: dict[str, Any], event: Event | None = None) -> None:
+        self.seq = seq
+        self.type = str(data["t"])
+        self._data: dict[str, Any] | None = data
+        self._event = event
+        self.raw: str | None = None
+        #: TableEvent per viewer class (seat number, -1 spectators, -2 everyone), built once.
+        self.protos: dict[int, TableEvent] = {}
 
     @property
-    def type(self) -> str:
-        return str(self.data["t"])
+    def data(self) -> dict[str, Any]:
+        if self._data is not None:
+            return self._data
+        assert self.raw is not None
+        loaded: dict[str, Any] = json.loads(self.raw)
+        return loaded
 
     @property
     def event(self) -> Event | None:
-        if self._event is None and "e" in self.data:
-            self._event = Event.from_json(self.data["e"])
-        return self._event
+        if self._event is not None:
+            return self._event
+        data = self.data
+        if "e" not in data:
+            return None
+        event = Event.from_json(data["e"])
+        if self._data is not None:
+            self._event = event
+        return event
+
+    def compact(self) -> None:
+        """Keep only the JSON text (old hands)."""
+        self.seal()
+        self.protos = {}
+
+    def seal(self, players: int = 0) -> None:
+        """Once written and published: build every viewer's proto now, then drop the dicts and the
+        engine event (the JSON text stays). A live table then holds a few objects per event
+        instead of dozens, which keeps the garbage collector's passes short."""
+        if self._data is None:
+            return
+        if players:
+            for viewer in (*range(players), None) if self.type in PRIVATE_TYPES else (None,):
+                self.proto(viewer)
+        if self.raw is None:
+            self.raw = json.dumps(self._data, separators=(",", ":"))
+        self._data = None
+        self._event = None
 
     def proto(self, viewer: int | None) -> TableEvent:
         """The event as `viewer` (a seat, None for a spectator) may see it."""
@@ -166,7 +203,9 @@ class Entry:
             key = -2  # one form for everyone
         cached = self.protos.get(key)
         if cached is None:
-            cached = self.protos[key] = build_proto(self, viewer)
+            cached = build_proto(self, viewer)
+            if self._data is not None:  # a sealed entry keeps the protos it had
+                self.protos[key] = cached
         return cached
 
 
@@ -216,6 +255,8 @@ class LiveTable:
         self.proposals_made = 0
         self.turn_deadline_ms = 0
         self.timer_key: tuple[int, int, str] | None = None
+        self.hand_starts: list[int] = []  # seq of each hand_started
+        self.compacted = 0  # entries before this index are compacted
         self.commitment = ""
         self.seed = ""
         self.last_event_ms = created_ms
@@ -266,7 +307,7 @@ class LiveTable:
 
     # -- appending entries ----------------------------------------------------------------------
     def add(self, data: dict[str, Any], out: list[Entry], event: Event | None = None) -> Entry:
-        entry = Entry(self.seq + 1, data, _event=event)
+        entry = Entry(self.seq + 1, data, event)
         self.entries.append(entry)
         out.append(entry)
         self.last_event_ms = int(data["ms"])
@@ -275,6 +316,7 @@ class LiveTable:
     def start_hand(self, now_ms: int, master_seed: str | None, out: list[Entry]) -> None:
         """Deal the next hand (fair deal: seed, commitment now, seed revealed at the hand's end)."""
         number = self.match.hands_played + 1
+        self._compact_old_hands(self.seq + 1)
         seed = hand_seed(master_seed, self.name, number)
         started = self.match.start_hand(seed)
         self.seed = seed
@@ -290,6 +332,15 @@ class LiveTable:
             out,
             started,
         )
+
+    def _compact_old_hands(self, start_seq: int) -> None:
+        """A hand starts at `start_seq`: keep it and the previous hand ready; compact the rest."""
+        self.hand_starts.append(start_seq)
+        if len(self.hand_starts) >= 3:
+            upto = self.hand_starts[-3]
+            for entry in self.entries[self.compacted : upto - 1]:
+                entry.compact()
+            self.compacted = max(self.compacted, upto - 1)
 
     def apply_action(self, action: Action, seat: int, by: str, now_ms: int, out: list[Entry]) -> None:
         """Apply a move through the engine (IllegalActionError leaves everything unchanged) and
@@ -370,6 +421,7 @@ class LiveTable:
         if kind == "hand_started":
             event = entry.event
             assert event is not None
+            self._compact_old_hands(entry.seq)
             self.match.start_hand(deal=Deal.from_json(event.secret["deal"], self.rules, self.players))
             self.seed = data["x"]["seed"]
             self.commitment = data["x"]["commitment"]
@@ -425,6 +477,8 @@ class LiveTable:
             entry = Entry(self.seq + 1, data)
             self.entries.append(entry)
             self.replay(entry)
+        for entry in self.entries[self.compacted :]:
+            entry.seal(self.players)
 
     # -- views ------------------------------------------------------------------------------------
     def table_proto(self, owner_address: str) -> game_session_pb2.Table:

@@ -304,7 +304,9 @@ async def platform(workdir: Path, kind: str, postgres_url: str) -> AsyncIterator
             servers.append(server)
         address[0] = servers[2].address
         addresses = {"wallet": servers[0].address, "ranking": servers[1].address, "game_session": address[0]}
-        settings = MatchmakingSettings(tick_seconds=0.05)
+        # A burst of every player at once: the confirmation window is wide so that the measure is the
+        # service's rate, not how many proposals a saturated client side confirms in 20 s.
+        settings = MatchmakingSettings(tick_seconds=0.05, confirm_seconds=300, start_seconds=300)
         mm_config = replace(_config("matchmaking", workdir, database("matchmaking")), addresses=addresses)
         matchmaking = Server(build_spec(settings=settings), mm_config)
         await matchmaking.start()
@@ -444,6 +446,8 @@ async def platform_process(kind: str, workdir: Path, postgres_url: str) -> Async
     try:
         assert child.stdout is not None and child.stdin is not None
         line = await asyncio.get_running_loop().run_in_executor(None, child.stdout.readline)
+        if not line:
+            raise RuntimeError(f"the platform process exited ({child.wait()}) before serving")
         addresses = json.loads(line)
         private, _ = ensure_dev_keys(workdir / "keys")
         yield addresses["matchmaking"], addresses["wallet"], Minter(load_private_key(private), audience="buraco")

@@ -24,10 +24,12 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import common_pb2, matchmaking_pb2
 from services.common.db import Database
+from services.common.errors import UnavailableError
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.matchmaking import models
 from services.matchmaking.errors import (
@@ -80,7 +82,12 @@ class SerialDatabase(Database):
     """The service's database, with its write transactions taken one at a time in this process
     on SQLite (one writer at a time there anyway; queueing here avoids SQLite's "database is
     locked" when a transaction that has read upgrades to a write). PostgreSQL runs them
-    concurrently: the writes check their starting state (conditional updates, keys)."""
+    concurrently (the writes check their starting state: conditional updates, keys), at most
+    CONNECTIONS at a time, so that a burst queues here rather than timing out in the connection
+    pool; a pool timeout all the same is UNAVAILABLE ("busy, retry"), not INTERNAL."""
+
+    #: Sessions in use at once on PostgreSQL (the engine's pool holds 5 + 10 overflow).
+    CONNECTIONS = 12
 
     def __init__(self, inner: Database) -> None:  # shares the engine, does not make one
         self.url = inner.url
@@ -88,21 +95,32 @@ class SerialDatabase(Database):
         self.engine = inner.engine
         self.sessions = inner.sessions
         self._writer = asyncio.Lock()
+        self._connections = asyncio.Semaphore(self.CONNECTIONS)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
-        if self.dialect != "sqlite":
-            async with self.sessions.begin() as session:
+        try:
+            if self.dialect != "sqlite":
+                async with self._connections, self.sessions.begin() as session:
+                    yield session
+                return
+            async with self._writer, self.sessions.begin() as session:
                 yield session
-            return
-        async with self._writer, self.sessions.begin() as session:
-            yield session
+        except PoolTimeoutError:
+            raise UnavailableError("the service is too busy now; retry with the same request id") from None
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
         """A session for reads only (never waits for the writer lock)."""
-        async with self.sessions() as session:
-            yield session
+        try:
+            if self.dialect != "sqlite":
+                async with self._connections, self.sessions() as session:
+                    yield session
+                return
+            async with self.sessions() as session:
+                yield session
+        except PoolTimeoutError:
+            raise UnavailableError("the service is too busy now; retry") from None
 
 
 class Notifier:
@@ -192,6 +210,9 @@ class Core:
         self.notifier = notifier or Notifier()
         #: Wakes the matching loop (set by the service once it has one).
         self.wake: Callable[[], None] = lambda: None
+        #: Watched tickets: open streams per ticket, and the version each last sent.
+        self._watchers: dict[str, int] = {}
+        self._watched_versions: dict[str, int] = {}
 
     # -- idempotency ------------------------------------------------------------------------------
 
@@ -301,40 +322,50 @@ class Core:
             return await self.ticket_view(session, await self._ticket_row(session, ticket_id, viewer), viewer)
 
     async def watch_ticket(self, ticket_id: str, viewer: Viewer) -> AsyncIterator[matchmaking_pb2.Ticket]:
-        """The ticket now, then every change, until it is final. Woken by this replica's changes;
-        otherwise every `watch_poll_seconds` it reads the ticket's version only (changes made by
-        other replicas), and rebuilds a searching ticket's view every REFRESH_SECONDS (its
-        window, position and estimated wait move with time)."""
+        """The ticket now, then every change, until it is final. Woken by this replica's changes,
+        and by `poll_watched` (the matching loop's one query for every watched ticket's version)
+        for changes made by other replicas; a searching ticket's view is also rebuilt every
+        REFRESH_SECONDS (its window, position and estimated wait move with time)."""
         # (The first read is a full one: NOT_FOUND ends the stream before it sends anything.)
-        loop = asyncio.get_running_loop()
-        t = models.tickets
+        key = f"ticket:{ticket_id}"
         sent = b""
-        version = -1
-        refreshed = 0.0
-        notified = True
-        while True:
-            event = self.notifier.event(f"ticket:{ticket_id}")
-            full = notified or loop.time() - refreshed >= REFRESH_SECONDS
-            if not full:
-                async with self.db.read() as session:
-                    current = (await session.execute(select(t.c.version).where(t.c.id == ticket_id))).scalar_one()
-                full = current != version
-            if full:
+        self._watchers[ticket_id] = self._watchers.get(ticket_id, 0) + 1
+        try:
+            while True:
+                event = self.notifier.event(key)
                 async with self.db.read() as session:
                     row = await self._ticket_row(session, ticket_id, viewer)
                     view = await self.ticket_view(session, row, viewer)
-                version, refreshed = row.version, loop.time()
+                self._watched_versions[ticket_id] = row.version
                 data = view.SerializeToString(deterministic=True)
                 if data != sent:
                     sent = data
                     yield view
                 if row.state not in LIVE_TICKET:
                     return
-            notified = False
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.watch_poll_seconds):
-                    await event.wait()
-                    notified = True
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(REFRESH_SECONDS):
+                        await event.wait()
+        finally:
+            left = self._watchers.pop(ticket_id, 1) - 1
+            if left > 0:
+                self._watchers[ticket_id] = left
+            else:
+                self._watched_versions.pop(ticket_id, None)
+
+    async def poll_watched(self) -> int:
+        """Wakes the streams of watched tickets whose version changed in the database (another
+        replica changed them): one query per 500 watched tickets. Returns how many changed."""
+        t = models.tickets
+        watched = dict(self._watched_versions)
+        changed: list[str] = []
+        names = list(watched)
+        for start in range(0, len(names), 500):
+            async with self.db.read() as session:
+                rows = await session.execute(select(t.c.id, t.c.version).where(t.c.id.in_(names[start : start + 500])))
+                changed += [row.id for row in rows if row.version != watched[row.id]]
+        self.notifier.changed(*(f"ticket:{ticket_id}" for ticket_id in changed))
+        return len(changed)
 
     # -- tickets: changes -------------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ log = logging.getLogger("buraco.matchmaking")
 
 #: Start sagas advanced concurrently within a pass.
 SAGAS_AT_ONCE = 32
+#: Proposals written per transaction (one commit each; the SQLite writer is held no longer).
+PROPOSALS_PER_TRANSACTION = 50
 #: The shortest time between two passes (the tick, if shorter).
 MIN_PASS_GAP_SECONDS = 0.25
 
@@ -49,6 +51,8 @@ class Loop:
         #: Seconds the last matching pass's matcher took, and the tables it proposed.
         self.last_match_seconds = 0.0
         self.last_proposals = 0
+        #: When the watched tickets' versions were last read (event-loop time).
+        self._polled = 0.0
 
     @property
     def stopping(self) -> bool:
@@ -132,6 +136,13 @@ class Loop:
 
         # Sagas are independent: their calls to the wallet and game sessions overlap.
         await asyncio.gather(*(advance(saga_id) for saga_id in await self.sagas.due()))
+        now = asyncio.get_running_loop().time()
+        if now - self._polled >= self.settings.watch_poll_seconds:
+            self._polled = now
+            try:
+                await self.core.poll_watched()
+            except Exception:
+                log.exception("polling the watched tickets failed")
         proposed = 0 if self._stopping else await self.match_once()
         self._end_pass()
         return proposed
@@ -178,11 +189,11 @@ class Loop:
         proposals = match_pass(waiting, self.settings.windows)
         self.last_match_seconds = time.perf_counter() - started
         proposed = 0
-        for proposal in proposals:
+        for start in range(0, len(proposals), PROPOSALS_PER_TRANSACTION):
             if self._stopping:
                 break
-            if await self.sagas.propose(proposal, waited) is not None:
-                proposed += 1
+            made = await self.sagas.propose_many(proposals[start : start + PROPOSALS_PER_TRANSACTION], waited)
+            proposed += sum(1 for saga_id in made if saga_id is not None)
         self.last_proposals = proposed
         if proposed:
             log.info("matches proposed", extra={"fields": {"tables": proposed, "waiting": len(waiting)}})

@@ -71,19 +71,31 @@ class Sagas:
     async def propose(self, proposal: Proposal, waited: dict[str, float]) -> str | None:
         """Turns a matcher proposal into a saga in `confirming`; None when a ticket changed since
         the pass read it (cancelled, or taken by another replica's pass)."""
-        saga_id = new_id()
+        return (await self.propose_many([proposal], waited))[0]
+
+    async def propose_many(self, proposals: Sequence[Proposal], waited: dict[str, float]) -> list[str | None]:
+        """`propose` for many, in one transaction (one commit for a pass's tables), each proposal
+        in a savepoint of its own so that one whose tickets changed is dropped alone."""
         now = self.clock()
         deadline = now + timedelta(seconds=self.settings.confirm_seconds)
-        seat_of: dict[str, dict[str, int]] = {}
-        for seat, (ticket, player) in enumerate(proposal.seats):
-            seat_of.setdefault(ticket, {})[player] = seat
-        try:
-            async with self.db.transaction() as session:
-                await self._propose(session, saga_id, proposal, seat_of, waited, now, deadline)
-        except _Changed:
-            return None
-        self.core.notifier.changed(*(f"ticket:{ticket}" for ticket in proposal.tickets))
-        return saga_id
+        made: list[str | None] = []
+        async with self.db.transaction() as session:
+            for proposal in proposals:
+                saga_id = new_id()
+                seat_of: dict[str, dict[str, int]] = {}
+                for seat, (ticket, player) in enumerate(proposal.seats):
+                    seat_of.setdefault(ticket, {})[player] = seat
+                try:
+                    async with session.begin_nested():
+                        await self._propose(session, saga_id, proposal, seat_of, waited, now, deadline)
+                except _Changed:
+                    made.append(None)
+                else:
+                    made.append(saga_id)
+        for proposal, made_id in zip(proposals, made, strict=True):
+            if made_id is not None:
+                self.core.notifier.changed(*(f"ticket:{ticket}" for ticket in proposal.tickets))
+        return made
 
     async def _propose(
         self,
@@ -456,12 +468,32 @@ class Sagas:
                     )
             if saga.lobby_table:
                 lt = models.lobby_tables
-                row = (await session.execute(select(lt.c.version, lt.c.seats).where(lt.c.id == saga.lobby_table))).one()
-                seats = [{**seat, "ready": bool(seat.get("bot")), "rematch": False} for seat in row.seats]
+                row = (
+                    await session.execute(
+                        select(lt.c.version, lt.c.seats, lt.c.onlookers).where(lt.c.id == saga.lobby_table)
+                    )
+                ).one()
+                # The players at fault (who could not cover the bet) stand up; everyone is unready.
+                seats = [
+                    {"player": None, "bot": 0, "ready": False, "rematch": False}
+                    if seat.get("player") in culprits
+                    else {**seat, "ready": bool(seat.get("bot")), "rematch": False}
+                    for seat in row.seats
+                ]
+                free = sum(1 for seat in seats if not seat.get("player") and not seat.get("bot"))
+                onlookers = [*row.onlookers, *(p for p in saga.culprits if p not in row.onlookers)]
                 await session.execute(
                     update(lt)
                     .where(lt.c.id == saga.lobby_table, lt.c.saga_id == saga.id)
-                    .values(state="open", seats=seats, saga_id=None, version=row.version + 1, update_time=now)
+                    .values(
+                        state="open",
+                        seats=seats,
+                        free_seats=free,
+                        onlookers=onlookers,
+                        saga_id=None,
+                        version=row.version + 1,
+                        update_time=now,
+                    )
                 )
         log.info("match start compensated", extra={"fields": {"saga": saga.id, "reason": reason}})
         self._changed(saga)

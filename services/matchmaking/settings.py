@@ -36,7 +36,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("BURACO_MATCHMAKING_RETRY_SECONDS", "0.5", "first wait before retrying a failed call; doubles, up to 30 s"),
     Setting(
-        "BURACO_MATCHMAKING_WATCH_POLL_SECONDS", "1", "how often watch streams look for changes made by other replicas"
+        "BURACO_MATCHMAKING_WATCH_POLL_SECONDS",
+        "1",
+        "how often the matching loop reads the versions of the tickets streamed by this replica, to wake"
+        " their streams for changes made by other replicas (at most once a tick)",
     ),
     Setting("BURACO_MATCHMAKING_WINDOW_INITIAL", "2", "rating window half width of a new ticket (rating points)"),
     Setting("BURACO_MATCHMAKING_WINDOW_GROWTH", "2", "rating points the half width grows by every step"),

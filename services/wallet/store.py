@@ -29,7 +29,11 @@ from sqlalchemy import bindparam, case, delete, func, insert, select, tuple_, up
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.common.errors import ConflictError
 from services.wallet import models
+
+#: Claims of one request id racing another transaction's are asked again this many times at most.
+CLAIM_ATTEMPTS = 5
 
 accounts = models.accounts
 transfers = models.transfers
@@ -397,26 +401,37 @@ class PgStore(_DirectStore):
         self.conn = conn
 
     async def claim_many(self, requests: Sequence[ClaimRequest], now: datetime, expires_at: datetime) -> list[Claimed]:
-        rows = await self.conn.fetch(
-            _PG_CLAIM,
-            [r.scope for r in requests],
-            [r.request_id for r in requests],
-            [r.method for r in requests],
-            [r.digest for r in requests],
-            [r.reserve for r in requests],
-            [r.escrow for r in requests],
-            now,
-            expires_at,
-        )
-        results = []
-        for row in rows:
-            if row["claimed"]:
-                claimed = Claimed(None, tuple(row["ids"] or ()), bool(row["escrow_created"]))
-            else:
-                stored = (row["method"], row["request_hash"], bytes(row["response"]), row["expires_at"])
-                claimed = Claimed(stored)
-            results.append(claimed)
-        return results
+        results: list[Claimed | None] = [None] * len(requests)
+        pending = list(range(len(requests)))
+        for _ in range(CLAIM_ATTEMPTS):
+            asked = [requests[i] for i in pending]
+            rows = await self.conn.fetch(
+                _PG_CLAIM,
+                [r.scope for r in asked],
+                [r.request_id for r in asked],
+                [r.method for r in asked],
+                [r.digest for r in asked],
+                [r.reserve for r in asked],
+                [r.escrow for r in asked],
+                now,
+                expires_at,
+            )
+            again = []
+            for index, row in zip(pending, rows, strict=True):
+                if row["claimed"]:
+                    results[index] = Claimed(None, tuple(row["ids"] or ()), bool(row["escrow_created"]))
+                elif row["response"] is None:
+                    # The key was inserted (or removed) by a transaction that committed after this
+                    # statement's snapshot: ON CONFLICT saw the row, the join could not. A new
+                    # statement (READ COMMITTED: a new snapshot) sees where it stands.
+                    again.append(index)
+                else:
+                    stored = (row["method"], row["request_hash"], bytes(row["response"]), row["expires_at"])
+                    results[index] = Claimed(stored)
+            pending = again
+            if not pending:
+                return [claimed for claimed in results if claimed is not None]
+        raise ConflictError("a concurrent request with the same request_id is being written; retry")
 
     async def reclaim(self, request: ClaimRequest, now: datetime, expires_at: datetime) -> None:
         await self.conn.execute(

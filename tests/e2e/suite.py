@@ -58,7 +58,9 @@ FAST_ENV = {
     "BURACO_TOURNAMENT_WATCH_POLL_SECONDS": "0.1",
     "BURACO_TOURNAMENT_RETRY_SECONDS": "0.1",
     "BURACO_TOURNAMENT_SEEDING_WAIT_SECONDS": "5",
-    "BURACO_TOURNAMENT_RESULT_GRACE_SECONDS": "0.5",
+    # Results come from the game sessions' reports (their outbox): the tournament's own reading of a
+    # finished table, the fallback for a lost report, waits longer than any of these tests.
+    "BURACO_TOURNAMENT_RESULT_GRACE_SECONDS": "600",
 }
 SERVICES = ("wallet", "ranking", "game_session", "matchmaking")
 

@@ -56,7 +56,8 @@ class Outbound:
 
             return call
 
-        return {t: make(t) for t in ("wallet.Settle", "wallet.Void", "ranking.RecordMatch")}
+        return {t: make(t) for t in ("wallet.Settle", "wallet.Void", "ranking.RecordMatch",
+                                     "tournament.ReportMatchResult")}
 
 
 class _RpcError(grpc.aio.AioRpcError):
@@ -192,7 +193,7 @@ class Stream:
                 self.ended = True
                 self.changed.notify_all()
 
-    async def wait(self, predicate: Callable[[list[game_session_pb2.TableEvent]], bool], timeout: float = 10.0) -> None:
+    async def wait(self, predicate: Callable[[list[game_session_pb2.TableEvent]], bool], timeout: float = 30.0) -> None:
         async def until() -> None:
             async with self.changed:
                 await self.changed.wait_for(lambda: predicate(self.events) or self.ended)
@@ -200,7 +201,7 @@ class Stream:
         if not predicate(self.events):
             raise AssertionError(f"stream ended ({self.error}) before the condition; got {len(self.events)} events")
 
-    async def wait_seq(self, seq: int, timeout: float = 10.0) -> None:
+    async def wait_seq(self, seq: int, timeout: float = 30.0) -> None:
         await self.wait(lambda events: bool(events) and events[-1].seq >= seq, timeout)
 
     @property

@@ -40,6 +40,8 @@ async def started(cluster: Cluster, table_id: str, *who: str, **opts: Any) -> di
     stub = cluster.stub()
     svc = cluster.token(Kind.SERVICE, "matchmaking")
     await stub.CreateTable(table_request(table_id, *who, **opts), metadata=svc)
+    registry = cluster.nodes[0].api.deps.registry
+    assert (registry.get_sample_value("buraco_tables_active", {"service": "game_session"}) or 0) >= 1
     streams = {name: subscribe(stub, cluster.token(Kind.PLAYER, name), f"tables/{table_id}")
                for name in sorted(set(who) - {"bot"})}
     for stream in streams.values():
@@ -226,6 +228,12 @@ async def test_bots_finish_the_match_and_the_records_replay(cluster: Cluster) ->
     assert seqs == list(range(1, seqs[-1] + 1))
     table = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/practice"), metadata=alice)
     assert table.state == game_session_pb2.Table.STATE_FINISHED and table.seq == seqs[-1]
+
+    registry = cluster.nodes[0].api.deps.registry
+    events_total = registry.get_sample_value("buraco_table_events_total", {"service": "game_session"})
+    assert events_total == table.seq  # every event of the one table this replica wrote
+    assert registry.get_sample_value("buraco_tables_active", {"service": "game_session"}) == 0.0
+    assert registry.get_sample_value("buraco_tables_oldest_idle_seconds", {"service": "game_session"}) == 0.0
 
     records = await stub.ExportRecords(game_session_pb2.ExportRecordsRequest(table="tables/practice"), metadata=alice)
     hand_ends = stream.of("hand_ended")

@@ -5,22 +5,39 @@ practice tables owe nothing."""
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
-from buraco.v1 import common_pb2, game_session_pb2, ranking_pb2, wallet_pb2
+from buraco.v1 import (
+    common_pb2,
+    game_session_pb2,
+    ranking_pb2,
+    ranking_pb2_grpc,
+    tournament_pb2,
+    wallet_pb2,
+    wallet_pb2_grpc,
+)
 from services.common.auth import Kind
 from services.game_session import models
-from tests.services.game_session.conftest import Cluster, Node, settings, subscribe, table_request
+from services.game_session.table import Entry, LiveTable
+from tests.conftest import DatabaseTarget
+from tests.services.game_session.conftest import Cluster, Node, options, seats, settings, subscribe, table_request
+from tests.services.harness import bearer, dev_minter, make_config, running
 
 
-async def _finish(cluster: Cluster, node: Node, table_id: str, **opts: Any) -> game_session_pb2.MatchEnded:
+async def _finish(
+    cluster: Cluster, node: Node, table_id: str, tournament: str = "", **opts: Any
+) -> game_session_pb2.MatchEnded:
     """Both players leave at once; the bots finish the (express) match."""
     stub = cluster.stub(node)
-    await stub.CreateTable(table_request(table_id, "alice", "bob", **opts), metadata=cluster.token(Kind.SERVICE, "mm"))
+    request = table_request(table_id, "alice", "bob", **opts)
+    request.table.tournament = tournament
+    await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "mm"))
     streams = [subscribe(stub, cluster.token(Kind.PLAYER, p), f"tables/{table_id}") for p in ("alice", "bob")]
     for stream in streams:
         await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
@@ -60,8 +77,10 @@ async def test_delivered_once_across_a_crash(cluster: Cluster) -> None:
     a = await cluster.start()
     ended = await _finish(cluster, a, "bets", mode=common_pb2.TABLE_MODE_COMPETITIVE, bet_chips=100)
     rows = await _wait_rows(a, lambda rows: len(rows) == 2 and all(r.attempts >= 1 for r in rows))
-    assert [(r.target, r.state) for r in rows] == [("wallet.Settle", "pending"), ("ranking.RecordMatch", "pending")]
-    assert _gauge(a.api.deps.registry, "buraco_outbox_pending", target="wallet.Settle") in (0.0, 1.0)
+    # both players left, so nobody is left to win: the stakes are voided, the abandoners penalised
+    assert [(r.target, r.state) for r in rows] == [("wallet.Void", "pending"), ("ranking.RecordMatch", "pending")]
+    await a.api.deliverer.refresh_gauges()
+    assert _gauge(a.api.deps.registry, "buraco_outbox_pending", target="wallet.Void") == 1.0
     a.api.manager.release_on_stop = False
     await cluster.stop(a)
     assert cluster.outbound.calls == []
@@ -71,11 +90,11 @@ async def test_delivered_once_across_a_crash(cluster: Cluster) -> None:
     cluster.clock.advance(60)  # past the retry delay (and any claim the dead replica held)
     b = await cluster.start(settings(outbox_retry_seconds=0.01))
     rows = await _wait_rows(b, lambda rows: all(r.state == "delivered" for r in rows))
-    assert sorted(t for t, _ in cluster.outbound.calls) == ["ranking.RecordMatch", "wallet.Settle"]
-    settle = wallet_pb2.SettleRequest.FromString(dict(cluster.outbound.calls)["wallet.Settle"])
-    assert settle.match_id == "m-bets" and settle.request_id == "m-bets" and settle.first_seat == 0
-    assert [(o.player, o.outcome) for o in settle.outcomes] == [
-        (o.player, o.outcome) for o in ended.outcomes] == [
+    assert sorted(t for t, _ in cluster.outbound.calls) == ["ranking.RecordMatch", "wallet.Void"]
+    void = wallet_pb2.VoidRequest.FromString(dict(cluster.outbound.calls)["wallet.Void"])
+    assert void.match_id == "m-bets" and void.request_id == "m-bets"
+    assert list(void.penalised_players) == ["players/alice", "players/bob"]
+    assert [(o.player, o.outcome) for o in ended.outcomes] == [
         ("players/alice", common_pb2.OUTCOME_ABANDONED), ("players/bob", common_pb2.OUTCOME_ABANDONED)]
     record = ranking_pb2.RecordMatchRequest.FromString(dict(cluster.outbound.calls)["ranking.RecordMatch"])
     assert record.match_id == "m-bets" and not record.annulled and len(record.participants) == 2
@@ -83,7 +102,7 @@ async def test_delivered_once_across_a_crash(cluster: Cluster) -> None:
     await b.api.deliverer.deliver_due()
     assert len(cluster.outbound.calls) == 2  # nothing delivered twice
     await b.api.deliverer.refresh_gauges()
-    assert _gauge(b.api.deps.registry, "buraco_outbox_pending", target="wallet.Settle") == 0.0
+    assert _gauge(b.api.deps.registry, "buraco_outbox_pending", target="wallet.Void") == 0.0
     assert _gauge(b.api.deps.registry, "buraco_outbox_oldest_pending_seconds") == 0.0
 
 
@@ -92,10 +111,10 @@ async def test_a_permanent_refusal_is_kept_for_a_person(cluster: Cluster) -> Non
     node = await cluster.start()
     await _finish(cluster, node, "refused", mode=common_pb2.TABLE_MODE_COMPETITIVE, bet_chips=10)
     rows = await _wait_rows(node, lambda rows: len(rows) == 2 and all(r.state != "pending" for r in rows))
-    assert [(r.target, r.state) for r in rows] == [("wallet.Settle", "failed"), ("ranking.RecordMatch", "delivered")]
+    assert [(r.target, r.state) for r in rows] == [("wallet.Void", "failed"), ("ranking.RecordMatch", "delivered")]
     assert "FAILED_PRECONDITION" in rows[0].last_error
     await node.api.deliverer.refresh_gauges()
-    assert _gauge(node.api.deps.registry, "buraco_outbox_failed", target="wallet.Settle") == 1.0
+    assert _gauge(node.api.deps.registry, "buraco_outbox_failed", target="wallet.Void") == 1.0
 
 
 async def test_practice_tables_owe_nothing_and_free_competitive_ones_skip_the_wallet(cluster: Cluster) -> None:
@@ -104,3 +123,80 @@ async def test_practice_tables_owe_nothing_and_free_competitive_ones_skip_the_wa
     await _finish(cluster, node, "free", mode=common_pb2.TABLE_MODE_COMPETITIVE)
     rows = await _wait_rows(node, lambda rows: len(rows) == 1 and rows[0].state == "delivered")
     assert [r.target for r in rows] == ["ranking.RecordMatch"]
+
+
+async def test_a_tournament_table_reports_its_result_to_the_tournament(cluster: Cluster) -> None:
+    node = await cluster.start()
+    ended = await _finish(cluster, node, "cup", tournament="tournaments/cup1", mode=common_pb2.TABLE_MODE_COMPETITIVE)
+    rows = await _wait_rows(node, lambda rows: len(rows) == 2 and all(r.state == "delivered" for r in rows))
+    assert [r.target for r in rows] == ["tournament.ReportMatchResult", "ranking.RecordMatch"]
+    report = tournament_pb2.ReportMatchResultRequest.FromString(
+        dict(cluster.outbound.calls)["tournament.ReportMatchResult"])
+    assert (report.tournament, report.match_id, report.request_id) == ("tournaments/cup1", "m-cup", "m-cup")
+    assert list(report.outcomes) == list(ended.outcomes)
+    assert list(report.match_scores) == list(ended.match_scores)
+
+
+async def test_the_real_wallet_and_ranking_accept_what_a_match_end_owes(
+    db_target: DatabaseTarget, tmp_path: Path
+) -> None:
+    """A competitive match played to its end (the players' moves chosen by engine bots, in the
+    players' name): the outbox's Settle pays the real wallet's winner, RecordMatch records both."""
+    from services.game_session.manager import outbox_requests
+    from services.ranking.service import SPEC as RANKING
+    from services.wallet.service import SPEC as WALLET
+
+    table = _bot_table()
+    out: list[Entry] = []
+    table.start_hand(1_000, "seed", out)
+    table.after_change(1_000, "seed", out)
+    while table.live:
+        hand = table.match.hand
+        assert hand is not None
+        seat = hand.to_act
+        table.apply_action(table.bot(seat).choose(hand.view(seat), hand.legal_actions()), seat, "player", 2_000, out)
+        table.after_change(2_000, "seed", out)
+    owed = dict(outbox_requests(table, out, int(time.time() * 1000) - 60_000))
+    assert sorted(owed) == ["ranking.RecordMatch", "wallet.Settle"]
+    winner = "alice" if table.match.winner == 0 else "bob"
+    loser = "bob" if winner == "alice" else "alice"
+
+    minter = dev_minter(tmp_path / "dev-keys")
+    token = bearer(minter.mint(Kind.SERVICE, "game-session"))
+    database = {"database_url": db_target.url, "database_schema": db_target.schema}
+    async with (
+        running(WALLET, make_config("wallet", tmp_path, **database)) as wallet_server,
+        running(RANKING, make_config("ranking", tmp_path, **database)) as ranking_server,
+        grpc.aio.insecure_channel(wallet_server.address) as wc,
+        grpc.aio.insecure_channel(ranking_server.address) as rc,
+    ):
+        wallet: Any = wallet_pb2_grpc.WalletServiceStub(wc)
+        ranking: Any = ranking_pb2_grpc.RankingServiceStub(rc)
+        for player in ("alice", "bob"):
+            await wallet.CreateAccount(wallet_pb2.CreateAccountRequest(
+                request_id=f"open-{player}", player=f"players/{player}"), metadata=token)
+        before = {p: (await wallet.GetAccount(wallet_pb2.GetAccountRequest(name=f"accounts/player-{p}"),
+                                              metadata=token)).balance_chips for p in ("alice", "bob")}
+        await wallet.HoldBets(wallet_pb2.HoldBetsRequest(
+            request_id="hold", match_id="m-real",
+            stakes=[wallet_pb2.Stake(player=f"players/{p}", amount_chips=100) for p in ("alice", "bob")],
+        ), metadata=token)
+        settle = wallet_pb2.SettleRequest.FromString(owed["wallet.Settle"])
+        for _ in range(2):  # a repeated delivery is answered, not applied again
+            paid = await wallet.Settle(settle, metadata=token)
+            assert paid.pot_chips == 200 and paid.house_cut_chips == 40
+        after = {p: (await wallet.GetAccount(wallet_pb2.GetAccountRequest(name=f"accounts/player-{p}"),
+                                             metadata=token)).balance_chips for p in ("alice", "bob")}
+        assert after[winner] == before[winner] + 60 and after[loser] == before[loser] - 100
+        record = ranking_pb2.RecordMatchRequest.FromString(owed["ranking.RecordMatch"])
+        recorded = await ranking.RecordMatch(record, metadata=token)
+        assert [r.player for r in recorded.results] == ["players/alice", "players/bob"]
+        assert all(r.xp_gained > 0 for r in recorded.results)
+
+
+def _bot_table() -> LiveTable:
+    description = game_session_pb2.Table(
+        name="tables/real", match_id="m-real", seats=seats("alice", "bob"),
+        options=options(mode=common_pb2.TABLE_MODE_COMPETITIVE, bet_chips=100),
+    )
+    return LiveTable("real", description, 1_000)

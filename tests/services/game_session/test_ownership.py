@@ -3,6 +3,7 @@ owner fenced off), the rebuilt table equal to the lost one, release on a gracefu
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -120,3 +121,28 @@ async def test_a_crashed_replica_s_tables_are_taken_over_by_the_scan(cluster: Cl
     cluster.clock.advance(6)
     await b.api.manager.renew_and_scan()
     assert "t3" in b.api.manager.tables
+
+
+async def test_a_taken_over_turn_gets_its_time_again_and_absent_players_their_grace(cluster: Cluster) -> None:
+    a = await cluster.start()
+    b = await cluster.start()
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
+    on_a = cluster.stub(a)
+    await on_a.CreateTable(table_request("t4", "alice", "bob"), metadata=svc)
+    streams = [subscribe(on_a, cluster.token(Kind.PLAYER, p), "tables/t4") for p in ("alice", "bob")]
+    for stream in streams:
+        await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
+    a.api.manager.release_on_stop = False
+    await cluster.stop(a)
+    cluster.clock.advance(40)  # past the lease and past alice's 30 s to draw
+    await b.api.manager.renew_and_scan()
+    table = b.api.manager.tables["t4"]
+    assert table.turn_deadline_ms == int(cluster.clock.now() * 1000) + 30_000  # her full time again
+    cluster.clock.advance(11)  # nobody came back within the grace: bots take both seats
+    async def taken() -> None:
+        while sum(1 for e in table.entries if e.type == "seat_taken_over") < 2:
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(taken(), 30)
+    assert not any(e.type == "auto_played" for e in table.entries)
+    for stream in streams:
+        await stream.close()

@@ -292,6 +292,7 @@ async def test_a_lobby_start_that_cannot_hold_reopens_the_table(service: Service
     await service.settle()
     table = await lobby.get(table, "ana")
     assert table.state == LobbyTable.STATE_OPEN and not any(s.ready for s in table.seats)
+    assert seated(table) == ["players/ana", ""]  # bia, who could not cover the bet, stood up
     assert await service.platform.held("ana") == await service.platform.held("bia") == 0
     assert not service.platform.tables.tables
 

@@ -218,3 +218,22 @@ async def test_two_replicas_never_propose_a_ticket_twice(
         await two.settle()
         assert {(await one.get(t)).state for t in tickets} == {Ticket.STATE_MATCHED}
         assert len(platform.tables.tables) == 6
+
+
+async def test_a_stream_sees_a_change_made_on_another_replica(
+    platform: Platform_, db_target: DatabaseTarget, tmp_path: Path
+) -> None:
+    async with (
+        matchmaking_service(platform, db_target, tmp_path) as one,
+        matchmaking_service(platform, db_target, tmp_path, clock=one.clock) as two,
+    ):
+        ticket = await one.ticket("ana")
+        stream = one.stub.WatchTicket(matchmaking_pb2.WatchTicketRequest(name=ticket.name), metadata=one.player("ana"))
+        first: Ticket = await stream.read()  # type: ignore[assignment]
+        assert first.state == Ticket.STATE_SEARCHING
+        await two.stub.CancelTicket(
+            matchmaking_pb2.CancelTicketRequest(name=ticket.name, request_id="c"), metadata=two.player("ana")
+        )
+        async with asyncio.timeout(10):  # woken by replica one's poll of the watched versions
+            last: Ticket = await stream.read()  # type: ignore[assignment]
+        assert last.state == Ticket.STATE_CANCELLED

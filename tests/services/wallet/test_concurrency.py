@@ -10,6 +10,7 @@ import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import grpc
@@ -21,7 +22,7 @@ from services.common.db import Database
 from services.common.errors import ServiceError
 from services.wallet import core, models
 from services.wallet.settings import WalletSettings
-from services.wallet.store import PgStore, Store
+from services.wallet.store import Batch, Claimed, ClaimRequest, PgStore, Store
 from services.wallet.transactions import Transactions
 from tests.services.wallet.conftest import GAME, SERVICE, Ledger, make_ledger, migrated
 
@@ -250,3 +251,40 @@ async def test_a_settlement_that_waited_for_the_pot_sees_the_holds_made_meanwhil
     report = await ledger.audit()
     assert report.ok, report.problems
     assert report.live_holds == 0
+
+
+async def test_a_claim_that_waited_for_the_same_request_id_gets_the_first_answer(pg: Database) -> None:
+    """Two transactions claim one request id: the second waits on the first's uncommitted row; once
+    the first commits its answer, the second gets that answer (its statement's snapshot predates the
+    row, so the claim is asked again rather than read as an empty answer)."""
+    await migrated(pg)
+    dsn = pg.url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    settings = {"search_path": pg.schema or "public", "application_name": "claim-race"}
+    first = await asyncpg.connect(dsn, server_settings=settings)
+    second = await asyncpg.connect(dsn, server_settings=settings)
+    now = datetime.now(UTC)
+    request = ClaimRequest("services/game", "r-1", "Settle", "digest")
+    try:
+        writing = first.transaction()
+        await writing.start()
+        (mine,) = await PgStore(first).claim_many([request], now, now + timedelta(hours=1))
+        assert mine.stored is None
+        await PgStore(first).write(Batch(answers=[("services/game", "r-1", b"first answer")], now=now))
+
+        async def claim_again() -> Claimed:
+            async with second.transaction():
+                (claimed,) = await PgStore(second).claim_many([request], now, now + timedelta(hours=1))
+                return claimed
+
+        waiting = asyncio.ensure_future(claim_again())
+        while not await first.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'claim-race' AND wait_event_type = 'Lock'"
+        ):
+            assert not waiting.done(), waiting
+            await asyncio.sleep(0.005)
+        await writing.commit()
+        theirs = await waiting
+    finally:
+        await first.close()
+        await second.close()
+    assert theirs.stored is not None and theirs.stored[2] == b"first answer"
