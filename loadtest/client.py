@@ -120,6 +120,10 @@ class Channels:
         self._open.clear()
 
 
+class RunEnded(Exception):
+    """The run ended (--duration) while the player waited: not a failure of the suite."""
+
+
 class StepError(Exception):
     """A journey step that failed for a reason of the driver's own (no gRPC status)."""
 
@@ -153,12 +157,18 @@ class Calls:
         method: Callable[..., Awaitable[T]],
         request: Any,
         metadata: tuple[tuple[str, str], ...],
+        expected: tuple[grpc.StatusCode, ...] = (),
     ) -> T:
+        """The call's reply; a failure is recorded as an error, except the `expected` codes
+        (the caller handles them), which only count in `expected:{name}:{CODE}`."""
         started = self.clock()
         try:
             reply = await method(request, metadata=metadata, timeout=self.timeout)
         except grpc.aio.AioRpcError as error:
-            self.recorder.error("rpc", name, error.code().name)
+            if error.code() in expected:
+                self.recorder.counters[f"expected:{name}:{error.code().name}"] += 1
+            else:
+                self.recorder.error("rpc", name, error.code().name)
             raise
         self.recorder.ok("rpc", name, self.clock() - started)
         return reply

@@ -33,10 +33,12 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
+import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from buraco.v1 import (
@@ -52,13 +54,15 @@ from buraco.v1 import (
 from engine.bots import make_bot
 from engine.match import MatchState
 from engine.rules import Ruleset, preset
-from loadtest.client import Calls, Channels, StepError, Tokens, status_name
+from loadtest.client import Calls, Channels, RunEnded, StepError, Tokens, status_name
 from loadtest.payouts import expected_deltas
 from loadtest.recorder import Recorder
 from loadtest.settings import Settings
 from loadtest.table import play_match, table_request
 from services.cli.seat import ChannelPool
 from services.common.auth import Kind
+
+T = TypeVar("T")
 
 FAILED_JOURNEY_PAUSE_S = 1.0
 #: Polls (the settlement, the ranking) start this often and slow down to POLL_MAX_S.
@@ -69,6 +73,16 @@ POLL_MAX_S = 1.0
 SIGNUP_SERVICE = "gateway"
 #: Grants top a player up to this many stakes.
 TOP_UP_STAKES = 20
+
+
+async def gather_all(*awaitables: Awaitable[T]) -> list[T]:
+    """Every result, once all have finished; then the first failure, if any, is raised. (A bare
+    gather would leave the others running on after one failed, into the group's next match.)"""
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)  # type: ignore[arg-type]
 
 
 def match_rules(settings: Settings) -> Ruleset:
@@ -142,7 +156,7 @@ class Driver:
         started = time.perf_counter()
         try:
             yield
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, RunEnded):
             raise
         except Exception as error:
             self.recorder.error("step", name, status_name(error))
@@ -311,7 +325,33 @@ class Driver:
                     raise StepError(f"TICKET_{state}", update.failure_reason or state.lower())
             raise StepError("STREAM_ENDED", f"{ticket.name}: WatchTicket ended before a match")
 
-        return await asyncio.wait_for(watch(), s.wait_timeout_s)
+        watching = asyncio.ensure_future(asyncio.wait_for(watch(), s.wait_timeout_s))
+        ending = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({watching, ending}, return_when=asyncio.FIRST_COMPLETED)
+            if watching.done():
+                return watching.result()
+            # The run is ending (--duration) while this player waits: the others stop queueing,
+            # so leave the queue rather than time out; matched meanwhile, play the match.
+            try:
+                await self.calls.unary(
+                    "matchmaking.CancelTicket",
+                    stub.CancelTicket,
+                    matchmaking_pb2.CancelTicketRequest(
+                        name=ticket.name, request_id=f"{player.id}-cancel-{player.journeys}"
+                    ),
+                    metadata,
+                    expected=(grpc.StatusCode.FAILED_PRECONDITION,),
+                )
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+                return await watching
+            raise RunEnded(f"{ticket.name}: left the queue as the run ended")
+        finally:
+            ending.cancel()
+            if not watching.done():
+                watching.cancel()
 
     async def journey(self, player: Player) -> None:
         if not player.signed_up:
@@ -346,7 +386,7 @@ class Driver:
         balances = [0] * len(group)
         if not s.practice:
             async with self.step("fund"):
-                balances = await asyncio.gather(*(self.fund(player) for player in group))
+                balances = await gather_all(*(self.fund(player) for player in group))
         head = group[0]
         match_id = f"{head.id}-m{number}"
         service = self.tokens.service("matchmaking")
@@ -373,7 +413,7 @@ class Driver:
                 service,
             )
         address = table.owner_address or s.targets["game_session"]
-        await asyncio.gather(
+        await gather_all(
             *(self.play_and_check(p, address, table.name, balances[seat]) for seat, p in enumerate(group))
         )
 
@@ -387,7 +427,7 @@ class Driver:
         balances = [0] * len(group)
         if chips:
             async with self.step("fund"):
-                balances = await asyncio.gather(*(self.fund(player) for player in group))
+                balances = await gather_all(*(self.fund(player) for player in group))
         head = group[0]
         match_id = f"{head.id}-m{number}"
         wallet, ranking = self.wallet(head), self.ranking(head)
@@ -449,10 +489,10 @@ class Driver:
             if chips:
                 deltas = expected_deltas(s.bet, s.seats, winners, first_seat, s.house_cut_percent)
                 checks = (self.check_settled(p, balances[seat], deltas[seat]) for seat, p in enumerate(group))
-                await asyncio.gather(*checks)
+                await gather_all(*checks)
         if self.uses("ranking"):
             async with self.step("leaderboard"):
-                await asyncio.gather(*(self.check_ranking(p) for p in group))
+                await gather_all(*(self.check_ranking(p) for p in group))
 
     async def play_locally(self, rng: random.Random) -> tuple[MatchState, int]:
         """A whole match between engine bots, pausing `think_time` before each action."""
@@ -485,6 +525,9 @@ class Driver:
             self.recorder.counters["journeys_started"] += 1
             try:
                 await self.journey(player)
+            except RunEnded:
+                self.recorder.counters["left_queue_at_end"] += 1
+                break
             except Exception:
                 self.recorder.counters["journeys_failed"] += 1
                 player.journeys += 1

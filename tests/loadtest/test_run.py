@@ -11,13 +11,15 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
-from buraco.v1 import matchmaking_pb2_grpc, wallet_pb2, wallet_pb2_grpc
+from buraco.v1 import matchmaking_pb2, matchmaking_pb2_grpc, wallet_pb2, wallet_pb2_grpc
 from loadtest.cli import main
 from loadtest.journey import run_shard
+from loadtest.recorder import Recorder
 from loadtest.settings import Settings
 from services.common.auth import Kind
 from services.ranking.service import SPEC as RANKING
@@ -39,6 +41,25 @@ async def unbuilt_matchmaking() -> AsyncIterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         await server.stop(0)
+
+
+class NeverMatching(matchmaking_pb2_grpc.MatchmakingServiceServicer):
+    """A queue in which nobody is ever matched; it records the tickets cancelled."""
+
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+
+    async def CreateTicket(self, request: Any, context: Any) -> matchmaking_pb2.Ticket:
+        searching = matchmaking_pb2.Ticket.STATE_SEARCHING
+        return matchmaking_pb2.Ticket(name=f"tickets/{request.request_id}", state=searching)
+
+    async def WatchTicket(self, request: Any, context: Any) -> AsyncIterator[matchmaking_pb2.Ticket]:
+        yield matchmaking_pb2.Ticket(name=request.name, state=matchmaking_pb2.Ticket.STATE_SEARCHING)
+        await asyncio.Event().wait()
+
+    async def CancelTicket(self, request: Any, context: Any) -> matchmaking_pb2.Ticket:
+        self.cancelled.append(request.name)
+        return matchmaking_pb2.Ticket(name=request.name, state=matchmaking_pb2.Ticket.STATE_CANCELLED)
 
 
 @contextlib.asynccontextmanager
@@ -66,6 +87,10 @@ def base_settings(tmp_path: Path, targets: dict[str, str], **changes: object) ->
         wait_timeout_s=10,
     )
     return replace(settings, **changes)  # type: ignore[arg-type]
+
+
+def errors_of(recorder: Recorder) -> dict[tuple[str, str], dict[str, int]]:
+    return {(s.kind, s.name): dict(s.errors) for s in recorder if s.errors}
 
 
 async def house_balance(tmp_path: Path, address: str) -> int:
@@ -121,6 +146,28 @@ async def test_journey_stops_clearly_where_a_service_is_not_built(tmp_path: Path
     assert recorder.get("step", "signup").ok == 2
     recorder.counters.pop("driver_cpu_ms")
     assert recorder.counters == {"journeys_started": 2, "journeys_failed": 2}
+
+
+async def test_players_still_queued_when_the_run_ends_leave_the_queue(tmp_path: Path) -> None:
+    queue = NeverMatching()  # type: ignore[abstract]
+    server = grpc.aio.server()
+    matchmaking_pb2_grpc.add_MatchmakingServiceServicer_to_server(queue, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with suite(tmp_path) as targets:
+            targets["matchmaking"] = f"127.0.0.1:{port}"
+            settings = base_settings(tmp_path, targets, players=2, journeys=0, duration_s=0.5, wait_timeout_s=30)
+            recorder, elapsed = await run_shard(settings, range(2))
+    finally:
+        await server.stop(0)
+    assert elapsed < 10  # left at the end of --duration, not at the 30 s wait timeout
+    assert sorted(queue.cancelled) == ["tickets/t1-0-ticket-0", "tickets/t1-1-ticket-0"]
+    assert recorder.counters["left_queue_at_end"] == 2
+    assert "journeys_failed" not in recorder.counters
+    assert errors_of(recorder) == {}
+    assert recorder.get("rpc", "matchmaking.CancelTicket").ok == 2
+    assert recorder.get("step", "queue").calls == 0  # neither a success nor a failure
 
 
 async def test_main_writes_reports_and_gates_the_exit_status(tmp_path: Path) -> None:
