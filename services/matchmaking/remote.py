@@ -19,44 +19,24 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import status_pb2
 
-from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc, ranking_pb2, wallet_pb2
+from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc, wallet_pb2
 from services.common.auth import Minter
 from services.common.client import Clients, ServiceTokens, channel
 from services.common.errors import OWNER_ADDRESS_HEADER
+from services.common.remote import TABLE_STATES, batch_ratings, classified
 from services.matchmaking.ports import Account, GameTable, Refused, SeatSpec, Unreachable
 
 T = TypeVar("T")
 
-#: Answers that say nothing final about the request: retry it later, with the same request id.
-TRANSIENT = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNAUTHENTICATED,
-    }
-)
-RATINGS_BATCH = 1000
 #: Ownership redirects followed for one call before it counts as unreachable.
 MAX_REDIRECTS = 4
 #: The longest wait for a table whose owner is changing, per hop.
 MAX_OWNERLESS_WAIT_SECONDS = 2.0
 
-_TABLE_STATES = {
-    game_session_pb2.Table.STATE_WAITING: "waiting",
-    game_session_pb2.Table.STATE_PLAYING: "playing",
-    game_session_pb2.Table.STATE_FINISHED: "finished",
-    game_session_pb2.Table.STATE_CANCELLED: "cancelled",
-}
-
 
 def game_table(table: game_session_pb2.Table, address: str = "") -> GameTable:
     return GameTable(
-        table.name, table.owner_address or address, table.match_id, _TABLE_STATES.get(table.state, "unknown")
+        table.name, table.owner_address or address, table.match_id, TABLE_STATES.get(table.state, "unknown")
     )
 
 
@@ -92,13 +72,7 @@ class GrpcPlatform:
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def _call(self, service: str, call: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await call()
-        except grpc.aio.AioRpcError as error:
-            kind = Unreachable if error.code() in TRANSIENT else Refused
-            raise kind(service, error.code().name, error.details() or "") from None
-        except (OSError, TimeoutError) as error:  # a channel that cannot even start a call
-            raise Unreachable(service, "UNAVAILABLE", str(error)) from None
+        return await classified(service, call)
 
     # -- wallet -----------------------------------------------------------------------------------
 
@@ -138,25 +112,7 @@ class GrpcPlatform:
     # -- ranking ----------------------------------------------------------------------------------
 
     async def ratings(self, players: Sequence[str], preset: str, seats: int) -> dict[str, float]:
-        found: dict[str, float] = {}
-        for start in range(0, len(players), RATINGS_BATCH):
-            batch = list(players[start : start + RATINGS_BATCH])
-            request = ranking_pb2.BatchGetRatingsRequest(
-                player_names=[f"players/{p}" for p in batch], preset=preset, players=seats
-            )
-
-            async def call(r: ranking_pb2.BatchGetRatingsRequest = request) -> ranking_pb2.BatchGetRatingsResponse:
-                reply: ranking_pb2.BatchGetRatingsResponse = await self.clients.ranking.BatchGetRatings(
-                    r, timeout=self.timeout
-                )
-                return reply
-
-            reply = await self._call("ranking", call)
-            if len(reply.ratings) != len(batch):
-                raise Refused("ranking", "INVALID_RESPONSE", f"{len(reply.ratings)} ratings for {len(batch)} players")
-            for player, rating in zip(batch, reply.ratings, strict=True):
-                found[player] = rating.ordinal
-        return found
+        return await batch_ratings(self.clients.ranking, players, preset, seats, self.timeout)
 
     # -- game sessions ----------------------------------------------------------------------------
 

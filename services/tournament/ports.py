@@ -16,21 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-
-class CallError(Exception):
-    def __init__(self, service: str, code: str, message: str) -> None:
-        super().__init__(f"{service}: {code}: {message}")
-        self.service = service
-        self.code = code
-        self.message = message
-
-
-class Refused(CallError):
-    """A definitive answer: retrying the same request would get it again."""
-
-
-class Unreachable(CallError):
-    """The outcome is unknown or the error is transient: retry with the same request id."""
+from services.common.remote import CallError as CallError
+from services.common.remote import Refused as Refused
+from services.common.remote import Unreachable as Unreachable
 
 
 @dataclass(frozen=True)

@@ -7,43 +7,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from buraco.v1 import common_pb2, game_session_pb2, ranking_pb2, wallet_pb2
+from buraco.v1 import common_pb2, game_session_pb2, wallet_pb2
 from services.common.client import Clients
+from services.common.remote import TABLE_STATES, batch_ratings, classified
 from services.tournament.ports import (
     Payout,
     PrizeShare,
     Refused,
     TableSeat,
     TableState,
-    Unreachable,
 )
 
 T = TypeVar("T")
-
-#: Answers that say nothing final about the request: retry it later, with the same request id.
-TRANSIENT = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNAUTHENTICATED,
-    }
-)
-RATINGS_BATCH = 1000
-
-_TABLE_STATES = {
-    game_session_pb2.Table.STATE_WAITING: "waiting",
-    game_session_pb2.Table.STATE_PLAYING: "playing",
-    game_session_pb2.Table.STATE_FINISHED: "finished",
-    game_session_pb2.Table.STATE_CANCELLED: "cancelled",
-}
 
 
 def table_state(table: game_session_pb2.Table) -> TableState:
@@ -51,7 +28,7 @@ def table_state(table: game_session_pb2.Table) -> TableState:
         TableSeat(seat.participant.player.removeprefix("players/"), seat.connected)
         for seat in sorted(table.seats, key=lambda s: s.seat)
     )
-    return TableState(table.name, _TABLE_STATES.get(table.state, "unknown"), seats, tuple(table.match_scores))
+    return TableState(table.name, TABLE_STATES.get(table.state, "unknown"), seats, tuple(table.match_scores))
 
 
 class GrpcServices:
@@ -60,13 +37,7 @@ class GrpcServices:
         self.timeout = timeout
 
     async def _call(self, service: str, call: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await call()
-        except grpc.aio.AioRpcError as error:
-            kind = Unreachable if error.code() in TRANSIENT else Refused
-            raise kind(service, error.code().name, error.details() or "") from None
-        except (OSError, TimeoutError) as error:  # a channel that cannot even start a call
-            raise Unreachable(service, "UNAVAILABLE", str(error)) from None
+        return await classified(service, call)
 
     # -- wallet -----------------------------------------------------------------------------------
 
@@ -109,25 +80,7 @@ class GrpcServices:
     # -- ranking ----------------------------------------------------------------------------------
 
     async def ratings(self, players: Sequence[str], preset: str, seats: int) -> dict[str, float]:
-        found: dict[str, float] = {}
-        for start in range(0, len(players), RATINGS_BATCH):
-            batch = list(players[start : start + RATINGS_BATCH])
-            request = ranking_pb2.BatchGetRatingsRequest(
-                player_names=[f"players/{p}" for p in batch], preset=preset, players=seats
-            )
-
-            async def call(r: ranking_pb2.BatchGetRatingsRequest = request) -> ranking_pb2.BatchGetRatingsResponse:
-                reply: ranking_pb2.BatchGetRatingsResponse = await self.clients.ranking.BatchGetRatings(
-                    r, timeout=self.timeout
-                )
-                return reply
-
-            reply = await self._call("ranking", call)
-            if len(reply.ratings) != len(batch):
-                raise Refused("ranking", "INVALID_RESPONSE", f"{len(reply.ratings)} ratings for {len(batch)} players")
-            for player, rating in zip(batch, reply.ratings, strict=True):
-                found[player] = rating.ordinal
-        return found
+        return await batch_ratings(self.clients.ranking, players, preset, seats, self.timeout)
 
     # -- game sessions ----------------------------------------------------------------------------
 
