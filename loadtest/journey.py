@@ -423,6 +423,7 @@ class Driver:
         for player in group:
             if not player.signed_up:
                 await self.signup(player)
+            player.journeys = number  # keys this match's request ids (a top-up must not replay the last)
         chips = not s.practice and self.uses("wallet")
         balances = [0] * len(group)
         if chips:

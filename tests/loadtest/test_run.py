@@ -137,6 +137,19 @@ async def test_backend_scenario_tops_players_up(tmp_path: Path) -> None:
     assert recorder.get("rpc", "wallet.Grant").ok == 2  # each player topped up
 
 
+async def test_backend_scenario_tops_up_again_in_a_later_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each match's top-up has its own request id: a player short again is granted again (the
+    wallet would replay the first grant, and the hold fail, if the id repeated)."""
+    monkeypatch.setattr("loadtest.journey.TOP_UP_STAKES", 1)  # a top-up covers one stake only
+    async with suite(tmp_path) as targets:
+        settings = base_settings(tmp_path, targets, scenario="backend", bet=1500, journeys=3, bot="random")
+        recorder, _ = await run_shard(settings, range(2))
+    assert errors_of(recorder) == {}
+    assert recorder.counters["matches_completed"] == 3
+    # both players are short before the first match, and every match's loser before the next
+    assert recorder.get("rpc", "wallet.Grant").ok >= 2 + 2
+
+
 async def test_journey_stops_clearly_where_a_service_is_not_built(tmp_path: Path) -> None:
     async with suite(tmp_path) as targets:
         settings = base_settings(tmp_path, targets, players=2, journeys=1)
