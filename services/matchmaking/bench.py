@@ -10,8 +10,11 @@
    `postgresql://postgres@127.0.0.1:5432/test`, in a schema of its own dropped afterwards, skipped
    when unreachable). Every player creates a ticket, follows it with WatchTicket, confirms the
    proposal and waits for MATCHED; the rate is tickets matched over the time from the first
-   CreateTicket to the last MATCHED. Every server runs in one child process (so on one core at
-   most); the clients run in this one.
+   CreateTicket to the last MATCHED. Then steady arrivals (`--rates`, each for `--rate-seconds`):
+   new players arrive evenly spaced at that many tickets/s; printed per rate: the p99 of
+   CreateTicket and ConfirmTicket, the time to MATCHED, and the CPU of the servers' process; and
+   the highest rate whose calls kept a p99 under 100 ms. Every server runs in one child process
+   (so on one core at most); the clients run in this one.
 3. Match quality on a simulated arrival stream (a Poisson stream of tickets over 30 simulated
    minutes, ratings from a normal distribution, a pass every simulated second): the mean rating
    spread per table (highest minus lowest ticket rating) and the mean wait, with the same stream
@@ -20,6 +23,7 @@
 Each figure is printed as `bench: NAME VALUE UNIT`.
 
     python -m services.matchmaking.bench [--tickets 100000] [--players 400] [--databases sqlite,postgresql]
+        [--rates 5,10,20] [--rate-seconds 20]
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -325,85 +329,157 @@ def _bearer(minter: Minter, kind: Kind, name: str) -> tuple[tuple[str, str], ...
     return (("authorization", f"Bearer {minter.mint(kind, name)}"),)
 
 
-async def bench_end_to_end(kind: str, players: int, postgres_url: str) -> None:
+async def fund_players(wallet_address: str, minter: Minter, names: list[str]) -> None:
+    """Open an account for each player and grant it chips (an admin's calls, untimed)."""
+    admin = _bearer(minter, Kind.ADMIN, "bench")
+    async with grpc.aio.insecure_channel(wallet_address) as channel:
+        wallet = wallet_pb2_grpc.WalletServiceStub(channel)
+        gate = asyncio.Semaphore(32)
+
+        async def fund(player: str) -> None:
+            async with gate:
+                await wallet.CreateAccount(
+                    wallet_pb2.CreateAccountRequest(request_id=f"o-{player}", player=f"players/{player}"),
+                    metadata=admin,
+                )
+                await wallet.Grant(
+                    wallet_pb2.GrantRequest(
+                        request_id=f"g-{player}",
+                        player=f"players/{player}",
+                        amount_chips=1000,
+                        kind=wallet_pb2.GrantRequest.KIND_PROMOTION,
+                    ),
+                    metadata=admin,
+                )
+
+        await asyncio.gather(*(fund(p) for p in names))
+
+
+@dataclass
+class Timings:
+    """What the players saw: each call's latency, and each ticket's time to MATCHED (seconds)."""
+
+    create: list[float] = field(default_factory=list)
+    confirm: list[float] = field(default_factory=list)
+    matched: list[float] = field(default_factory=list)
+
+
+async def ticket_journey(
+    stub: matchmaking_pb2_grpc.MatchmakingServiceAsyncStub, minter: Minter, player: str, timings: Timings
+) -> None:
+    """One player's ticket: CreateTicket, WatchTicket, ConfirmTicket on the proposal, until MATCHED."""
+    metadata = _bearer(minter, Kind.PLAYER, player)
+    started = time.perf_counter()
+    request = matchmaking_pb2.CreateTicketRequest(
+        request_id=f"t-{player}",
+        ticket=matchmaking_pb2.Ticket(
+            preferences=matchmaking_pb2.MatchPreferences(
+                preset="aberto",
+                players=2,
+                length=common_pb2.MATCH_LENGTH_EXPRESS,
+                mode=common_pb2.TABLE_MODE_COMPETITIVE,
+                bet_chips=BET,
+            )
+        ),
+    )
+    for attempt in range(5):  # as a client does: UNAVAILABLE is retried, same request id
+        try:
+            call_started = time.perf_counter()
+            ticket = await stub.CreateTicket(request, metadata=metadata)
+            timings.create.append(time.perf_counter() - call_started)
+            break
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE or attempt == 4:
+                raise
+            await asyncio.sleep(0.1 * 2**attempt)
+    stream = stub.WatchTicket(matchmaking_pb2.WatchTicketRequest(name=ticket.name), metadata=metadata)
+    confirmed = False
+    async for update in stream:
+        if update.state == matchmaking_pb2.Ticket.STATE_PROPOSED and not confirmed:
+            confirmed = True
+            call_started = time.perf_counter()
+            await stub.ConfirmTicket(
+                matchmaking_pb2.ConfirmTicketRequest(name=ticket.name, request_id=f"c-{player}"),
+                metadata=metadata,
+            )
+            timings.confirm.append(time.perf_counter() - call_started)
+        elif update.state == matchmaking_pb2.Ticket.STATE_MATCHED:
+            timings.matched.append(time.perf_counter() - started)
+            return
+        elif update.state not in (
+            matchmaking_pb2.Ticket.STATE_SEARCHING,
+            matchmaking_pb2.Ticket.STATE_PROPOSED,
+        ):
+            raise AssertionError(f"{player}: {update}")
+    raise AssertionError(f"{player}: the ticket's stream ended before MATCHED")
+
+
+def percentile_ms(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def bench_end_to_end(kind: str, players: int, rates: list[float], seconds: float, postgres_url: str) -> None:
+    """A burst (every player at once: the most tickets/s the platform matches), then a steady
+    arrival at each rate (the RPCs' latency and the platform's CPU at that rate)."""
     with tempfile.TemporaryDirectory() as folder:
-        async with platform_process(kind, Path(folder), postgres_url) as (address, wallet_address, minter):
+        async with platform_process(kind, Path(folder), postgres_url) as (address, wallet_address, minter, pid):
             names = [f"b{i:05d}" for i in range(players)]
-            admin = _bearer(minter, Kind.ADMIN, "bench")
-            async with grpc.aio.insecure_channel(wallet_address) as channel:
-                wallet = wallet_pb2_grpc.WalletServiceStub(channel)
-                gate = asyncio.Semaphore(32)
-
-                async def fund(player: str) -> None:
-                    async with gate:
-                        await wallet.CreateAccount(
-                            wallet_pb2.CreateAccountRequest(request_id=f"o-{player}", player=f"players/{player}"),
-                            metadata=admin,
-                        )
-                        await wallet.Grant(
-                            wallet_pb2.GrantRequest(
-                                request_id=f"g-{player}",
-                                player=f"players/{player}",
-                                amount_chips=1000,
-                                kind=wallet_pb2.GrantRequest.KIND_PROMOTION,
-                            ),
-                            metadata=admin,
-                        )
-
-                await asyncio.gather(*(fund(p) for p in names))
+            await fund_players(wallet_address, minter, names)
             async with grpc.aio.insecure_channel(address) as channel:
                 stub = matchmaking_pb2_grpc.MatchmakingServiceStub(channel)
-                waits: list[float] = []
-
-                async def play(player: str) -> None:
-                    metadata = _bearer(minter, Kind.PLAYER, player)
-                    started = time.perf_counter()
-                    request = matchmaking_pb2.CreateTicketRequest(
-                        request_id=f"t-{player}",
-                        ticket=matchmaking_pb2.Ticket(
-                            preferences=matchmaking_pb2.MatchPreferences(
-                                preset="aberto",
-                                players=2,
-                                length=common_pb2.MATCH_LENGTH_EXPRESS,
-                                mode=common_pb2.TABLE_MODE_COMPETITIVE,
-                                bet_chips=BET,
-                            )
-                        ),
-                    )
-                    for attempt in range(5):  # as a client does: UNAVAILABLE is retried, same request id
-                        try:
-                            ticket = await stub.CreateTicket(request, metadata=metadata)
-                            break
-                        except grpc.aio.AioRpcError as error:
-                            if error.code() != grpc.StatusCode.UNAVAILABLE or attempt == 4:
-                                raise
-                            await asyncio.sleep(0.1 * 2**attempt)
-                    stream = stub.WatchTicket(matchmaking_pb2.WatchTicketRequest(name=ticket.name), metadata=metadata)
-                    confirmed = False
-                    async for update in stream:
-                        if update.state == matchmaking_pb2.Ticket.STATE_PROPOSED and not confirmed:
-                            confirmed = True
-                            await stub.ConfirmTicket(
-                                matchmaking_pb2.ConfirmTicketRequest(name=ticket.name, request_id=f"c-{player}"),
-                                metadata=metadata,
-                            )
-                        elif update.state == matchmaking_pb2.Ticket.STATE_MATCHED:
-                            waits.append(time.perf_counter() - started)
-                            return
-                        elif update.state not in (
-                            matchmaking_pb2.Ticket.STATE_SEARCHING,
-                            matchmaking_pb2.Ticket.STATE_PROPOSED,
-                        ):
-                            raise AssertionError(f"{player}: {update}")
-
+                timings = Timings()
                 started = time.perf_counter()
                 async with asyncio.timeout(600):
-                    await asyncio.gather(*(play(p) for p in names))
+                    await asyncio.gather(*(ticket_journey(stub, minter, p, timings) for p in names))
                 elapsed = time.perf_counter() - started
-            waits.sort()
-            report(f"e2e_{kind}_tickets_matched_per_second", len(waits) / elapsed, "tickets/s")
-            report(f"e2e_{kind}_time_to_matched_p50", waits[len(waits) // 2] * 1000, "ms")
-            report(f"e2e_{kind}_time_to_matched_p99", waits[min(len(waits) - 1, int(0.99 * len(waits)))] * 1000, "ms")
+            report(f"e2e_{kind}_tickets_matched_per_second", len(timings.matched) / elapsed, "tickets/s")
+            report(f"e2e_{kind}_time_to_matched_p50", percentile_ms(timings.matched, 0.5), "ms")
+            report(f"e2e_{kind}_time_to_matched_p99", percentile_ms(timings.matched, 0.99), "ms")
+            within = 0.0
+            for rate in rates:
+                worst = await steady_arrivals(kind, address, wallet_address, minter, pid, rate, seconds)
+                if worst < 100:
+                    within = max(within, rate)
+            if rates:
+                report(f"e2e_{kind}_steady_highest_rate_with_rpc_p99_under_100ms", within, "tickets/s")
+
+
+async def steady_arrivals(
+    kind: str, address: str, wallet_address: str, minter: Minter, pid: int, rate: float, seconds: float
+) -> float:
+    """New players arrive at `rate` tickets/s for `seconds` (evenly spaced), each following their
+    ticket to MATCHED; prints the calls' p99, the time to MATCHED and the platform's CPU; returns
+    the worse p99 of CreateTicket and ConfirmTicket in ms."""
+    count = max(2, int(rate * seconds) // 2 * 2)  # 2-player tables: an even number of tickets
+    names = [f"s{int(rate)}-{i:05d}" for i in range(count)]
+    await fund_players(wallet_address, minter, names)
+    label = f"e2e_{kind}_steady_{rate:g}_per_s"
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = matchmaking_pb2_grpc.MatchmakingServiceStub(channel)
+        timings = Timings()
+        cpu_before, started = cpu_seconds(pid), time.perf_counter()
+        journeys = []
+        for index, player in enumerate(names):
+            await asyncio.sleep(max(0.0, started + index / rate - time.perf_counter()))
+            journeys.append(asyncio.create_task(ticket_journey(stub, minter, player, timings)))
+        async with asyncio.timeout(600):
+            await asyncio.gather(*journeys)
+        elapsed = time.perf_counter() - started
+        cpu = cpu_seconds(pid) - cpu_before
+    create_p99, confirm_p99 = percentile_ms(timings.create, 0.99), percentile_ms(timings.confirm, 0.99)
+    report(f"{label}_create_ticket_p99", create_p99, "ms")
+    report(f"{label}_confirm_ticket_p99", confirm_p99, "ms")
+    report(f"{label}_time_to_matched_p50", percentile_ms(timings.matched, 0.5), "ms")
+    report(f"{label}_time_to_matched_p99", percentile_ms(timings.matched, 0.99), "ms")
+    report(f"{label}_platform_cpu", 100 * cpu / elapsed, "%_of_a_core")
+    return max(create_p99, confirm_p99)
 
 
 async def postgres_reachable(url: str) -> bool:
@@ -425,7 +501,7 @@ async def serve_platform(kind: str, workdir: Path, postgres_url: str) -> int:
 
 
 @contextlib.asynccontextmanager
-async def platform_process(kind: str, workdir: Path, postgres_url: str) -> AsyncIterator[tuple[str, str, Minter]]:
+async def platform_process(kind: str, workdir: Path, postgres_url: str) -> AsyncIterator[tuple[str, str, Minter, int]]:
     """The platform in a process of its own (the servers on one core, the clients on another)."""
     child = subprocess.Popen(
         [
@@ -450,7 +526,8 @@ async def platform_process(kind: str, workdir: Path, postgres_url: str) -> Async
             raise RuntimeError(f"the platform process exited ({child.wait()}) before serving")
         addresses = json.loads(line)
         private, _ = ensure_dev_keys(workdir / "keys")
-        yield addresses["matchmaking"], addresses["wallet"], Minter(load_private_key(private), audience="buraco")
+        minter = Minter(load_private_key(private), audience="buraco")
+        yield addresses["matchmaking"], addresses["wallet"], minter, child.pid
     finally:
         if child.stdin is not None:
             child.stdin.close()
@@ -469,7 +546,8 @@ async def main(args: argparse.Namespace) -> int:
         if kind == "postgresql" and not await postgres_reachable(args.postgres_url):
             print(f"bench: skipped PostgreSQL, not reachable at {args.postgres_url}", flush=True)
             continue
-        await bench_end_to_end(kind, args.players, args.postgres_url)
+        rates = [float(rate) for rate in args.rates.split(",") if rate]
+        await bench_end_to_end(kind, args.players, rates, args.rate_seconds, args.postgres_url)
     return 0
 
 
@@ -478,6 +556,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tickets", type=int, default=100_000, help="waiting tickets of the matcher pass")
     parser.add_argument("--players", type=int, default=400, help="players of the end-to-end run")
     parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--rates", default="5,10,20", help="steady arrival rates to run, tickets/s ('' for none)")
+    parser.add_argument("--rate-seconds", type=float, default=20.0, help="how long each steady arrival lasts")
     parser.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the end-to-end run's child
     parser.add_argument("--workdir", default="", help=argparse.SUPPRESS)
     parser.add_argument(
