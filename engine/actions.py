@@ -6,7 +6,7 @@ card tuples are sorted, so two actions that move the same cards compare equal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.cards import parse, parse_many, to_str
@@ -35,6 +35,14 @@ class MeldCards:
 
     cards: tuple[int, ...]
     wild_as: int | None = None
+    #: the hash, computed once (actions key the legal-move memo, and are looked up on every apply)
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.cards, self.wild_as)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"do": "meld", "cards": [to_str(c) for c in self.cards]}
@@ -49,6 +57,13 @@ class AddCards:
 
     meld: int
     cards: tuple[int, ...]
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.meld, self.cards)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def to_json(self) -> dict[str, Any]:
         return {"do": "add", "meld": self.meld, "cards": [to_str(c) for c in self.cards]}
@@ -59,6 +74,9 @@ class Discard:
     """Discard one card; this ends the turn."""
 
     card: int
+
+    def __hash__(self) -> int:
+        return self.card
 
     def to_json(self) -> dict[str, Any]:
         return {"do": "discard", "card": to_str(self.card)}

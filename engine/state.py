@@ -342,14 +342,12 @@ class HandState:
         """With ``card`` alone in hand (after a meld or addition), can the turn still end legally?"""
         rules = self.rules
         morto = self.mortos[side] is not None
-        extensions = [(i, movegen.extended(m, (card,), rules)) for i, m in enumerate(melds)]
-        fits = [(i, e) for i, e in extensions if e is not None]
-        if card != self.lone:
-            if morto:
-                return True  # discarding it takes the morto (indirect batida)
-            if self.has_canastra_to_go_out(side, melds) and not (
-                    rules.no_wild_going_out and rules.go_out_by_meld and is_wild_capable(card) and fits):
-                return True  # discarding it goes out
+        if card != self.lone and morto:
+            return True  # discarding it takes the morto (indirect batida)
+        fits = self._extensions_by(card, melds)
+        if card != self.lone and self.has_canastra_to_go_out(side, melds) and not (
+                rules.no_wild_going_out and rules.go_out_by_meld and is_wild_capable(card) and fits):
+            return True  # discarding it goes out
         for i, extended_meld in fits:  # adding it empties the hand
             if morto:
                 return True
@@ -358,6 +356,21 @@ class HandState:
             if rules.go_out_by_meld and self.has_canastra_to_go_out(side, after):
                 return True
         return False
+
+    def _extensions_by(self, card: int, melds: list[Meld]) -> list[tuple[int, Meld]]:
+        """The melds ``card`` alone would extend, by index, with the result. A meld the card cannot
+        touch (``Meld.touch``: the move generator's own filter) is not tried."""
+        rules = self.rules
+        bit = 0xFF << (8 * card)
+        wild = is_wild_capable(card)
+        out = []
+        for i, m in enumerate(melds):
+            takes_wild, touch_bytes = m._touch or m.touch()
+            if touch_bytes & bit or (wild and takes_wild):
+                extended = movegen.extended(m, (card,), rules)
+                if extended is not None:
+                    out.append((i, extended))
+        return out
 
     def _holds_other_than(self, removed: tuple[int, ...], card: int) -> bool:
         """After removing ``removed``, does the hand still hold a card other than ``card``?"""
@@ -444,7 +457,7 @@ class HandState:
         return None
 
     def _playable(self, card: int, side: int) -> bool:
-        return any(movegen.extended(m, (card,), self.rules) is not None for m in self.melds[side])
+        return bool(self._extensions_by(card, self.melds[side]))
 
     # --- mutation (only after the checks) ---------------------------------------------------------
     def touch(self) -> None:
