@@ -240,6 +240,22 @@ def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], r
         out[cards_t] = (cards_t, result)
 
 
+def _sequence_around(suit_counts: tuple[int, ...], any_wild: bool, rank: int) -> bool:
+    """Whether a sequence of these cards (of one suit) might hold the card of ``rank``: some three
+    slots in a row around it hold three naturals, or two and a wild (a sequence holds at most one
+    wild, so every three slots in a row of it do). A necessary condition only."""
+    m = 0
+    for r, n in enumerate(suit_counts, start=1):
+        if n:
+            m |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
+    need = 2 if any_wild else 3
+    for slot in (ACE, HIGH_ACE) if rank == ACE else (rank,):
+        for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
+            if (m >> lo & 7).bit_count() >= need:
+                return True
+    return False
+
+
 # --- the legal plays of the moment ------------------------------------------------------------------
 
 def plays(state: HandState, first_only: bool = False,
@@ -282,6 +298,8 @@ def plays(state: HandState, first_only: bool = False,
             suit_counts = suits[suit]
             if sum(suit_counts) + any_wild < 3:
                 continue
+            if must_natural and not _sequence_around(suit_counts, any_wild, must % 13 + 1):
+                continue  # no sequence of this suit could hold the card that must be melded
             for action, meld in suit_melds(rules, suit, suit_counts, wild_counts):
                 if (must < 0 and size - len(action.cards) >= simple_from) or accept(action, meld, -1):
                     out.append(action)
