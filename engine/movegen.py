@@ -308,14 +308,12 @@ def plays(state: HandState, first_only: bool = False,
                     if first_only:
                         return out
         if rules.groups:
-            by_rank = list(zip(*suits, strict=True))  # per rank, its count in each suit
-            totals = list(map(sum, by_rank))
             need = 3 - any_wild
             ranks = [must % 13 + 1] if must_natural else _GROUP_RANKS[rules.groups_of_twos]
             for rank in ranks:
-                if totals[rank - 1] < need:
+                rank_counts = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+                if sum(rank_counts) < need:
                     continue
-                rank_counts = by_rank[rank - 1]
                 for action, meld in rank_melds(rules, rank, rank_counts, wild_counts):
                     if (must < 0 and size - len(action.cards) >= simple_from) or accept(action, meld, -1):
                         out.append(action)
