@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.cards import CARD_STR, NCODES
+from engine.cards import CARD_STR
 from engine.errors import EngineError
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class StaleViewError(EngineError, RuntimeError):
 
 def _hand(state: HandState, seat: int) -> list[str]:
     counts = state.counts[seat]
-    return [CARD_STR[c] for c in range(NCODES) for _ in range(counts[c])]
+    return [CARD_STR[c] for c, n in enumerate(counts) if n for _ in range(n)]
 
 
 _FIELDS: dict[str, Callable[[HandState, int | None], Any]] = {
