@@ -40,6 +40,7 @@ from buraco.v1 import common_pb2
 from services.matchmaking import models
 from services.matchmaking.core import Core, aware, new_id, preferences_of
 from services.matchmaking.matcher import Proposal
+from services.matchmaking.metrics import MatchmakingMetrics
 from services.matchmaking.ports import Refused, SeatSpec, Unreachable
 
 log = logging.getLogger("buraco.matchmaking")
@@ -57,8 +58,9 @@ def table_id_of(saga_id: str) -> str:
 
 
 class Sagas:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, metrics: MatchmakingMetrics | None = None) -> None:
         self.core = core
+        self.metrics = metrics if metrics is not None else MatchmakingMetrics()
         self.db = core.db
         self.platform = core.platform
         self.settings = core.settings
@@ -380,6 +382,7 @@ class Sagas:
                         update_time=now,
                     )
                 )
+        self.metrics.started.inc()
         self._changed(saga)
 
     async def _remember_opponents(self, session: AsyncSession, players: Sequence[str], now: datetime) -> None:
@@ -496,6 +499,7 @@ class Sagas:
                     )
                 )
         log.info("match start compensated", extra={"fields": {"saga": saga.id, "reason": reason}})
+        self.metrics.failed.inc()
         self._changed(saga)
         self.core.wake()
 

@@ -18,6 +18,7 @@ from services.matchmaking import settings as settings_module
 from services.matchmaking.core import Clock, Core
 from services.matchmaking.lobby import Lobby
 from services.matchmaking.loop import Loop
+from services.matchmaking.metrics import MatchmakingMetrics
 from services.matchmaking.ports import Platform
 from services.matchmaking.remote import GrpcPlatform
 from services.matchmaking.saga import Sagas
@@ -55,7 +56,7 @@ def registrar(
             models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours), clock=now
         )
         core = Core(deps.db, remote, chosen, now, store)
-        sagas = Sagas(core)
+        sagas = Sagas(core, MatchmakingMetrics(deps.registry))
         loop = Loop(core, sagas)
         core.wake = loop.wake
         lobby = Lobby(core, sagas)

@@ -237,3 +237,37 @@ async def test_a_stream_sees_a_change_made_on_another_replica(
         async with asyncio.timeout(10):  # woken by replica one's poll of the watched versions
             last: Ticket = await stream.read()  # type: ignore[assignment]
         assert last.state == Ticket.STATE_CANCELLED
+
+
+def _metric(service: Service, name: str, **labels: str) -> float:
+    value = service.server.metrics.registry.get_sample_value(name, {"service": "matchmaking", **labels})
+    return 0.0 if value is None else value
+
+
+async def test_the_metrics_follow_the_queue_and_the_starts(service: Service) -> None:
+    """What ops watch (docs/metrics.md): the queue as the last pass saw it, and matches proposed,
+    started and failed, on the registry the service serves."""
+    passes = _metric(service, "buraco_matchmaking_passes_total")
+    await service.platform.fund("cai", 500)
+    lone = await service.ticket("cai", mode=COMPETITIVE, bet=BET, players=4)
+    await service.advance(30)
+    assert _metric(service, "buraco_matchmaking_tickets_searching") == 1
+    assert _metric(service, "buraco_matchmaking_oldest_wait_seconds") >= 30
+    assert _metric(service, "buraco_matchmaking_passes_total") >= passes + 2
+    assert _metric(service, "buraco_matchmaking_pass_duration_seconds_count") >= 2
+
+    ana, bia = await proposed_pair(service)
+    assert _metric(service, "buraco_matchmaking_matches_total", result="proposed") == 1
+    await service.confirm_all(ana, bia)
+    assert {t.state for t in [await service.get(ana), await service.get(bia)]} == {Ticket.STATE_MATCHED}
+    assert _metric(service, "buraco_matchmaking_matches_total", result="started") == 1
+    assert _metric(service, "buraco_matchmaking_matches_total", result="failed") == 0
+
+    dan, eva = await proposed_pair(service, ("dan", "eva"))
+    await service.advance(FAST.confirm_seconds + 1)  # nobody confirms: the start is undone
+    assert await states(service, [dan, eva]) == [Ticket.STATE_FAILED] * 2
+    assert _metric(service, "buraco_matchmaking_matches_total", result="proposed") == 2
+    assert _metric(service, "buraco_matchmaking_matches_total", result="failed") == 1
+    assert _metric(service, "buraco_matchmaking_matches_total", result="started") == 1
+    assert (await service.get(lone)).state == Ticket.STATE_SEARCHING
+    assert _metric(service, "buraco_matchmaking_tickets_searching") == 1  # cai's (dan and eva failed)
