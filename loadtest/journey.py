@@ -11,7 +11,7 @@ Scenario `journey` (the player's path through the public services):
                  call, as the sign-up flow would make); ranking: the player's profile before
     fund         the player reads their account; tops it up with a promotion grant when short
     queue        matchmaking: CreateTicket, then WatchTicket until MATCHED (confirming a proposal)
-    play         game sessions: Subscribe, then the bot plays every turn (loadtest.table)
+    play         game sessions: SubscribeChanges, then the bot plays every turn (loadtest.table)
     settle       the wallet shows the pot paid out: the stake lost, or the share of the pot less
                  the house cut won (checked to the chip)
     leaderboard  ranking: the profile counts the match; the player's rank and the top 10

@@ -1,21 +1,20 @@
 """Playing a seat at a game-session table, every call timed into the run's recorder.
 
 The client is the suite's own (`services.cli.seat.TableConnection` and `play_seat`): it follows
-the table's `Subscribe` stream into a model of what the seat knows, decides with an engine bot
+the table's `SubscribeChanges` stream into a model of what the seat knows, decides with an engine bot
 from that view, sends each action with a fresh `request_id` and the `expected_seq` it saw,
 retries an action after UNAVAILABLE or ABORTED with the same `request_id` (at the owner named by
 a redirect), and resumes a broken stream with `after_seq`. `RecordedConnection` adds the timing:
 each attempt of each call is recorded under `game_session.<Method>`, the stream's first event
-(the snapshot) under `game_session.Subscribe`, and every resumption counts in `stream_resumes`.
+(the snapshot) under `game_session.SubscribeChanges`, and every resumption counts in `stream_resumes`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +26,7 @@ from loadtest.client import Calls, StepError
 from loadtest.payouts import expected_deltas
 from loadtest.settings import Settings
 from services.cli.seat import RETRYABLE, ChannelPool, TableConnection, play_seat, trailer
-from services.cli.tableview import TableModel, ruleset_of
-
-#: A turn starts with the event that passes it (a discard, a deal), then the turn's timer event, in
-#: the same change; acting before the timer event arrives sends a stale `expected_seq`. The seat
-#: waits for it this long at most (a snapshot, too, is a settled view).
-TURN_START_WAIT_S = 0.5
-SETTLED_KINDS = frozenset({"turn_timer_started", "snapshot"})
+from services.cli.tableview import ruleset_of
 
 
 class RecordedConnection(TableConnection):
@@ -50,7 +43,6 @@ class RecordedConnection(TableConnection):
     ) -> None:
         super().__init__(address, token, table, channels=channels)
         self.calls = calls
-        self.last_kind = ""
         #: Replicas to try in turn when the current one fails without naming an owner (it is
         #: gone): what a client behind a Kubernetes Service gets by reconnecting.
         self.fallbacks = list(fallbacks)
@@ -64,35 +56,16 @@ class RecordedConnection(TableConnection):
         at = self.fallbacks.index(before) + 1 if before in self.fallbacks else 0
         self.address = self.fallbacks[at % len(self.fallbacks)]
 
-    async def _apply(self, event: game_session_pb2.TableEvent) -> None:
-        self.last_kind = event.WhichOneof("event") or ""
-        await super()._apply(event)
-
-    async def wait_until(self, predicate: Callable[[TableModel], bool], timeout: float | None = None) -> None:
-        def ready(model: TableModel) -> bool:
-            # A hand's end comes with the next deal or the match's end in the same change: in
-            # between, the model is not a state to act on.
-            return predicate(model) and (model.finished or model.phase != "hand_over")
-
-        await super().wait_until(ready, timeout)
-        model = self.model
-        if model.my_turn and model.phase == "draw" and self.last_kind not in SETTLED_KINDS:
-            with contextlib.suppress(TimeoutError):
-                await super().wait_until(
-                    lambda m: m.finished or not m.my_turn or self.last_kind in SETTLED_KINDS, TURN_START_WAIT_S
-                )
-            await super().wait_until(ready, timeout)  # whatever arrived meanwhile, the caller's condition
-
     async def start(self) -> None:
         started = time.perf_counter()
         try:
             await super().start()
         except grpc.aio.AioRpcError as error:
-            self.calls.recorder.error("rpc", "game_session.Subscribe", error.code().name)
+            self.calls.recorder.error("rpc", "game_session.SubscribeChanges", error.code().name)
             raise
         delay = time.perf_counter() - started
-        self.calls.recorder.ok("rpc", "game_session.Subscribe", delay)
-        self.calls.recorder.first_event("rpc", "game_session.Subscribe", delay)
+        self.calls.recorder.ok("rpc", "game_session.SubscribeChanges", delay)
+        self.calls.recorder.first_event("rpc", "game_session.SubscribeChanges", delay)
 
     async def _unary(self, method: str, request: Any) -> Any:
         """As TableConnection's: retries on UNAVAILABLE/ABORTED with the same request (so the same
@@ -154,7 +127,7 @@ async def play_match(
     table: str,
     channels: ChannelPool,
 ) -> MatchResult:
-    """Subscribe, play the seat with the run's bot to the match's end, and read the outcome."""
+    """Subscribe (SubscribeChanges), play the seat with the run's bot to the match's end, and read the outcome."""
     connection = RecordedConnection(calls, address, token, table, channels)
     connection.retry_seconds = settings.wait_timeout_s
     try:

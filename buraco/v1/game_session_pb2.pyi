@@ -360,6 +360,30 @@ class SubscribeRequest(_message.Message):
 Global___SubscribeRequest: _TypeAlias = SubscribeRequest  # noqa: Y015
 
 @_typing.final
+class SubscribeChangesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    AFTER_SEQ_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    """REQUIRED. `tables/{table}`."""
+    after_seq: _builtins.int
+    """OPTIONAL. As `SubscribeRequest.after_seq`."""
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        after_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscribeChangesRequest: _TypeAlias = SubscribeChangesRequest  # noqa: Y015
+
+@_typing.final
 class GetTableSnapshotRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1095,6 +1119,32 @@ class MuteChatResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MuteChatResponse: _TypeAlias = MuteChatResponse  # noqa: Y015
+
+@_typing.final
+class TableChanges(_message.Message):
+    """Whole changes of a table on a `SubscribeChanges` stream: their events, in sequence order, with
+    no gap from the previous message.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableEvent]:
+        """OUTPUT_ONLY. At least one event."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___TableEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TableChanges: _TypeAlias = TableChanges  # noqa: Y015
 
 @_typing.final
 class TableEvent(_message.Message):

@@ -60,6 +60,11 @@ class GameSessionServiceStub:
                 request_serializer=buraco_dot_v1_dot_game__session__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=buraco_dot_v1_dot_game__session__pb2.TableEvent.FromString,
                 _registered_method=True)
+        self.SubscribeChanges = channel.unary_stream(
+                '/buraco.v1.GameSessionService/SubscribeChanges',
+                request_serializer=buraco_dot_v1_dot_game__session__pb2.SubscribeChangesRequest.SerializeToString,
+                response_deserializer=buraco_dot_v1_dot_game__session__pb2.TableChanges.FromString,
+                _registered_method=True)
         self.GetTableSnapshot = channel.unary_unary(
                 '/buraco.v1.GameSessionService/GetTableSnapshot',
                 request_serializer=buraco_dot_v1_dot_game__session__pb2.GetTableSnapshotRequest.SerializeToString,
@@ -165,6 +170,17 @@ class GameSessionServiceServicer:
         """Streams the table's events for the caller: a snapshot first (when `after_seq` is 0) or the
         events after `after_seq` (when it is positive), then live events, with no gap and no duplicate.
         Spectators get the spectator view, where the table allows spectators.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubscribeChanges(self, request, context):
+        """The same events as `Subscribe`, filtered the same way, grouped by change: each message holds
+        one or more whole changes (an action with all it caused: the next turn's timer, the end of
+        the hand, ...), so a client that acts on a message at a time never acts between two events of
+        one change (an `expected_seq` taken mid-change is stale); and a change costs one message per
+        subscriber rather than one per event. The first message is the snapshot or the whole replay.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -290,6 +306,11 @@ def add_GameSessionServiceServicer_to_server(servicer, server):
                     servicer.Subscribe,
                     request_deserializer=buraco_dot_v1_dot_game__session__pb2.SubscribeRequest.FromString,
                     response_serializer=buraco_dot_v1_dot_game__session__pb2.TableEvent.SerializeToString,
+            ),
+            'SubscribeChanges': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubscribeChanges,
+                    request_deserializer=buraco_dot_v1_dot_game__session__pb2.SubscribeChangesRequest.FromString,
+                    response_serializer=buraco_dot_v1_dot_game__session__pb2.TableChanges.SerializeToString,
             ),
             'GetTableSnapshot': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTableSnapshot,
@@ -493,6 +514,33 @@ class GameSessionService:
             '/buraco.v1.GameSessionService/Subscribe',
             buraco_dot_v1_dot_game__session__pb2.SubscribeRequest.SerializeToString,
             buraco_dot_v1_dot_game__session__pb2.TableEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubscribeChanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/buraco.v1.GameSessionService/SubscribeChanges',
+            buraco_dot_v1_dot_game__session__pb2.SubscribeChangesRequest.SerializeToString,
+            buraco_dot_v1_dot_game__session__pb2.TableChanges.FromString,
             options,
             channel_credentials,
             insecure,

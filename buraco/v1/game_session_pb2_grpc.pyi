@@ -65,6 +65,13 @@ class GameSessionServiceStub:
     events after `after_seq` (when it is positive), then live events, with no gap and no duplicate.
     Spectators get the spectator view, where the table allows spectators.
     """
+    SubscribeChanges: _grpc.UnaryStreamMultiCallable[_game_session_pb2.SubscribeChangesRequest, _game_session_pb2.TableChanges]
+    """The same events as `Subscribe`, filtered the same way, grouped by change: each message holds
+    one or more whole changes (an action with all it caused: the next turn's timer, the end of
+    the hand, ...), so a client that acts on a message at a time never acts between two events of
+    one change (an `expected_seq` taken mid-change is stale); and a change costs one message per
+    subscriber rather than one per event. The first message is the snapshot or the whole replay.
+    """
     GetTableSnapshot: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.GetTableSnapshotRequest, _game_session_pb2.TableSnapshot]
     """The caller's view of the table now."""
     Draw: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.DrawRequest, _game_session_pb2.DrawResponse]
@@ -117,6 +124,13 @@ class GameSessionServiceAsyncStub(GameSessionServiceStub):
     """Streams the table's events for the caller: a snapshot first (when `after_seq` is 0) or the
     events after `after_seq` (when it is positive), then live events, with no gap and no duplicate.
     Spectators get the spectator view, where the table allows spectators.
+    """
+    SubscribeChanges: _aio.UnaryStreamMultiCallable[_game_session_pb2.SubscribeChangesRequest, _game_session_pb2.TableChanges]  # type: ignore[assignment]
+    """The same events as `Subscribe`, filtered the same way, grouped by change: each message holds
+    one or more whole changes (an action with all it caused: the next turn's timer, the end of
+    the hand, ...), so a client that acts on a message at a time never acts between two events of
+    one change (an `expected_seq` taken mid-change is stale); and a change costs one message per
+    subscriber rather than one per event. The first message is the snapshot or the whole replay.
     """
     GetTableSnapshot: _aio.UnaryUnaryMultiCallable[_game_session_pb2.GetTableSnapshotRequest, _game_session_pb2.TableSnapshot]  # type: ignore[assignment]
     """The caller's view of the table now."""
@@ -197,6 +211,19 @@ class GameSessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """Streams the table's events for the caller: a snapshot first (when `after_seq` is 0) or the
         events after `after_seq` (when it is positive), then live events, with no gap and no duplicate.
         Spectators get the spectator view, where the table allows spectators.
+        """
+
+    @_abc_1.abstractmethod
+    def SubscribeChanges(
+        self,
+        request: _game_session_pb2.SubscribeChangesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_game_session_pb2.TableChanges], _abc.AsyncIterator[_game_session_pb2.TableChanges]]:
+        """The same events as `Subscribe`, filtered the same way, grouped by change: each message holds
+        one or more whole changes (an action with all it caused: the next turn's timer, the end of
+        the hand, ...), so a client that acts on a message at a time never acts between two events of
+        one change (an `expected_seq` taken mid-change is stale); and a change costs one message per
+        subscriber rather than one per event. The first message is the snapshot or the whole replay.
         """
 
     @_abc_1.abstractmethod

@@ -1,6 +1,8 @@
 """One participant's live connection to a table, over the real gRPC API (grpc.aio).
 
-`TableConnection` follows the table's `Subscribe` stream into a `TableModel`: on a dropped stream
+`TableConnection` follows the table's `SubscribeChanges` stream into a `TableModel`, a whole change
+at a time (so the model, and whoever waits on it, never sees a table between two events of one
+change, and an action's `expected_seq` is never taken mid-change): on a dropped stream
 (UNAVAILABLE: a replica stopping or dying, or a redirect to the table's owner) it reconnects, at the
 owner's address when the status names one, and resumes with `after_seq` = the last sequence number
 applied, so nothing is missed or applied twice. Actions carry a fresh idempotency key and the
@@ -165,14 +167,16 @@ class TableConnection:
         give_up = time.monotonic() + self.retry_seconds
         while not self._closed:
             try:
-                call = self.stub.Subscribe(
-                    game_session_pb2.SubscribeRequest(table=self.table, after_seq=self.model.seq),
+                call = self.stub.SubscribeChanges(
+                    game_session_pb2.SubscribeChangesRequest(table=self.table, after_seq=self.model.seq),
                     metadata=self.metadata,
                 )
-                async for event in call:
-                    if self.on_message is not None:
-                        self.on_message("Subscribe", event)
-                    await self._apply(event)
+                async for message in call:
+                    for event in message.events:
+                        if self.on_message is not None:
+                            self.on_message("SubscribeChanges", event)
+                        self._apply(event)
+                    await self._applied()
                     delay = 0.05
                     give_up = time.monotonic() + self.retry_seconds
                 if self.model.finished:
@@ -195,7 +199,8 @@ class TableConnection:
         async with self._changed:
             self._changed.notify_all()
 
-    async def _apply(self, event: game_session_pb2.TableEvent) -> None:
+    def _apply(self, event: game_session_pb2.TableEvent) -> None:
+        """One event of a change into the model (waiters are woken once the change is whole)."""
         if not self.model.apply(event):
             return
         if self.keep_received:
@@ -207,6 +212,9 @@ class TableConnection:
                 timing.samples.append((sent, time.perf_counter() - sent))
         if self.on_event is not None:
             self.on_event(event)
+
+    async def _applied(self) -> None:
+        """A whole change is in the model: wake whoever waits on it."""
         self._ready.set()
         async with self._changed:
             self._changed.notify_all()

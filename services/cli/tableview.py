@@ -1,4 +1,4 @@
-"""A client's picture of one table, kept from the `Subscribe` stream (pure: no I/O).
+"""A client's picture of one table, kept from its event stream (pure: no I/O).
 
 `TableModel` starts from the stream's `TableSnapshot` and applies each `TableEvent` after it, in
 sequence order (an event at or below the last applied sequence number is a duplicate and ignored),

@@ -322,6 +322,52 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         finally:
             self.manager.unsubscribe(table, sub)
 
+    async def SubscribeChanges(
+        self, request: game_session_pb2.SubscribeChangesRequest, context: Context
+    ) -> AsyncIterator[game_session_pb2.TableChanges]:
+        identity = current_identity()
+        check.require(request.after_seq >= 0, "after_seq", "must not be negative")
+        table = await self._table(request.table)
+        viewer, player = self._viewer(table, identity)
+        sub, first = await self.manager.subscribe(table, viewer, player, request.after_seq)
+        last = request.after_seq
+        try:
+            # the snapshot or the replay: whole changes (read under the table's lock), one message
+            ended = next((i for i, e in enumerate(first) if _ends_stream(e)), None)
+            if ended is not None:
+                first = first[: ended + 1]
+            if first:
+                last = max(last, max(e.seq for e in first))
+                yield game_session_pb2.TableChanges(events=first)
+            if ended is not None or (first and first[0].HasField("snapshot") and not table.live):
+                return
+            queue, event_for = sub.queue, self.manager.event_for
+            while True:
+                entries = [await queue.get()]
+                # A change's entries are queued together, synchronously (Manager._publish): what is
+                # queued now is one or more whole changes.
+                while not queue.empty() and entries[-1] is not None:
+                    entries.append(queue.get_nowait())
+                events: list[game_session_pb2.TableEvent] = []
+                for entry in entries:
+                    if entry is None:
+                        if events:
+                            yield game_session_pb2.TableChanges(events=events)
+                        if table.lost:
+                            raise self.manager._not_owner(table)
+                        raise UnavailableError("stream ended (too far behind); resume with after_seq")
+                    if entry.seq <= last:
+                        continue
+                    last = entry.seq
+                    events.append(event_for(table, entry, sub))
+                    if entry.type in ("match_ended", "table_cancelled"):
+                        yield game_session_pb2.TableChanges(events=events)
+                        return
+                if events:
+                    yield game_session_pb2.TableChanges(events=events)
+        finally:
+            self.manager.unsubscribe(table, sub)
+
     async def GetTableSnapshot(
         self, request: game_session_pb2.GetTableSnapshotRequest, context: Context
     ) -> game_session_pb2.TableSnapshot:
@@ -581,3 +627,6 @@ def attach(server: grpc.aio.Server, api: GameSessionApi, bound: dict[str, str] |
     server.stop = stop  # type: ignore[method-assign]
 
 
+def _ends_stream(event: game_session_pb2.TableEvent) -> bool:
+    """The last event a table's stream carries: the match is over, or the table was cancelled."""
+    return event.HasField("match_ended") or event.HasField("table_cancelled")

@@ -76,7 +76,7 @@ def test_the_whole_journey(suite: tuple[dict[str, str], Path]) -> None:
     rpcs = {s.name: s for s in recorder if s.kind == "rpc"}
     assert rpcs["matchmaking.CreateTicket"].ok == 4
     assert rpcs["matchmaking.WatchTicket"].first_event.count == 4
-    assert rpcs["game_session.Subscribe"].first_event.count == 4
+    assert rpcs["game_session.SubscribeChanges"].first_event.count == 4
     assert rpcs["game_session.Discard"].ok > 0
     assert "game_session.CreateTable" not in rpcs  # matchmaking made the tables
 

@@ -319,3 +319,50 @@ async def test_an_action_whose_caller_cancels_mid_write_still_completes(cluster:
     discarded = await stub.Discard(discard, metadata=alice)
     assert discarded.result.seq > again.result.seq
     assert streams["bob"].last_seq >= seq + 1
+
+
+async def test_subscribe_changes_carries_the_same_events_in_whole_changes(cluster: Cluster) -> None:
+    """SubscribeChanges: the events Subscribe sends, filtered the same way, grouped so that no
+    message splits a change (a turn's timer event always comes with what started the turn); a
+    resume replays the rest in one message; the stream ends with the match."""
+    await cluster.start()
+    stub = cluster.stub()
+    streams = await started(cluster, "grouped", "alice", "bot")
+    alice = cluster.token(Kind.PLAYER, "alice")
+    messages: list[game_session_pb2.TableChanges] = []
+
+    async def read_changes() -> None:
+        request = game_session_pb2.SubscribeChangesRequest(table="tables/grouped")
+        async for message in stub.SubscribeChanges(request, metadata=alice):
+            messages.append(message)
+
+    reader = asyncio.ensure_future(read_changes())
+    await stub.LeaveTable(game_session_pb2.LeaveTableRequest(table="tables/grouped", request_id="bye"), metadata=alice)
+    stream = streams["alice"]
+    await stream.wait(lambda events: any(e.HasField("match_ended") for e in events), timeout=60)
+    await asyncio.wait_for(reader, 30)  # the stream ends by itself after match_ended
+
+    assert messages[0].events[0].HasField("snapshot") and all(m.events for m in messages)
+    flat = [e for m in messages for e in m.events]
+    after = flat[0].seq  # the snapshot's seq: the events it already includes
+    singles = [e for e in stream.events[1:] if e.seq > after]
+    assert [e.SerializeToString() for e in flat[1:]] == [e.SerializeToString() for e in singles]
+    assert flat[-1].HasField("match_ended") and len(messages) < len(flat)
+    for message in messages[1:]:
+        assert not message.events[0].HasField("turn_timer_started"), "a change was split"
+    timers = sum(1 for e in flat if e.HasField("turn_timer_started"))
+    assert timers > 3
+
+    # a late resume: everything after seq 5 in one message, then the end of the stream
+    request = game_session_pb2.SubscribeChangesRequest(table="tables/grouped", after_seq=5)
+    resumed = [m async for m in stub.SubscribeChanges(request, metadata=alice)]
+    assert len(resumed) == 1
+    assert [e.SerializeToString() for e in resumed[0].events] == [
+        e.SerializeToString() for e in stream.events[1:] if e.seq > 5
+    ]
+    negative = stub.SubscribeChanges(game_session_pb2.SubscribeChangesRequest(table="tables/grouped", after_seq=-1),
+                                     metadata=alice)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await negative.read()
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "after_seq" in (info.value.details() or "")
+    await stream.close()

@@ -373,6 +373,10 @@ GAMES = [  # (players, preset, table id: the deal follows from it and the test d
 ]
 
 
+#: The stream methods whose messages are single events (SubscribeChanges' are reported per event).
+STREAMS = ("Subscribe", "SubscribeChanges")
+
+
 @dataclass
 class Received:
     """Everything one viewer got: (method, message) in arrival order."""
@@ -386,7 +390,7 @@ class Received:
 
 def checks_of(method: str, message: Any) -> Iterator[tuple[int, Any, str]]:
     """(seq, payload, kind) pieces of one received message, each at the sequence number it shows."""
-    if method == "Subscribe":
+    if method in STREAMS:
         yield message.seq, message, f"stream {message.WhichOneof('event')}"
     elif isinstance(message, game_session_pb2.TableSnapshot):
         yield message.table.seq, {"snapshot": json_format.MessageToDict(message)}, method
@@ -458,9 +462,9 @@ async def test_no_seat_and_no_spectator_learns_a_hidden_card(
 
     # the truth: each hand's deal and actions, replayed
     hands = []
-    public_log = [(m.seq, m.WhichOneof("event")) for method, m in spectator_log.messages if method == "Subscribe"]
+    public_log = [(m.seq, m.WhichOneof("event")) for method, m in spectator_log.messages if method in STREAMS]
     started = [m for method, m in spectator_log.messages
-               if method == "Subscribe" and m.WhichOneof("event") == "hand_started"]
+               if method in STREAMS and m.WhichOneof("event") == "hand_started"]
     for record in export.hands:
         data = json.loads(record.record_json)
         parsed = parse_record(data)
