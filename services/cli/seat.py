@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +97,7 @@ class TableConnection:
         on_event: Callable[[game_session_pb2.TableEvent], None] | None = None,
         retry_seconds: float = 30.0,
         channels: ChannelPool | None = None,
+        by_change: bool = True,
     ) -> None:
         self.address = address  # where calls go now: the entry address, or the owner it redirected to
         self.home = address  # the entry address (a load balancer in production), to fall back to
@@ -106,6 +107,9 @@ class TableConnection:
         self.on_event = on_event
         self.retry_seconds = retry_seconds
         self.channels = channels
+        #: follow SubscribeChanges (a whole change per message); False: Subscribe, an event at a
+        #: time (its waiters may then see a table mid-change: benchmarks and comparisons only)
+        self.by_change = by_change
         self.timing: Timing | None = None
         self.received: list[game_session_pb2.TableEvent] = []  # every event applied, in order
         self.keep_received = False
@@ -167,14 +171,10 @@ class TableConnection:
         give_up = time.monotonic() + self.retry_seconds
         while not self._closed:
             try:
-                call = self.stub.SubscribeChanges(
-                    game_session_pb2.SubscribeChangesRequest(table=self.table, after_seq=self.model.seq),
-                    metadata=self.metadata,
-                )
-                async for message in call:
-                    for event in message.events:
+                async for method, events in self._messages():
+                    for event in events:
                         if self.on_message is not None:
-                            self.on_message("SubscribeChanges", event)
+                            self.on_message(method, event)
                         self._apply(event)
                     await self._applied()
                     delay = 0.05
@@ -198,6 +198,22 @@ class TableConnection:
             delay = min(delay * 2, 1.0)
         async with self._changed:
             self._changed.notify_all()
+
+    async def _messages(self) -> AsyncIterator[tuple[str, Sequence[game_session_pb2.TableEvent]]]:
+        """The stream's messages from the last applied event on, as (method, their events)."""
+        if self.by_change:
+            changes = self.stub.SubscribeChanges(
+                game_session_pb2.SubscribeChangesRequest(table=self.table, after_seq=self.model.seq),
+                metadata=self.metadata,
+            )
+            async for message in changes:
+                yield "SubscribeChanges", message.events
+        else:
+            events = self.stub.Subscribe(
+                game_session_pb2.SubscribeRequest(table=self.table, after_seq=self.model.seq), metadata=self.metadata
+            )
+            async for event in events:
+                yield "Subscribe", (event,)
 
     def _apply(self, event: game_session_pb2.TableEvent) -> None:
         """One event of a change into the model (waiters are woken once the change is whole)."""

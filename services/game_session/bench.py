@@ -9,7 +9,8 @@ The orchestrator (this module's `main`) starts, each pinned to core 0 when `task
 
 A driver process (`python -m services.game_session.bench drive`, on the other cores) opens the
 tables through the real API: a service token creates each table (every seat a player), one player
-token per seat subscribes to the table's stream, and the seat is played by an engine bot
+token per seat follows the table's stream (`SubscribeChanges`, a message per change; `--stream
+events`: `Subscribe`, a message per event, for comparison), and the seat is played by an engine bot
 (`engine.bots`, random-legal by default) deciding from what the stream told it
 (`services.cli.seat.play_seat`). Latency is the time from sending an action to receiving its first
 event on the acting seat's stream. A finished match is replaced by a new table, so the number of
@@ -31,6 +32,7 @@ the server during the window.
 
     python -m services.game_session.bench [--tables 1000] [--pace 2] [--seconds 20]
         [--ramp-tables 200] [--ramp-seconds 5] [--players 2] [--bot random] [--database postgresql]
+        [--stream changes|events]
     python -m services.game_session.bench --smoke      # a tiny run (CI): every figure, in seconds
 
 Every option also reads an environment variable: BURACO_BENCH_<OPTION> (e.g. BURACO_BENCH_TABLES).
@@ -190,6 +192,7 @@ class Driver:
         self.players = int(config.get("players", 2))
         self.ruleset = str(config.get("preset", "aberto"))
         self.bot_kind = str(config.get("bot", "random"))
+        self.by_change = str(config.get("stream", "changes")) == "changes"
         private, _ = ensure_dev_keys(Path(config["keys"]))
         self.minter = Minter(load_private_key(private), audience="buraco")
         self.service_token = self.minter.mint(Kind.SERVICE, "bench", ttl=24 * 3600)
@@ -227,7 +230,8 @@ class Driver:
         bench_table = BenchTable(self, table.name, players)
         for player in players:
             connection = TableConnection(
-                self.address, self.minter.mint(Kind.PLAYER, player, ttl=24 * 3600), table.name, channels=self.pool)
+                self.address, self.minter.mint(Kind.PLAYER, player, ttl=24 * 3600), table.name, channels=self.pool,
+                by_change=self.by_change)
             connection.timing = self.timing
             bench_table.connections.append(connection)
         await asyncio.gather(*(c.start() for c in bench_table.connections))
@@ -527,7 +531,7 @@ async def orchestrate(args: argparse.Namespace) -> int:
             server, address = await start_server("human")
             pid = server.process.pid
             common = {"address": address, "players": args.players, "preset": args.preset, "bot": args.bot,
-                      "keys": str(workdir / "keys")}
+                      "stream": args.stream, "keys": str(workdir / "keys")}
 
             # (a) human pace
             rss_before = rss_bytes(pid)
@@ -627,6 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--players", type=int, choices=(2, 4), default=int(env("players", 2)))
     parser.add_argument("--preset", default=env("preset", "aberto"))
     parser.add_argument("--bot", choices=("random", "heuristic"), default=env("bot", "random"))
+    parser.add_argument("--stream", choices=("changes", "events"), default=env("stream", "changes"),
+                        help="the clients follow SubscribeChanges (a message per change) or Subscribe (per event)")
     parser.add_argument("--database", choices=("postgresql", "sqlite"), default=env("database", "postgresql"))
     parser.add_argument("--postgres-url", default=os.environ.get(
         "BURACO_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"))

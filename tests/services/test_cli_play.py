@@ -319,9 +319,11 @@ def test_chat_and_timers_do_not_change_the_game_version() -> None:
     assert model.version == version + 1
 
 
-async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: Path) -> None:
+@pytest.mark.parametrize("by_change", [True, False], ids=["SubscribeChanges", "Subscribe"])
+async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: Path, by_change: bool) -> None:
     """Connected through a replica that does not own the table, a client is redirected to the owner
-    (UNAVAILABLE + buraco-owner-address) for its stream and its actions, and plays on there."""
+    (UNAVAILABLE + buraco-owner-address) for its stream and its actions, and plays on there, on
+    either stream."""
     cluster = Cluster(DatabaseTarget("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'gs.db'}"), tmp_path)
     owner = await cluster.start()
     other = await cluster.start()
@@ -330,8 +332,8 @@ async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: P
         request = practice_table_request(PracticeTable(player="ann", players=2), table_id="redirected")
         request.table.seats[1].participant.player = "players/bob"
         table = await cluster.stub(owner).CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
-        connections = [TableConnection(other.address, cluster.minter.mint(Kind.PLAYER, p), table.name)
-                       for p in ("ann", "bob")]
+        connections = [TableConnection(other.address, cluster.minter.mint(Kind.PLAYER, p), table.name,
+                                       by_change=by_change) for p in ("ann", "bob")]
         await asyncio.gather(*(c.start() for c in connections))
         assert [c.address for c in connections] == [owner.address] * 2
         assert all(c.home == other.address for c in connections)
