@@ -21,7 +21,8 @@ Scenarios:
     target is p99 under 50 ms;
 (b) ramp: `--ramp-tables` tables, the offered rate raised step by step (x1.5) until the p99 passes
     100 ms or the rate achieved falls below 90% of the rate offered (halved instead while no step
-    has passed yet); the highest passing step is the sustained rate, which should reach 40% of the
+    has passed yet), then up to `--ramp-bisect` (3) steps halfway between the best pass and the
+    lowest failure; the highest passing step is the sustained rate, which should reach 40% of the
     echo rate.
 
 Printed as `bench: NAME VALUE UNIT`: echo rate, concurrent tables, actions/s, p50/p99 latency,
@@ -571,6 +572,7 @@ async def orchestrate(args: argparse.Namespace) -> int:
             await driver.ask({"cmd": "setup", "tables": args.ramp_tables, **common})
             offered = args.ramp_start
             best: tuple[float, float, float, float] | None = None  # rate, p50, p99, cpu per 1000
+            failed_at = 0.0  # the lowest offered rate that failed, once a step above a pass failed
             steps = 0
             while steps < args.ramp_steps:
                 steps += 1
@@ -583,13 +585,24 @@ async def orchestrate(args: argparse.Namespace) -> int:
                       f"driver loop lag p99 {result['driver_lag_p99'] * 1000:.0f} ms "
                       f"health check p99 {result['health_p99'] * 1000:.0f} ms", flush=True)
                 passed = p99 < RAMP_P99_MS and rate >= 0.9 * offered and result["actions"] > 0
-                if passed:
+                if passed and (best is None or rate > best[0]):
                     best = (rate, p50, p99, cpu_used / max(1, result["actions"]) * 1000)
-                    offered *= 1.5
-                elif best is None and offered / 2 >= args.ramp_min:
+                if best is None:
+                    if offered / 2 < args.ramp_min:
+                        break
                     offered /= 2  # the first steps failed: come down until one passes
-                else:
+                    continue
+                if not passed:
+                    failed_at = offered if not failed_at else min(failed_at, offered)
+                if not failed_at:
+                    offered *= 1.5
+                    continue
+                # between the best pass and the lowest failure: bisect while the gap is over 10 %
+                low = max(best[0], offered if passed else 0.0)
+                if failed_at <= 1.1 * low or args.ramp_bisect <= 0:
                     break
+                args.ramp_bisect -= 1
+                offered = (low + failed_at) / 2
             if best is None:
                 best = (0.0, float("nan"), float("nan"), float("nan"))
             report("sessions_ramp_tables", args.ramp_tables, "tables")
@@ -625,6 +638,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ramp-steps", type=int, default=int(env("ramp_steps", 12)))
     parser.add_argument("--ramp-min", type=float, default=float(env("ramp_min", 20.0)),
                         help="the lowest rate tried when the first steps fail")
+    parser.add_argument("--ramp-bisect", type=int, default=int(env("ramp_bisect", 3)),
+                        help="steps spent between the last passing and the first failing rate")
     parser.add_argument("--ramp-warmup", type=float, default=float(env("ramp_warmup", 2.0)))
     parser.add_argument("--ramp-seconds", type=float, default=float(env("ramp_seconds", 5.0)))
     parser.add_argument("--echo-seconds", type=float, default=float(env("echo_seconds", 3.0)))
