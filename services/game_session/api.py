@@ -37,7 +37,7 @@ from services.common.server import Deps
 from services.game_session import models
 from services.game_session import settings as settings_module
 from services.game_session.clock import Clock, RealClock
-from services.game_session.manager import Manager
+from services.game_session.manager import Manager, Subscriber
 from services.game_session.outbox import Call, Deliverer, grpc_calls
 from services.game_session.settings import GameSessionSettings
 from services.game_session.table import Entry, LiveTable, State, ruleset_for, ruleset_spec
@@ -288,15 +288,24 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         return self._table_proto(table)
 
     # -- streams and views ----------------------------------------------------------------------
-    async def Subscribe(
-        self, request: game_session_pb2.SubscribeRequest, context: Context
-    ) -> AsyncIterator[game_session_pb2.TableEvent]:
+    async def _open_stream(
+        self, request: game_session_pb2.SubscribeRequest | game_session_pb2.SubscribeChangesRequest
+    ) -> tuple[LiveTable, Subscriber, list[game_session_pb2.TableEvent]]:
+        """Registers the caller's stream on the table: the table, the subscriber and what comes
+        first (the snapshot, or the replay after `after_seq`)."""
         identity = current_identity()
         check.require(request.after_seq >= 0, "after_seq", "must not be negative")
         table = await self._table(request.table)
         viewer, player = self._viewer(table, identity)
         sub, first = await self.manager.subscribe(table, viewer, player, request.after_seq)
-        # one generator from the queue to the wire (each layer costs every message a hop)
+        return table, sub, first
+
+    async def Subscribe(
+        self, request: game_session_pb2.SubscribeRequest, context: Context
+    ) -> AsyncIterator[game_session_pb2.TableEvent]:
+        table, sub, first = await self._open_stream(request)
+        # one generator from the queue to the wire (each layer costs every message a hop; so
+        # SubscribeChanges has a loop of its own rather than wrapping this one)
         last = request.after_seq
         try:
             for event in first:
@@ -325,11 +334,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
     async def SubscribeChanges(
         self, request: game_session_pb2.SubscribeChangesRequest, context: Context
     ) -> AsyncIterator[game_session_pb2.TableChanges]:
-        identity = current_identity()
-        check.require(request.after_seq >= 0, "after_seq", "must not be negative")
-        table = await self._table(request.table)
-        viewer, player = self._viewer(table, identity)
-        sub, first = await self.manager.subscribe(table, viewer, player, request.after_seq)
+        table, sub, first = await self._open_stream(request)
         last = request.after_seq
         try:
             # the snapshot or the replay: whole changes (read under the table's lock), one message
