@@ -57,7 +57,7 @@ run: venv proto migrate ## start every service locally (SQLite under var/); Ctrl
 
 # The engine's hot modules, compiled by mypyc for `make engine-native` (same source, no rewrite).
 NATIVE := build/native
-NATIVE_MODULES := cards rules melds movegen state actions events deal match bots/base bots/random_bot
+NATIVE_MODULES := cards rules melds movegen state actions events deal match bots/base bots/random_bot bots/reading bots/planning bots/heuristic
 
 engine-native: venv ## compile the engine with mypyc into build/native (optional, about 1.6x faster)
 	rm -rf $(NATIVE) && mkdir -p $(NATIVE) && cp -r engine $(NATIVE)/
