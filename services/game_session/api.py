@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any, TypeAlias
 
 import grpc
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
@@ -251,6 +251,18 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         query = query.order_by(tables.c.id).limit(size + 1)
         async with self.deps.db.transaction() as session:
             rows = (await session.execute(query)).all()
+            # The table row's seq moves only with the table's state; a table this replica does not
+            # own shows the last event in its log (the primary key's index answers).
+            others = [row.id for row in rows[:size] if (t := self.manager.tables.get(row.id)) is None or t.lost]
+            last_seq: dict[str, int] = {}
+            if others:
+                events = models.events
+                found = await session.execute(
+                    select(events.c.table_id, func.max(events.c.seq))
+                    .where(events.c.table_id.in_(others))
+                    .group_by(events.c.table_id)
+                )
+                last_seq = {table_id: int(seq) for table_id, seq in found.all()}
         reply = game_session_pb2.ListTablesResponse()
         for row in rows[:size]:
             live = self.manager.tables.get(row.id)
@@ -259,7 +271,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 continue
             table = game_session_pb2.Table.FromString(row.description)
             table.state = row.state
-            table.seq = row.seq
+            table.seq = max(row.seq, last_seq.get(row.id, 0))
             table.match_scores[:] = json.loads(row.match_scores)
             reply.tables.append(table)
         if len(rows) > size:

@@ -39,6 +39,10 @@ async def test_redirect_takeover_fencing_and_rebuild(cluster: Cluster) -> None:
     seq = streams["alice"].last_seq
     drawn = await on_a.Draw(game_session_pb2.DrawRequest(table="tables/t1", request_id="d1", expected_seq=seq),
                             metadata=alice)
+    # listed by a replica that does not own it, the table shows its last event, as the owner does
+    for stub in (on_a, on_b):
+        listed = await stub.ListTables(game_session_pb2.ListTablesRequest(), metadata=svc)
+        assert [(t.name, t.seq) for t in listed.tables] == [("tables/t1", drawn.result.seq)]
     before = await on_a.GetTableSnapshot(game_session_pb2.GetTableSnapshotRequest(table="tables/t1"), metadata=alice)
 
     # another replica redirects to the owner
