@@ -10,7 +10,7 @@ correct (AdminCorrection). Every mutating call is idempotent by (caller, request
 from __future__ import annotations
 
 import calendar
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
 
@@ -259,10 +259,12 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
         reserve: int = 0,
         escrow: str | None = None,
         batch_pots: list[str] | None = None,
+        batch_players: Sequence[str] = (),
     ) -> R:
         """Runs `plan` idempotently; `reserve` (transfer ids) and `escrow` let the claim's own
         statement prepare them (one round trip fewer each); `batch_pots` (the pots it changes)
-        lets the call share a transaction with concurrent ones (services.wallet.transactions)."""
+        lets the call share a transaction with concurrent ones (services.wallet.transactions),
+        never one running beside another on the same `batch_players`."""
         return await self.tx.idempotent(
             scope=identity.principal,
             method=method,
@@ -272,6 +274,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
             reserve=reserve,
             escrow=escrow,
             batch_pots=batch_pots,
+            batch_accounts=[core.player_account(p) for p in batch_players],
         )
 
     async def GetAccount(self, request: wallet_pb2.GetAccountRequest, context: Context) -> wallet_pb2.Account:
@@ -355,6 +358,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
             reserve=len(stakes),
             escrow=pot.account,
             batch_pots=batch_pots,
+            batch_players=[player for player, _ in stakes],
         )
 
     async def Settle(self, request: wallet_pb2.SettleRequest, context: Context) -> wallet_pb2.SettleResponse:
@@ -392,6 +396,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
                 plan,
                 reserve=core.MATCH_ROWS,
                 batch_pots=[pot.account],
+                batch_players=[o.player for o in outcomes],
             )
         return await self._once(identity, "Settle", request, wallet_pb2.SettleResponse, plan)
 

@@ -31,7 +31,11 @@ BATCHES_IN_FLIGHT transactions at a time (an idle wallet runs a call at once, al
 one transaction with one claim statement, one lock statement and one write for all its calls;
 each call still makes its own decision, in turn, on the shared locked rows (so a later call sees
 what an earlier one held or paid). Calls that share a pot or a request id never share a batch.
-A call refused by a rule (insufficient chips...) leaves nothing behind: its claim and the escrow
+Transactions in flight at once never share an account either (the pots, and the players a call
+names): a call whose rows a running batch holds waits in the queue for the next batch, and so do
+the calls behind it on the same rows, so rows are taken in the calls' order and a batch never
+waits inside PostgreSQL on another batch's rows (only on the house's, changed last). A call
+refused by a rule (insufficient chips...) leaves nothing behind: its claim and the escrow
 it opened are deleted by the batch's write. Anything else that fails a batch (a bug, a database
 error other than a deadlock) fails it whole, and its calls then run again one by one, so the
 failure stays with the call that caused it.
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -121,6 +126,9 @@ class _Call(Generic[R]):
     plan: Plan[R]
     #: The pots it changes: calls sharing one never share a transaction.
     pots: frozenset[str] = frozenset()
+    #: The rows it will lock (its pots and the players it names): no two transactions in flight
+    #: share one. A hint for scheduling: the rows' locks still decide.
+    rows: frozenset[str] = frozenset()
     future: asyncio.Future[R] | None = None
 
     @property
@@ -158,6 +166,8 @@ class Transactions:
         self._pool_opening = asyncio.Lock()
         self._queue: deque[_Call[Any]] = deque()
         self._in_flight = 0
+        #: The rows of the shared transactions in flight (never shared between two of them).
+        self._busy_rows: set[str] = set()
         self._batch_tasks: set[asyncio.Task[None]] = set()
         #: How many write transactions were run again after a transient failure (tests, logs),
         #: how many shared transactions ran and how many calls they carried.
@@ -176,8 +186,19 @@ class Transactions:
                     dsn = make_url(self.db.url).set(drivername="postgresql").render_as_string(hide_password=False)
                     # Every statement of the store finds its rows by key: one generic plan per
                     # connection serves all calls (custom plans re-planned the write each time).
+                    # A generic plan is made once per connection, from the statistics of that moment,
+                    # and kept: made while the tables were small (a new database, before autovacuum
+                    # analysed them), it chose sequential scans and hash joins over whole tables,
+                    # whose cost then grew with every match (the lock statement took 15 ms at 2,500
+                    # accounts). Every statement here has an index on what it looks for, so the
+                    # wallet's own connections rule sequential scans out (a table without a usable
+                    # index would still be scanned: this only raises their cost).
                     # The name shows in pg_stat_activity (and lets the benchmark find its backends).
-                    settings = {"application_name": "buraco-wallet", "plan_cache_mode": "force_generic_plan"}
+                    settings = {
+                        "application_name": "buraco-wallet",
+                        "plan_cache_mode": "force_generic_plan",
+                        "enable_seqscan": "off",
+                    }
                     if self.db.schema:
                         settings["search_path"] = self.db.schema
                     self._pool = await asyncpg.create_pool(
@@ -256,11 +277,13 @@ class Transactions:
         reserve: int = 0,
         escrow: str | None = None,
         batch_pots: Sequence[str] | None = None,
+        batch_accounts: Sequence[str] = (),
     ) -> R:
         """Run `plan` once per (scope, request id) and write its batch with the answer (see the
         module's docstring). `reserve` and `escrow` let the claim's statement also reserve
         transfer ids and open an escrow. With `batch_pots` (the pots it changes) the call may
-        share a transaction with others."""
+        share a transaction with others; `batch_accounts` (the other accounts it locks) keeps it
+        out of a transaction running at the same time as one that locks them."""
         request_id = getattr(request, "request_id", "")
         if not request_id:
             raise ValueError("idempotent calls need a request_id (validate it first)")
@@ -269,6 +292,7 @@ class Transactions:
         if batch_pots is None or not self.batching:
             return await self._alone(call)
         call.pots = frozenset(batch_pots)
+        call.rows = call.pots | frozenset(batch_accounts)
         call.future = asyncio.get_running_loop().create_future()
         self._queue.append(call)
         self._dispatch()
@@ -315,24 +339,34 @@ class Transactions:
             calls: list[_Call[Any]] = []
             keys: set[tuple[str, str]] = set()
             pots: set[str] = set()
+            rows: set[str] = set()
+            # Rows this batch may not take: those of the batches in flight, and those of the calls
+            # left waiting (so a later call never overtakes an earlier one on a row).
+            blocked = set(self._busy_rows)
             deferred: deque[_Call[Any]] = deque()
             while self._queue and len(calls) < BATCH_SIZE:
                 call = self._queue.popleft()
-                if call.key in keys or call.pots & pots:
+                if call.key in keys or call.pots & pots or call.rows & blocked:
                     deferred.append(call)  # waits for the next batch, in its turn
+                    blocked |= call.rows
                     continue
                 calls.append(call)
                 keys.add(call.key)
                 pots |= call.pots
+                rows |= call.rows
             self._queue.extendleft(reversed(deferred))
+            if not calls:  # every queued call waits for a batch in flight; its end dispatches again
+                return
             self._in_flight += 1
+            self._busy_rows |= rows
             task = asyncio.ensure_future(self._run_batch(calls))
             self._batch_tasks.add(task)
-            task.add_done_callback(self._batch_done)
+            task.add_done_callback(functools.partial(self._batch_done, frozenset(rows)))
 
-    def _batch_done(self, task: asyncio.Task[None]) -> None:
+    def _batch_done(self, rows: frozenset[str], task: asyncio.Task[None]) -> None:
         self._batch_tasks.discard(task)
         self._in_flight -= 1
+        self._busy_rows -= rows
         self._dispatch()
 
     async def _run_batch(self, calls: list[_Call[Any]]) -> None:

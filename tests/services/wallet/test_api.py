@@ -212,6 +212,30 @@ def test_a_bad_wallet_setting_stops_the_service_before_it_binds(tmp_path: Path) 
     assert "listening" not in result.stdout
 
 
+def test_the_process_keeps_what_it_loaded_at_start_out_of_the_collector() -> None:
+    """`python -m services.wallet` freezes its start-up objects (gc.freeze): full collections
+    over them paused every call in flight (docs/wallet.md, Benchmark)."""
+    script = (
+        "import gc, runpy, sys\n"
+        "sys.argv = ['wallet', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('services.wallet', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('frozen', gc.get_freeze_count())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    frozen = int(result.stdout.rsplit("frozen ", 1)[1])
+    assert frozen > 10_000, result.stdout  # the modules, protobuf descriptors, gRPC, SQLAlchemy...
+
+
 @pytest.mark.slow
 def test_the_process_serves_survives_fuzzing_and_stops_on_sigterm(tmp_path: Path) -> None:
     # A ledger with accounts (the fuzzer's players alice and bob), a tournament's buy-ins

@@ -5,7 +5,7 @@ a whole runs its calls again one by one."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -90,5 +90,65 @@ async def test_a_transaction_that_fails_whole_runs_its_calls_one_by_one(
     assert [r.holds[0].match_id for r in results] == [f"m{i}" for i in range(8)]  # ...yet all were applied
     for name in PLAYERS:
         assert (await ledger.account(f"player-{name}")).held_chips == 10  # once each
+    report = await ledger.audit()
+    assert report.ok, report.problems
+
+
+async def test_transactions_in_flight_never_share_a_players_rows_and_keep_their_order(
+    ledger_factory: Callable[..., Ledger], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = ledger_factory()
+    await ledger.open(*PLAYERS)
+    tx = ledger.api.tx
+    shared, run_batch = tx._shared, tx._run_batch
+    players = {
+        "hold-0": {"p0", "p1"},  # in flight first, held open until the others are queued
+        "hold-1": {"p1", "p2"},  # shares p1 with it: waits for it
+        "hold-2": {"p2", "p3"},  # shares p2 with hold-1 only: must not overtake it
+        "hold-3": {"p4", "p5"},  # shares nothing: starts beside hold-0
+    }
+    started: list[set[str]] = []  # the request ids of each shared transaction, as it starts
+    running: list[set[str]] = []  # the players of those in flight
+    overlaps: list[set[str]] = []
+    release = asyncio.Event()
+
+    def watch(calls: list[Any]) -> Awaitable[None]:
+        ids = {call.claim.request_id for call in calls}
+        rows = set().union(*(players[i] for i in ids))
+        overlaps.extend(rows & other for other in running if rows & other)
+        started.append(ids)
+        running.append(rows)
+
+        async def run() -> None:
+            try:
+                await run_batch(calls)
+            finally:
+                running.remove(rows)
+
+        return run()
+
+    async def hold_open(store: Store, calls: list[Any]) -> Any:
+        if any(call.claim.request_id == "hold-0" for call in calls):
+            await release.wait()
+        return await shared(store, calls)
+
+    monkeypatch.setattr(tx, "_run_batch", watch)
+    monkeypatch.setattr(tx, "_shared", hold_open)
+    first = asyncio.ensure_future(ledger.call("HoldBets", hold(0, ["p0", "p1"], 10)))
+    try:
+        while not started:
+            await asyncio.sleep(0)
+        others = [
+            asyncio.ensure_future(ledger.call("HoldBets", hold(i, sorted(players[f"hold-{i}"]), 10))) for i in (1, 2, 3)
+        ]
+        await asyncio.sleep(0.05)  # time enough for anything else to start
+        assert started == [{"hold-0"}, {"hold-3"}]
+    finally:
+        release.set()
+    results = await asyncio.gather(first, *others)
+    assert started == [{"hold-0"}, {"hold-3"}, {"hold-1", "hold-2"}]
+    assert not overlaps
+    assert [r.holds[0].match_id for r in results] == ["m0", "m1", "m2", "m3"]
+    assert (await ledger.account("player-p1")).held_chips == 20
     report = await ledger.audit()
     assert report.ok, report.problems
