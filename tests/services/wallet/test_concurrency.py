@@ -202,7 +202,9 @@ async def test_a_deadlock_between_two_transactions_is_retried(pg: Database) -> N
     )
     await tx.close()
     assert sorted(results) == ["a", "b"]
-    assert tx.retries == 1 and sorted(attempts.values()) == [1, 2]
+    # at least the deadlock's victim ran again (on a loaded machine a retry can meet the other
+    # writer once more and be retried again); every attempt beyond the first was a retry
+    assert tx.retries >= 1 and max(attempts.values()) >= 2 and tx.retries == sum(attempts.values()) - 2
 
 
 async def test_a_settlement_that_waited_for_the_pot_sees_the_holds_made_meanwhile(pg: Database) -> None:
