@@ -37,6 +37,13 @@ def alembic_config(service: str, migrations: Path, database: Database) -> Alembi
 
 
 async def _run(database: Database, config: AlembicConfig, action: Any, *args: Any, **kwargs: Any) -> None:
+    if database.schema and database.dialect == "postgresql":
+        # Services sharing a schema start (and migrate) at once: CREATE SCHEMA IF NOT EXISTS is
+        # not safe against itself (two may both find it missing), so one at a time per schema.
+        async with database.engine.begin() as connection:
+            key = f"buraco-schema:{database.schema}"
+            await connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
+            await connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"'))
     async with database.engine.begin() as connection:
         if database.dialect == "postgresql":
             # replicas or a release Job may migrate at once: one at a time per service and schema
@@ -44,7 +51,6 @@ async def _run(database: Database, config: AlembicConfig, action: Any, *args: An
             key = f"buraco-migrate:{config.attributes['service']}:{database.schema or ''}"
             await connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
         if database.schema and database.dialect == "postgresql":
-            await connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"'))
             await connection.execute(text(f'SET search_path TO "{database.schema}"'))
 
         def run(sync_connection: Connection) -> None:

@@ -93,6 +93,36 @@ async def test_concurrent_migrations_of_one_service_are_serialised(spec: Service
         await second.dispose()
 
 
+async def test_every_service_migrating_one_new_schema_at_once_succeeds(postgres_url: str) -> None:
+    """`make run` against PostgreSQL, or a release whose services share a schema: every service's
+    process migrates at start, all at the same moment, and the schema does not exist yet. (Real
+    processes: alembic keeps its state in module globals, so one process migrates one at a time.)"""
+    import asyncio
+    import os
+    import sys
+    import uuid
+
+    schema = f"test_shared_{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, "BURACO_ENV": "local", "BURACO_DATABASE_URL": postgres_url, "BURACO_DATABASE_SCHEMA": schema}
+    database = Database(postgres_url, schema=schema)
+    try:
+        processes = [
+            await asyncio.create_subprocess_exec(
+                sys.executable, "-m", f"services.{spec.name}", "migrate", env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            )
+            for spec in SPECS
+        ]
+        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in processes)), 120)
+        for spec, process, (output, _) in zip(SPECS, processes, outputs, strict=True):
+            assert process.returncode == 0, f"{spec.name}: {output.decode()[-2000:]}"
+            assert await migrations.current(spec.name, spec.migrations, database) == migrations.head(spec.migrations)
+    finally:
+        async with database.engine.begin() as connection:
+            await connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        await database.dispose()
+
+
 async def test_a_service_that_does_not_migrate_refuses_an_old_schema(database: Database) -> None:
     """Production (BURACO_MIGRATE_ON_START=false) refuses to serve until the migration Job ran, and
     serves at head or on a newer schema (a release being rolled out: migrations only expand)."""
