@@ -95,7 +95,7 @@ bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite 
 bench-sessions: venv ## game sessions: 1,000 tables at human pace (p99), the highest sustained action rate vs a grpc.aio echo
 	$(PY) -m services.game_session.bench $(ARGS)
 
-bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, tickets matched/s end to end (SQLite, PostgreSQL), match quality
+bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, tickets matched/s end to end and at steady rates (SQLite, PostgreSQL), match quality
 	$(PY) -m services.matchmaking.bench
 
 clean: ## remove the virtual environment, local databases, dev keys and native builds
