@@ -71,7 +71,6 @@ class TableMeld:
 
 
 @lru_cache(maxsize=8192)
-@lru_cache(maxsize=1 << 14)  # a meld is read again every turn until it changes; TableMeld is frozen
 def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     """The shape of a meld from its view form (``cards`` in table order, low to high)."""
     cs = [CODE[c] for c in cards]
