@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from services.common.measure import cpu_seconds
 
 SERVICES = ("matchmaking", "game_session", "wallet", "ranking")
 
@@ -38,12 +39,6 @@ class Level:
     worst_p99_ms: float | None
     error_rate: float
     within: bool
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def level_of(players: int, report: dict[str, Any], service: str, p99_ms: float) -> Level:

@@ -69,10 +69,10 @@ from engine.bots import make_bot
 from engine.rules import preset
 from services.cli.seat import ChannelPool, TableConnection, Timing, play_seat
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
+from services.common.measure import cpu_seconds, percentile
 
 ROOT = Path(__file__).resolve().parents[2]
 ECHO_METHOD = "/buraco.bench.Echo/Echo"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 HUMAN_P99_MS = 50.0
 RAMP_P99_MS = 100.0
@@ -81,18 +81,6 @@ RAMP_TARGET_RATIO = 0.40
 
 def report(name: str, value: float, unit: str) -> None:
     print(f"bench: {name} {value:.6g} {unit}", flush=True)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def rss_bytes(pid: int) -> int:

@@ -61,6 +61,7 @@ from engine.rules import PRESETS
 from services.common.auth import Kind, Minter, current_identity, ensure_dev_keys, load_private_key
 from services.common.config import Config
 from services.common.errors import NotFoundError
+from services.common.measure import cpu_seconds, percentile
 from services.common.server import Deps, Server, ServiceSpec
 from services.matchmaking.matcher import BucketKey, Waiting, Windows, match_pass
 from services.matchmaking.service import build_spec
@@ -415,14 +416,7 @@ async def ticket_journey(
 
 
 def percentile_ms(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000 if ordered else float("nan")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process so far (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return percentile(values, fraction) * 1000
 
 
 async def bench_end_to_end(kind: str, players: int, rates: list[float], seconds: float, postgres_url: str) -> None:

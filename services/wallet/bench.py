@@ -43,6 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from buraco.v1 import common_pb2, wallet_pb2, wallet_pb2_grpc
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.db import Database
+from services.common.measure import cpu_seconds, percentile
 from services.wallet.service import run_audit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,29 +53,18 @@ TARGET_CYCLES = 300.0
 TARGET_P99_MS = 100.0
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def report(name: str, value: float, unit: str) -> None:
     print(f"bench: {name} {value:.6g} {unit}", flush=True)
 
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of processes (from /proc; 0 for any that is gone)."""
+def cpu_seconds_of(pids: list[int]) -> float:
+    """User + system CPU time of processes (0 for any that is gone)."""
     total = 0.0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += cpu_seconds(pid)
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return total
 
 
@@ -302,14 +292,14 @@ async def bench(kind: str, args: argparse.Namespace) -> dict[str, float]:
                 await saturate(clients, "warm", 2.0)
                 backends = await backend_pids(args.postgres_url, begun) if kind == "postgresql" else []
                 wallet_cpu, database_cpu, client_cpu = (
-                    cpu_seconds([served.process.pid]),
-                    cpu_seconds(backends),
+                    cpu_seconds_of([served.process.pid]),
+                    cpu_seconds_of(backends),
                     time.process_time(),
                 )
                 rate, samples = await saturate(clients, "max", args.seconds)
                 cycles = max(1, len(samples.cycles))
-                wallet_cpu = (cpu_seconds([served.process.pid]) - wallet_cpu) / cycles * 1000
-                database_cpu = (cpu_seconds(backends) - database_cpu) / cycles * 1000
+                wallet_cpu = (cpu_seconds_of([served.process.pid]) - wallet_cpu) / cycles * 1000
+                database_cpu = (cpu_seconds_of(backends) - database_cpu) / cycles * 1000
                 client_cpu = (time.process_time() - client_cpu) / cycles * 1000
                 report(f"{name}_max_cycles_per_s", rate, "cycles/s")
                 report(f"{name}_max_cycle_p50", percentile(samples.cycles, 0.5) * 1000, "ms")
