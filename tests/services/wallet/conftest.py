@@ -3,12 +3,16 @@ directly (no network) as any identity, a clock the tests move, and a snapshot of
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+import asyncpg
 import pytest
 from google.protobuf.message import Message
 from sqlalchemy import select
@@ -54,6 +58,22 @@ class Clock:
 async def migrated(db: Database) -> Database:
     await migrations.upgrade("wallet", MIGRATIONS, db)
     return db
+
+
+@contextlib.asynccontextmanager
+async def fresh_schema(postgres_url: str, **options: Any) -> AsyncIterator[Database]:
+    """A ledger migrated into a new PostgreSQL schema of its own (dropped afterwards); `options`
+    go to the `Database` (pool sizes)."""
+    schema = f"test_{os.getpid()}_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    await admin.execute(f'CREATE SCHEMA "{schema}"')
+    db = Database(postgres_url, schema=schema, **options)
+    try:
+        yield await migrated(db)
+    finally:
+        await db.dispose()
+        await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await admin.close()
 
 
 def deps_for(db: Database) -> Deps:

@@ -5,9 +5,7 @@ other, a settlement racing an annulment; and a real deadlock, which is retried."
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,7 +22,7 @@ from services.wallet import core, models
 from services.wallet.settings import WalletSettings
 from services.wallet.store import Batch, Claimed, ClaimRequest, PgStore, Store
 from services.wallet.transactions import Transactions
-from tests.services.wallet.conftest import GAME, SERVICE, Ledger, make_ledger, migrated
+from tests.services.wallet.conftest import GAME, SERVICE, Ledger, fresh_schema, make_ledger, migrated
 
 PLAYERS = 12
 START = 1000
@@ -34,17 +32,8 @@ CONNECTIONS = 40
 
 @pytest.fixture
 async def pg(postgres_url: str) -> AsyncIterator[Database]:
-    schema = f"test_{os.getpid()}_{uuid.uuid4().hex[:12]}"
-    dsn = postgres_url.replace("postgresql+asyncpg://", "postgresql://", 1)
-    admin = await asyncpg.connect(dsn)
-    await admin.execute(f'CREATE SCHEMA "{schema}"')
-    db = Database(postgres_url, schema=schema, pool_size=CONNECTIONS, max_overflow=10)
-    try:
-        yield await migrated(db)
-    finally:
-        await db.dispose()
-        await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        await admin.close()
+    async with fresh_schema(postgres_url, pool_size=CONNECTIONS, max_overflow=10) as db:
+        yield db
 
 
 @dataclass

@@ -6,8 +6,6 @@ slower with every match (services.wallet.transactions, `_pg_pool`)."""
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any
@@ -18,7 +16,7 @@ import pytest
 from services.common.db import Database
 from services.wallet import store
 from services.wallet.transactions import Transactions
-from tests.services.wallet.conftest import migrated
+from tests.services.wallet.conftest import fresh_schema
 
 #: The statements every batch runs, and how many parameters each takes.
 HOT = {"claim": (store._PG_CLAIM, 8), "lock": (store._PG_LOCK, 2), "write": (store._PG_WRITE, 39)}
@@ -27,16 +25,8 @@ HOT = {"claim": (store._PG_CLAIM, 8), "lock": (store._PG_LOCK, 2), "write": (sto
 @pytest.fixture
 async def fresh(postgres_url: str) -> AsyncIterator[Database]:
     """A newly migrated schema: empty tables, no statistics."""
-    schema = f"test_{os.getpid()}_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://", 1))
-    await admin.execute(f'CREATE SCHEMA "{schema}"')
-    db = Database(postgres_url, schema=schema)
-    try:
-        yield await migrated(db)
-    finally:
-        await db.dispose()
-        await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        await admin.close()
+    async with fresh_schema(postgres_url) as db:
+        yield db
 
 
 def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
