@@ -152,23 +152,25 @@ class Config:
         return f"{self.host}:{self.port}"
 
 
-def _int(name: str, raw: str, low: int, high: int) -> int:
+def int_setting(name: str, raw: str, low: int, high: int) -> int:
+    """A whole-number setting within [low, high], or a ConfigError naming it (every service's)."""
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r}: not an integer") from None
+        raise ConfigError(f"{name}={raw!r}: expected a whole number") from None
     if not low <= value <= high:
         raise ConfigError(f"{name}={raw!r}: must be between {low} and {high}")
     return value
 
 
-def _float(name: str, raw: str, low: float, high: float) -> float:
+def number_setting(name: str, raw: str, low: float, high: float) -> float:
+    """A number setting within [low, high] (NaN refused), or a ConfigError naming it."""
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r}: not a number") from None
-    if not low <= value <= high:
-        raise ConfigError(f"{name}={raw!r}: must be between {low} and {high}")
+        raise ConfigError(f"{name}={raw!r}: expected a number") from None
+    if not low <= value <= high:  # also refuses nan
+        raise ConfigError(f"{name}={raw!r}: must be between {low:g} and {high:g}")
     return value
 
 
@@ -216,7 +218,7 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
 
     environment = get("BURACO_ENV", "local", lambda n, r: _choice(n, r, ENVIRONMENTS))
     local = environment == "local"
-    port = get("BURACO_PORT", str(DEFAULT_PORTS[service]), lambda n, r: _int(n, r, 0, 65535))
+    port = get("BURACO_PORT", str(DEFAULT_PORTS[service]), lambda n, r: int_setting(n, r, 0, 65535))
     metrics_default = 9100 + DEFAULT_PORTS[service] % 10
     database_url = get(
         "BURACO_DATABASE_URL", f"sqlite+aiosqlite:///var/{service}.db", lambda n, r: normalise_database_url(r)
@@ -239,7 +241,7 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         env=environment,
         host=get("BURACO_HOST", "127.0.0.1", lambda n, r: r),
         port=port,
-        metrics_port=get("BURACO_METRICS_PORT", str(metrics_default), lambda n, r: _int(n, r, 0, 65535)),
+        metrics_port=get("BURACO_METRICS_PORT", str(metrics_default), lambda n, r: int_setting(n, r, 0, 65535)),
         metrics_enabled=get("BURACO_METRICS_ENABLED", "true", _bool),
         reflection=get("BURACO_REFLECTION", "true", _bool),
         database_url=database_url,
@@ -253,24 +255,24 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         jwt_audience=get("BURACO_JWT_AUDIENCE", "buraco", lambda n, r: r),
         jwt_public_keys=public_keys,
         jwt_private_key=private_key,
-        jwt_leeway_seconds=get("BURACO_JWT_LEEWAY_SECONDS", "10", lambda n, r: _float(n, r, 0, 300)),
+        jwt_leeway_seconds=get("BURACO_JWT_LEEWAY_SECONDS", "10", lambda n, r: number_setting(n, r, 0, 300)),
         dev_keys_dir=Path(source.get("BURACO_DEV_KEYS_DIR") or "var/dev-keys"),
-        rate_limit_per_second=get("BURACO_RATE_LIMIT_PER_SECOND", "20", lambda n, r: _float(n, r, 0.01, 1e6)),
-        rate_limit_burst=get("BURACO_RATE_LIMIT_BURST", "40", lambda n, r: _int(n, r, 1, 1_000_000)),
+        rate_limit_per_second=get("BURACO_RATE_LIMIT_PER_SECOND", "20", lambda n, r: number_setting(n, r, 0.01, 1e6)),
+        rate_limit_burst=get("BURACO_RATE_LIMIT_BURST", "40", lambda n, r: int_setting(n, r, 1, 1_000_000)),
         service_rate_limit_per_second=get(
-            "BURACO_SERVICE_RATE_LIMIT_PER_SECOND", "2000", lambda n, r: _float(n, r, 0.01, 1e7)
+            "BURACO_SERVICE_RATE_LIMIT_PER_SECOND", "2000", lambda n, r: number_setting(n, r, 0.01, 1e7)
         ),
-        max_message_bytes=get("BURACO_MAX_MESSAGE_BYTES", "65536", lambda n, r: _int(n, r, 1024, 64 << 20)),
-        max_streams_per_caller=get("BURACO_MAX_STREAMS_PER_CALLER", "8", lambda n, r: _int(n, r, 1, 10_000)),
-        shutdown_grace_seconds=get("BURACO_SHUTDOWN_GRACE_SECONDS", "10", lambda n, r: _float(n, r, 0, 3600)),
+        max_message_bytes=get("BURACO_MAX_MESSAGE_BYTES", "65536", lambda n, r: int_setting(n, r, 1024, 64 << 20)),
+        max_streams_per_caller=get("BURACO_MAX_STREAMS_PER_CALLER", "8", lambda n, r: int_setting(n, r, 1, 10_000)),
+        shutdown_grace_seconds=get("BURACO_SHUTDOWN_GRACE_SECONDS", "10", lambda n, r: number_setting(n, r, 0, 3600)),
         max_connection_age_seconds=get(
-            "BURACO_GRPC_MAX_CONNECTION_AGE_SECONDS", "0", lambda n, r: _float(n, r, 0, 30 * 86400)
+            "BURACO_GRPC_MAX_CONNECTION_AGE_SECONDS", "0", lambda n, r: number_setting(n, r, 0, 30 * 86400)
         ),
         max_connection_age_grace_seconds=get(
-            "BURACO_GRPC_MAX_CONNECTION_AGE_GRACE_SECONDS", "30", lambda n, r: _float(n, r, 0, 86400)
+            "BURACO_GRPC_MAX_CONNECTION_AGE_GRACE_SECONDS", "30", lambda n, r: number_setting(n, r, 0, 86400)
         ),
         idempotency_retention_hours=get(
-            "BURACO_IDEMPOTENCY_RETENTION_HOURS", "72", lambda n, r: _float(n, r, 0.01, 24 * 365)
+            "BURACO_IDEMPOTENCY_RETENTION_HOURS", "72", lambda n, r: number_setting(n, r, 0.01, 24 * 365)
         ),
         addresses=addresses,
     )

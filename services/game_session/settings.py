@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.common.config import ConfigError, Setting
+from services.common.config import ConfigError, Setting, number_setting
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -78,16 +78,6 @@ class GameSessionSettings:
     batch_max: int = 256
 
 
-def _number(name: str, raw: str, low: float, high: float) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected a number") from None
-    if not low <= value <= high:
-        raise ConfigError(f"{name}={raw!r}: must be between {low:g} and {high:g}")
-    return value
-
-
 def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> GameSessionSettings:
     """The settings from `env` (default os.environ); ConfigError names a bad variable."""
     source = os.environ if env is None else env
@@ -103,53 +93,55 @@ def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> G
     return GameSessionSettings(
         advertise_address=source.get("BURACO_GAME_SESSION_ADVERTISE_ADDRESS", ""),
         deal_seed=deal_seed,
-        lease_seconds=_number(
+        lease_seconds=number_setting(
             "BURACO_GAME_SESSION_LEASE_SECONDS", raw("BURACO_GAME_SESSION_LEASE_SECONDS", "10"), 1, 3600
         ),
-        scan_seconds=_number(
+        scan_seconds=number_setting(
             "BURACO_GAME_SESSION_TAKEOVER_SCAN_SECONDS",
             raw("BURACO_GAME_SESSION_TAKEOVER_SCAN_SECONDS", "3"),
             0.05,
             3600,
         ),
-        start_wait_seconds=_number(
+        start_wait_seconds=number_setting(
             "BURACO_GAME_SESSION_START_SECONDS", raw("BURACO_GAME_SESSION_START_SECONDS", "60"), 0, day
         ),
-        bot_delay_seconds=_number(
+        bot_delay_seconds=number_setting(
             "BURACO_GAME_SESSION_BOT_DELAY_MS", raw("BURACO_GAME_SESSION_BOT_DELAY_MS", "600"), 0, 60_000
         )
         / 1000.0,
-        disconnect_grace_seconds=_number(
+        disconnect_grace_seconds=number_setting(
             "BURACO_GAME_SESSION_DISCONNECT_GRACE_SECONDS",
             raw("BURACO_GAME_SESSION_DISCONNECT_GRACE_SECONDS", "20"),
             0,
             day,
         ),
-        reconnect_window_seconds=_number(
+        reconnect_window_seconds=number_setting(
             "BURACO_GAME_SESSION_RECONNECT_WINDOW_SECONDS",
             raw("BURACO_GAME_SESSION_RECONNECT_WINDOW_SECONDS", "180"),
             0,
             day,
         ),
         max_auto_plays=int(
-            _number("BURACO_GAME_SESSION_MAX_AUTO_PLAYS", raw("BURACO_GAME_SESSION_MAX_AUTO_PLAYS", "3"), 1, 100)
+            number_setting("BURACO_GAME_SESSION_MAX_AUTO_PLAYS", raw("BURACO_GAME_SESSION_MAX_AUTO_PLAYS", "3"), 1, 100)
         ),
-        annulment_seconds=_number(
+        annulment_seconds=number_setting(
             "BURACO_GAME_SESSION_ANNULMENT_SECONDS", raw("BURACO_GAME_SESSION_ANNULMENT_SECONDS", "60"), 1, day
         ),
         chat_per_minute=int(
-            _number("BURACO_GAME_SESSION_CHAT_PER_MINUTE", raw("BURACO_GAME_SESSION_CHAT_PER_MINUTE", "10"), 1, 10_000)
+            number_setting(
+                "BURACO_GAME_SESSION_CHAT_PER_MINUTE", raw("BURACO_GAME_SESSION_CHAT_PER_MINUTE", "10"), 1, 10_000
+            )
         ),
-        outbox_retry_seconds=_number(
+        outbox_retry_seconds=number_setting(
             "BURACO_GAME_SESSION_OUTBOX_RETRY_SECONDS", raw("BURACO_GAME_SESSION_OUTBOX_RETRY_SECONDS", "1"), 0.01, day
         ),
-        outbox_max_retry_seconds=_number(
+        outbox_max_retry_seconds=number_setting(
             "BURACO_GAME_SESSION_OUTBOX_MAX_RETRY_SECONDS",
             raw("BURACO_GAME_SESSION_OUTBOX_MAX_RETRY_SECONDS", "60"),
             0.01,
             day,
         ),
         batch_max=int(
-            _number("BURACO_GAME_SESSION_BATCH_MAX", raw("BURACO_GAME_SESSION_BATCH_MAX", "256"), 1, 100_000)
+            number_setting("BURACO_GAME_SESSION_BATCH_MAX", raw("BURACO_GAME_SESSION_BATCH_MAX", "256"), 1, 100_000)
         ),
     )

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from services.common.config import ConfigError, Setting
+from services.common.config import Setting, number_setting
 from services.matchmaking.matcher import Windows
 
 SETTINGS: tuple[Setting, ...] = (
@@ -68,16 +68,6 @@ class MatchmakingSettings:
     stop_timeout_seconds: float = 10.0
 
 
-def _number(name: str, raw: str, low: float, high: float) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected a number") from None
-    if not low <= value <= high:  # also refuses nan
-        raise ConfigError(f"{name}={raw!r}: must be between {low:g} and {high:g}")
-    return value
-
-
 def load(env: Mapping[str, str] | None = None) -> MatchmakingSettings:
     """The settings from `env` (default os.environ); ConfigError names a bad variable."""
     source = os.environ if env is None else env
@@ -86,7 +76,7 @@ def load(env: Mapping[str, str] | None = None) -> MatchmakingSettings:
     def number(suffix: str, low: float, high: float) -> float:
         name = f"BURACO_MATCHMAKING_{suffix}"
         value = source.get(name)
-        return _number(name, value or defaults[name], low, high)
+        return number_setting(name, value or defaults[name], low, high)
 
     windows = Windows(
         initial=number("WINDOW_INITIAL", 0, 1000),

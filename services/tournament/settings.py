@@ -13,7 +13,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.common.config import ConfigError, Setting
+from services.common.config import ConfigError, Setting, number_setting
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -98,16 +98,6 @@ class TournamentSettings:
     max_retry_seconds: float = 300.0
 
 
-def _number(name: str, raw: str, low: float, high: float) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected a number") from None
-    if not low <= value <= high:  # also refuses nan
-        raise ConfigError(f"{name}={raw!r}: must be between {low:g} and {high:g}")
-    return value
-
-
 def load(env: Mapping[str, str] | None = None) -> TournamentSettings:
     """The settings from `env` (default os.environ); ConfigError names a bad variable."""
     source = os.environ if env is None else env
@@ -119,7 +109,7 @@ def load(env: Mapping[str, str] | None = None) -> TournamentSettings:
 
     def number(suffix: str, low: float, high: float) -> float:
         name = f"BURACO_TOURNAMENT_{suffix}"
-        return _number(name, raw(name), low, high)
+        return number_setting(name, raw(name), low, high)
 
     hold_ttl = number("HOLD_TTL_HOURS", 1, 24 * 365)
     max_duration = number("MAX_DURATION_HOURS", 1, 24 * 365)

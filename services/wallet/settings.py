@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from services.common.config import ConfigError, Setting
+from services.common.config import ConfigError, Setting, int_setting, number_setting
 
 #: The largest amount one stake, grant or correction may carry: sums of up to 1,024 stakes stay
 #: far inside int64.
@@ -60,26 +60,6 @@ class WalletSettings:
     idempotency_retention: timedelta = timedelta(days=30)
 
 
-def _int(name: str, raw: str, low: int, high: int) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected a whole number") from None
-    if not low <= value <= high:
-        raise ConfigError(f"{name}={raw!r}: must be between {low} and {high}")
-    return value
-
-
-def _number(name: str, raw: str, low: float, high: float) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected a number") from None
-    if not low <= value <= high:  # also refuses nan
-        raise ConfigError(f"{name}={raw!r}: must be between {low:g} and {high:g}")
-    return value
-
-
 def load(env: Mapping[str, str] | None = None) -> WalletSettings:
     """The wallet's settings from `env` (default os.environ); ConfigError names a bad variable."""
     source = os.environ if env is None else env
@@ -90,8 +70,8 @@ def load(env: Mapping[str, str] | None = None) -> WalletSettings:
         return defaults[name] if value is None or value == "" else value
 
     day = 86_400.0
-    hold_ttl = _number("BURACO_WALLET_HOLD_TTL_SECONDS", raw("BURACO_WALLET_HOLD_TTL_SECONDS"), 1, 365 * day)
-    max_hold_ttl = _number(
+    hold_ttl = number_setting("BURACO_WALLET_HOLD_TTL_SECONDS", raw("BURACO_WALLET_HOLD_TTL_SECONDS"), 1, 365 * day)
+    max_hold_ttl = number_setting(
         "BURACO_WALLET_MAX_HOLD_TTL_SECONDS", raw("BURACO_WALLET_MAX_HOLD_TTL_SECONDS"), 1, 365 * day
     )
     if hold_ttl > max_hold_ttl:
@@ -100,18 +80,24 @@ def load(env: Mapping[str, str] | None = None) -> WalletSettings:
             f"={max_hold_ttl:g}"
         )
     return WalletSettings(
-        starting_grant_chips=_int(
+        starting_grant_chips=int_setting(
             "BURACO_WALLET_STARTING_GRANT_CHIPS", raw("BURACO_WALLET_STARTING_GRANT_CHIPS"), 0, MAX_CHIPS
         ),
-        daily_bonus_chips=_int("BURACO_WALLET_DAILY_BONUS_CHIPS", raw("BURACO_WALLET_DAILY_BONUS_CHIPS"), 0, MAX_CHIPS),
-        house_cut_percent=_int("BURACO_WALLET_HOUSE_CUT_PERCENT", raw("BURACO_WALLET_HOUSE_CUT_PERCENT"), 0, 100),
+        daily_bonus_chips=int_setting(
+            "BURACO_WALLET_DAILY_BONUS_CHIPS", raw("BURACO_WALLET_DAILY_BONUS_CHIPS"), 0, MAX_CHIPS
+        ),
+        house_cut_percent=int_setting(
+            "BURACO_WALLET_HOUSE_CUT_PERCENT", raw("BURACO_WALLET_HOUSE_CUT_PERCENT"), 0, 100
+        ),
         hold_ttl=timedelta(seconds=hold_ttl),
         max_hold_ttl=timedelta(seconds=max_hold_ttl),
         expiry_sweep_interval=timedelta(
-            seconds=_number("BURACO_WALLET_EXPIRY_SWEEP_SECONDS", raw("BURACO_WALLET_EXPIRY_SWEEP_SECONDS"), 0, day)
+            seconds=number_setting(
+                "BURACO_WALLET_EXPIRY_SWEEP_SECONDS", raw("BURACO_WALLET_EXPIRY_SWEEP_SECONDS"), 0, day
+            )
         ),
         idempotency_retention=timedelta(
-            days=_number(
+            days=number_setting(
                 "BURACO_WALLET_IDEMPOTENCY_RETENTION_DAYS", raw("BURACO_WALLET_IDEMPOTENCY_RETENTION_DAYS"), 1, 3650
             )
         ),
