@@ -196,7 +196,7 @@ class Loop:
             proposed += sum(1 for saga_id in made if saga_id is not None)
         self.last_proposals = proposed
         metrics = self.sagas.metrics
-        metrics.observe_pass(list(waited.values()), self.last_match_seconds)
+        metrics.observe_pass(waited.values(), self.last_match_seconds)
         metrics.proposed.inc(proposed)
         if proposed:
             log.info("matches proposed", extra={"fields": {"tables": proposed, "waiting": len(waiting)}})

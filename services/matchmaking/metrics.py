@@ -8,6 +8,8 @@ reports what its own pass saw, and the dashboard takes the largest.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 SERVICE = "matchmaking"
@@ -54,7 +56,7 @@ class MatchmakingMetrics:
         self.started = matches.labels(SERVICE, "started")
         self.failed = matches.labels(SERVICE, "failed")
 
-    def observe_pass(self, waited: list[float], matcher_seconds: float) -> None:
+    def observe_pass(self, waited: Collection[float], matcher_seconds: float) -> None:
         """What one matching pass saw: each searching ticket's wait so far, and the matcher's time."""
         self.searching.set(len(waited))
         self.oldest_wait.set(max(waited, default=0.0))
