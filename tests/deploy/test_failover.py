@@ -21,9 +21,6 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,10 +37,10 @@ from loadtest.client import Calls
 from loadtest.payouts import expected_deltas
 from loadtest.recorder import Recorder
 from loadtest.table import RecordedConnection, table_request
-from services.cli.seat import ChannelPool, play_seat
+from services.cli.seat import ChannelPool, play_seat, trailer
 from services.cli.tableview import ruleset_of, shadow_state
 from services.common.auth import Kind, Minter
-from tests.services.harness import ROOT, ServiceProcess, bearer, dev_minter, service_process
+from tests.services.harness import ServiceProcess, bearer, dev_minter, service_process
 
 pytestmark = pytest.mark.slow
 
@@ -67,38 +64,16 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def replica(tmp_path: Path, env: dict[str, str], port: int) -> Iterator[ServiceProcess]:
-    """`python -m services.game_session serve` on `port`, advertising 127.0.0.1:port."""
-    environment = {
-        **os.environ,
-        "BURACO_ENV": "local",
+    """`python -m services.game_session` on `port`, advertising 127.0.0.1:port."""
+    settings = {
         "BURACO_HOST": "127.0.0.1",
         "BURACO_PORT": str(port),
-        "BURACO_METRICS_PORT": "0",
-        "BURACO_DEV_KEYS_DIR": str(tmp_path / "dev-keys"),
         "BURACO_GAME_SESSION_ADVERTISE_ADDRESS": f"127.0.0.1:{port}",
-        "BURACO_RATE_LIMIT_PER_SECOND": "100000",
-        "BURACO_RATE_LIMIT_BURST": "100000",
-        "PYTHONPATH": str(ROOT),
         **LEASE_ENV,
         **env,
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "services.game_session", "serve"],
-        cwd=ROOT,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    running = ServiceProcess(f"game_session:{port}", process)
-    threading.Thread(target=running._pump, daemon=True).start()
-    try:
-        running.listening = running.wait_for_log("listening")
+    with service_process("game_session", tmp_path, env=settings, label=f"game_session:{port}") as running:
         yield running
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
 
 
 async def _execute(url: str, statement: str) -> None:
@@ -130,11 +105,6 @@ def not_owner_details(error: grpc.aio.AioRpcError) -> common_pb2.NotOwnerDetails
     details = common_pb2.NotOwnerDetails()
     assert len(status.details) == 1 and status.details[0].Unpack(details)
     return details
-
-
-def trailer(error: grpc.aio.AioRpcError, key: str) -> str | None:
-    trailers: Any = error.trailing_metadata() or ()
-    return next((str(value) for k, value in trailers if k == key), None)
 
 
 async def get_table(address: str, token: str, name: str) -> game_session_pb2.Table:

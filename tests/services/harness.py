@@ -111,9 +111,10 @@ class ServiceProcess:
 
 @contextlib.contextmanager
 def service_process(
-    name: str, tmp_path: Path, env: Mapping[str, str] | None = None
+    name: str, tmp_path: Path, env: Mapping[str, str] | None = None, label: str | None = None
 ) -> Iterator[ServiceProcess]:
-    """Start `python -m services.<name>` on free ports with its own SQLite file and dev keys."""
+    """Start `python -m services.<name>` on free ports with its own SQLite file and dev keys
+    (`env` overrides any of it); `label` names it in failures (default: `name`)."""
     environment = {
         **os.environ,
         "BURACO_ENV": "local",
@@ -135,7 +136,7 @@ def service_process(
         text=True,
     )
     own_settings = {k: v for k, v in environment.items() if k.startswith("BURACO_")}
-    running_process = ServiceProcess(name, process, env=own_settings)
+    running_process = ServiceProcess(label or name, process, env=own_settings)
     threading.Thread(target=running_process._pump, daemon=True).start()
     try:
         running_process.listening = running_process.wait_for_log("listening")
