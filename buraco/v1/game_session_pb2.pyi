@@ -1147,6 +1147,131 @@ class TableChanges(_message.Message):
 Global___TableChanges: _TypeAlias = TableChanges  # noqa: Y015
 
 @_typing.final
+class PlayRequest(_message.Message):
+    """A message from the client on a `Play` stream: `join` first, then actions. Each action is the
+    unary call's request, with the same rules (`table` must be the joined table; `request_id` and
+    `expected_seq` as in the unary calls; the same request_id on both paths is the same request).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOIN_FIELD_NUMBER: _builtins.int
+    DRAW_FIELD_NUMBER: _builtins.int
+    TAKE_DISCARD_FIELD_NUMBER: _builtins.int
+    MELD_FIELD_NUMBER: _builtins.int
+    ADD_TO_MELD_FIELD_NUMBER: _builtins.int
+    DISCARD_FIELD_NUMBER: _builtins.int
+    LEAVE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def join(self) -> Global___SubscribeChangesRequest:
+        """REQUIRED as the first message, and only there."""
+
+    @_builtins.property
+    def draw(self) -> Global___DrawRequest: ...
+    @_builtins.property
+    def take_discard(self) -> Global___TakeDiscardRequest: ...
+    @_builtins.property
+    def meld(self) -> Global___MeldRequest: ...
+    @_builtins.property
+    def add_to_meld(self) -> Global___AddToMeldRequest: ...
+    @_builtins.property
+    def discard(self) -> Global___DiscardRequest: ...
+    @_builtins.property
+    def leave(self) -> Global___LeaveTableRequest: ...
+    def __init__(
+        self,
+        *,
+        join: Global___SubscribeChangesRequest | None = ...,
+        draw: Global___DrawRequest | None = ...,
+        take_discard: Global___TakeDiscardRequest | None = ...,
+        meld: Global___MeldRequest | None = ...,
+        add_to_meld: Global___AddToMeldRequest | None = ...,
+        discard: Global___DiscardRequest | None = ...,
+        leave: Global___LeaveTableRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_to_meld", b"add_to_meld", "body", b"body", "discard", b"discard", "draw", b"draw", "join", b"join", "leave", b"leave", "meld", b"meld", "take_discard", b"take_discard"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_to_meld", b"add_to_meld", "body", b"body", "discard", b"discard", "draw", b"draw", "join", b"join", "leave", b"leave", "meld", b"meld", "take_discard", b"take_discard"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["join", "draw", "take_discard", "meld", "add_to_meld", "discard", "leave"]  # noqa: Y015
+    _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
+
+Global___PlayRequest: _TypeAlias = PlayRequest  # noqa: Y015
+
+@_typing.final
+class PlayUpdate(_message.Message):
+    """A message from the server on a `Play` stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGES_FIELD_NUMBER: _builtins.int
+    REQUEST_IDS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def changes(self) -> Global___TableChanges:
+        """OUTPUT_ONLY. Whole changes, as on `SubscribeChanges` (absent in a bare answer or an error)."""
+
+    @_builtins.property
+    def request_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """OUTPUT_ONLY. The caller's actions these changes answer (accepted), by request_id; a retried
+        request already applied is answered with its request_id and no changes.
+        """
+
+    @_builtins.property
+    def error(self) -> Global___PlayError:
+        """OUTPUT_ONLY. A refused action."""
+
+    def __init__(
+        self,
+        *,
+        changes: Global___TableChanges | None = ...,
+        request_ids: _abc.Iterable[_builtins.str] | None = ...,
+        error: Global___PlayError | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "error", b"error", "request_ids", b"request_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlayUpdate: _TypeAlias = PlayUpdate  # noqa: Y015
+
+@_typing.final
+class PlayError(_message.Message):
+    """Why an action sent on a `Play` stream was refused: what the unary call would have returned."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    CURRENT_SEQ_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """OUTPUT_ONLY. The refused request's request_id."""
+    code: _builtins.int
+    """OUTPUT_ONLY. The gRPC status code (google.rpc.Code), e.g. 9 FAILED_PRECONDITION."""
+    message: _builtins.str
+    """OUTPUT_ONLY. The status message, for people."""
+    current_seq: _builtins.int
+    """OUTPUT_ONLY. The table's sequence number, for a stale `expected_seq` (else 0)."""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        current_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "current_seq", b"current_seq", "message", b"message", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlayError: _TypeAlias = PlayError  # noqa: Y015
+
+@_typing.final
 class TableEvent(_message.Message):
     """One event on a table's stream, filtered for its recipient."""
 

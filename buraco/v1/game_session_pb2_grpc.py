@@ -65,6 +65,11 @@ class GameSessionServiceStub:
                 request_serializer=buraco_dot_v1_dot_game__session__pb2.SubscribeChangesRequest.SerializeToString,
                 response_deserializer=buraco_dot_v1_dot_game__session__pb2.TableChanges.FromString,
                 _registered_method=True)
+        self.Play = channel.stream_stream(
+                '/buraco.v1.GameSessionService/Play',
+                request_serializer=buraco_dot_v1_dot_game__session__pb2.PlayRequest.SerializeToString,
+                response_deserializer=buraco_dot_v1_dot_game__session__pb2.PlayUpdate.FromString,
+                _registered_method=True)
         self.GetTableSnapshot = channel.unary_unary(
                 '/buraco.v1.GameSessionService/GetTableSnapshot',
                 request_serializer=buraco_dot_v1_dot_game__session__pb2.GetTableSnapshotRequest.SerializeToString,
@@ -181,6 +186,23 @@ class GameSessionServiceServicer:
         the hand, ...), so a client that acts on a message at a time never acts between two events of
         one change (an `expected_seq` taken mid-change is stale); and a change costs one message per
         subscriber rather than one per event. The first message is the snapshot or the whole replay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Play(self, request_iterator, context):
+        """A seated player's realtime connection: actions go up and the table's changes come down on one
+        stream, so an action costs no call of its own (for clients that act often: gateways holding a
+        socket per player, bots). The first request must be `join` (as `SubscribeChanges`: the
+        snapshot or the replay after `after_seq` comes first, then live changes, filtered for the
+        caller). Each action request is answered once, by its `request_id`: in the `PlayUpdate` that
+        carries the change it made (`request_ids`), or, when refused, by a `PlayError` with the status
+        code and message the unary call would have ended with (the stream stays open). A retried
+        `request_id` (after a reconnect) is applied once; its answer is a `PlayUpdate` with
+        `request_ids` and no changes, the change having been delivered already (or in the replay).
+        The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address).
+        Spectators use `SubscribeChanges`; a caller without a seat gets PERMISSION_DENIED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -311,6 +333,11 @@ def add_GameSessionServiceServicer_to_server(servicer, server):
                     servicer.SubscribeChanges,
                     request_deserializer=buraco_dot_v1_dot_game__session__pb2.SubscribeChangesRequest.FromString,
                     response_serializer=buraco_dot_v1_dot_game__session__pb2.TableChanges.SerializeToString,
+            ),
+            'Play': grpc.stream_stream_rpc_method_handler(
+                    servicer.Play,
+                    request_deserializer=buraco_dot_v1_dot_game__session__pb2.PlayRequest.FromString,
+                    response_serializer=buraco_dot_v1_dot_game__session__pb2.PlayUpdate.SerializeToString,
             ),
             'GetTableSnapshot': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTableSnapshot,
@@ -541,6 +568,33 @@ class GameSessionService:
             '/buraco.v1.GameSessionService/SubscribeChanges',
             buraco_dot_v1_dot_game__session__pb2.SubscribeChangesRequest.SerializeToString,
             buraco_dot_v1_dot_game__session__pb2.TableChanges.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Play(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/buraco.v1.GameSessionService/Play',
+            buraco_dot_v1_dot_game__session__pb2.PlayRequest.SerializeToString,
+            buraco_dot_v1_dot_game__session__pb2.PlayUpdate.FromString,
             options,
             channel_credentials,
             insecure,

@@ -72,6 +72,19 @@ class GameSessionServiceStub:
     one change (an `expected_seq` taken mid-change is stale); and a change costs one message per
     subscriber rather than one per event. The first message is the snapshot or the whole replay.
     """
+    Play: _grpc.StreamStreamMultiCallable[_game_session_pb2.PlayRequest, _game_session_pb2.PlayUpdate]
+    """A seated player's realtime connection: actions go up and the table's changes come down on one
+    stream, so an action costs no call of its own (for clients that act often: gateways holding a
+    socket per player, bots). The first request must be `join` (as `SubscribeChanges`: the
+    snapshot or the replay after `after_seq` comes first, then live changes, filtered for the
+    caller). Each action request is answered once, by its `request_id`: in the `PlayUpdate` that
+    carries the change it made (`request_ids`), or, when refused, by a `PlayError` with the status
+    code and message the unary call would have ended with (the stream stays open). A retried
+    `request_id` (after a reconnect) is applied once; its answer is a `PlayUpdate` with
+    `request_ids` and no changes, the change having been delivered already (or in the replay).
+    The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address).
+    Spectators use `SubscribeChanges`; a caller without a seat gets PERMISSION_DENIED.
+    """
     GetTableSnapshot: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.GetTableSnapshotRequest, _game_session_pb2.TableSnapshot]
     """The caller's view of the table now."""
     Draw: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.DrawRequest, _game_session_pb2.DrawResponse]
@@ -131,6 +144,19 @@ class GameSessionServiceAsyncStub(GameSessionServiceStub):
     the hand, ...), so a client that acts on a message at a time never acts between two events of
     one change (an `expected_seq` taken mid-change is stale); and a change costs one message per
     subscriber rather than one per event. The first message is the snapshot or the whole replay.
+    """
+    Play: _aio.StreamStreamMultiCallable[_game_session_pb2.PlayRequest, _game_session_pb2.PlayUpdate]  # type: ignore[assignment]
+    """A seated player's realtime connection: actions go up and the table's changes come down on one
+    stream, so an action costs no call of its own (for clients that act often: gateways holding a
+    socket per player, bots). The first request must be `join` (as `SubscribeChanges`: the
+    snapshot or the replay after `after_seq` comes first, then live changes, filtered for the
+    caller). Each action request is answered once, by its `request_id`: in the `PlayUpdate` that
+    carries the change it made (`request_ids`), or, when refused, by a `PlayError` with the status
+    code and message the unary call would have ended with (the stream stays open). A retried
+    `request_id` (after a reconnect) is applied once; its answer is a `PlayUpdate` with
+    `request_ids` and no changes, the change having been delivered already (or in the replay).
+    The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address).
+    Spectators use `SubscribeChanges`; a caller without a seat gets PERMISSION_DENIED.
     """
     GetTableSnapshot: _aio.UnaryUnaryMultiCallable[_game_session_pb2.GetTableSnapshotRequest, _game_session_pb2.TableSnapshot]  # type: ignore[assignment]
     """The caller's view of the table now."""
@@ -224,6 +250,25 @@ class GameSessionServiceServicer(metaclass=_abc_1.ABCMeta):
         the hand, ...), so a client that acts on a message at a time never acts between two events of
         one change (an `expected_seq` taken mid-change is stale); and a change costs one message per
         subscriber rather than one per event. The first message is the snapshot or the whole replay.
+        """
+
+    @_abc_1.abstractmethod
+    def Play(
+        self,
+        request_iterator: _MaybeAsyncIterator[_game_session_pb2.PlayRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_game_session_pb2.PlayUpdate], _abc.AsyncIterator[_game_session_pb2.PlayUpdate]]:
+        """A seated player's realtime connection: actions go up and the table's changes come down on one
+        stream, so an action costs no call of its own (for clients that act often: gateways holding a
+        socket per player, bots). The first request must be `join` (as `SubscribeChanges`: the
+        snapshot or the replay after `after_seq` comes first, then live changes, filtered for the
+        caller). Each action request is answered once, by its `request_id`: in the `PlayUpdate` that
+        carries the change it made (`request_ids`), or, when refused, by a `PlayError` with the status
+        code and message the unary call would have ended with (the stream stays open). A retried
+        `request_id` (after a reconnect) is applied once; its answer is a `PlayUpdate` with
+        `request_ids` and no changes, the change having been delivered already (or in the replay).
+        The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address).
+        Spectators use `SubscribeChanges`; a caller without a seat gets PERMISSION_DENIED.
         """
 
     @_abc_1.abstractmethod

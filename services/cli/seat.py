@@ -7,7 +7,9 @@ change, and an action's `expected_seq` is never taken mid-change): on a dropped 
 owner's address when the status names one, and resumes with `after_seq` = the last sequence number
 applied, so nothing is missed or applied twice. Actions carry a fresh idempotency key and the
 `expected_seq` the client saw; a retry after UNAVAILABLE or ABORTED reuses the same key, so the
-server applies it once. `play_seat` plays a seat with one of the engine's bots, deciding from what
+server applies it once. With `play=True` the connection follows the `Play` stream instead and sends
+its actions on it (no call per action); actions in flight when the stream drops are sent again,
+with the same keys, on the resumed stream. `play_seat` plays a seat with one of the engine's bots, deciding from what
 the stream told the seat (`tableview.shadow_state`).
 """
 
@@ -55,6 +57,20 @@ def trailer(error: grpc.aio.AioRpcError, key: str) -> str | None:
 
 
 @dataclass
+class _PendingAction:
+    """An action sent (or to be sent) on a `Play` stream, until the stream answers it."""
+
+    message: game_session_pb2.PlayRequest
+    answer: asyncio.Future[game_session_pb2.ActionResult]
+    sent_on: Any = None  # the call it was last written on
+
+
+#: the unary method -> its request's field in a PlayRequest
+PLAY_FIELDS = {"Draw": "draw", "TakeDiscard": "take_discard", "Meld": "meld", "AddToMeld": "add_to_meld",
+               "Discard": "discard", "LeaveTable": "leave"}
+
+
+@dataclass
 class Timing:
     """When each action was sent, to measure the time until its first event arrives on the stream."""
 
@@ -98,6 +114,7 @@ class TableConnection:
         retry_seconds: float = 30.0,
         channels: ChannelPool | None = None,
         by_change: bool = True,
+        play: bool = False,
     ) -> None:
         self.address = address  # where calls go now: the entry address, or the owner it redirected to
         self.home = address  # the entry address (a load balancer in production), to fall back to
@@ -110,6 +127,11 @@ class TableConnection:
         #: follow SubscribeChanges (a whole change per message); False: Subscribe, an event at a
         #: time (its waiters may then see a table mid-change: benchmarks and comparisons only)
         self.by_change = by_change
+        #: follow the Play stream and send the actions on it (a seated player only)
+        self.play = play
+        self._play_call: Any = None  # the Play stream's call, once joined
+        self._pending: dict[str, _PendingAction] = {}
+        self._write_lock = asyncio.Lock()
         self.timing: Timing | None = None
         self.received: list[game_session_pb2.TableEvent] = []  # every event applied, in order
         self.keep_received = False
@@ -171,12 +193,14 @@ class TableConnection:
         give_up = time.monotonic() + self.retry_seconds
         while not self._closed:
             try:
-                async for method, events in self._messages():
+                async for method, events, update in self._messages():
                     for event in events:
                         if self.on_message is not None:
                             self.on_message(method, event)
                         self._apply(event)
                     await self._applied()
+                    if update is not None:
+                        self._answered(update)
                     delay = 0.05
                     give_up = time.monotonic() + self.retry_seconds
                 if self.model.finished:
@@ -199,21 +223,53 @@ class TableConnection:
         async with self._changed:
             self._changed.notify_all()
 
-    async def _messages(self) -> AsyncIterator[tuple[str, Sequence[game_session_pb2.TableEvent]]]:
-        """The stream's messages from the last applied event on, as (method, their events)."""
-        if self.by_change:
+    async def _messages(self) -> AsyncIterator[
+            tuple[str, Sequence[game_session_pb2.TableEvent], game_session_pb2.PlayUpdate | None]]:
+        """The stream's messages from the last applied event on, as (method, their events, the
+        Play update they came in)."""
+        if self.play:
+            call = self.stub.Play(None, metadata=self.metadata)
+            async with self._write_lock:
+                join = game_session_pb2.SubscribeChangesRequest(table=self.table, after_seq=self.model.seq)
+                await call.write(game_session_pb2.PlayRequest(join=join))
+                for pending in list(self._pending.values()):  # in flight when the last stream dropped
+                    await call.write(pending.message)
+                    pending.sent_on = call
+                self._play_call = call
+            try:
+                async for update in call:
+                    yield "Play", update.changes.events, update
+            finally:
+                self._play_call = None
+        elif self.by_change:
             changes = self.stub.SubscribeChanges(
                 game_session_pb2.SubscribeChangesRequest(table=self.table, after_seq=self.model.seq),
                 metadata=self.metadata,
             )
             async for message in changes:
-                yield "SubscribeChanges", message.events
+                yield "SubscribeChanges", message.events, None
         else:
             events = self.stub.Subscribe(
                 game_session_pb2.SubscribeRequest(table=self.table, after_seq=self.model.seq), metadata=self.metadata
             )
             async for event in events:
-                yield "Subscribe", (event,)
+                yield "Subscribe", (event,), None
+
+    def _answered(self, update: game_session_pb2.PlayUpdate) -> None:
+        """Settle the actions a Play update answers (once their change is in the model)."""
+        if update.HasField("error"):
+            error = update.error
+            pending = self._pending.pop(error.request_id, None)
+            if pending is not None and not pending.answer.done():
+                code = next((c for c in grpc.StatusCode if c.value[0] == error.code), grpc.StatusCode.UNKNOWN)
+                pending.answer.set_exception(ActionRefused(code, error.message, error.current_seq or None))
+        if update.request_ids:
+            events = update.changes.events
+            result = game_session_pb2.ActionResult(seq=events[-1].seq if events else self.model.seq, events=events)
+            for request_id in update.request_ids:
+                pending = self._pending.pop(request_id, None)
+                if pending is not None and not pending.answer.done():
+                    pending.answer.set_result(result)
 
     def _apply(self, event: game_session_pb2.TableEvent) -> None:
         """One event of a change into the model (waiters are woken once the change is whole)."""
@@ -250,6 +306,8 @@ class TableConnection:
 
     async def close(self) -> None:
         self._closed = True
+        for pending in self._pending.values():
+            pending.answer.cancel()
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError, ConnectionError):
@@ -302,17 +360,49 @@ class TableConnection:
         timing = self.timing
         if timing is not None:
             timing.pending[(self.table, request.expected_seq + 1)] = time.perf_counter()
-        try:
-            response = await self._unary(method, request)
-        except grpc.aio.AioRpcError as error:
-            if timing is not None:
-                timing.pending.pop((self.table, request.expected_seq + 1), None)
-            current = trailer(error, CURRENT_SEQ_HEADER)
-            raise ActionRefused(error.code(), error.details() or "", int(current) if current else None) from None
-        result: game_session_pb2.ActionResult = response.result
+        if self.play:
+            try:
+                result = await self._play_action(method, request)
+            except ActionRefused:
+                if timing is not None:
+                    timing.pending.pop((self.table, request.expected_seq + 1), None)
+                raise
+        else:
+            try:
+                response = await self._unary(method, request)
+            except grpc.aio.AioRpcError as error:
+                if timing is not None:
+                    timing.pending.pop((self.table, request.expected_seq + 1), None)
+                current = trailer(error, CURRENT_SEQ_HEADER)
+                raise ActionRefused(error.code(), error.details() or "", int(current) if current else None) from None
+            result = response.result
         if self.keep_received:
             self.accepted.append((method, request, result))
         return result
+
+    async def _play_action(self, method: str, request: Any) -> game_session_pb2.ActionResult:
+        """Send an action on the Play stream; its result once the stream has delivered its change.
+        Sent again on the next stream if this one drops first (the same request_id: applied once)."""
+        if self._follower is None or self._follower.done():
+            raise ConnectionError(f"the Play stream of {self.table} is not open")
+        message = game_session_pb2.PlayRequest(**{PLAY_FIELDS[method]: request})
+        pending = _PendingAction(message, asyncio.get_running_loop().create_future())
+        self._pending[request.request_id] = pending
+        async with self._write_lock:
+            call = self._play_call
+            if call is not None and pending.sent_on is not call:
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    await call.write(message)  # a failed write is sent again on the resumed stream
+                    pending.sent_on = call
+        follower = self._follower
+        waited: set[asyncio.Future[Any]] = {pending.answer, follower}
+        done, _ = await asyncio.wait(waited, timeout=self.retry_seconds + 10, return_when=asyncio.FIRST_COMPLETED)
+        if pending.answer not in done:
+            self._pending.pop(request.request_id, None)
+            if follower in done and self.stream_error is not None:
+                raise self.stream_error
+            raise TimeoutError(f"{method} on {self.table}: no answer on the Play stream")
+        return pending.answer.result()
 
     async def hints(self) -> game_session_pb2.GetLegalMovesResponse:
         reply: game_session_pb2.GetLegalMovesResponse = await self._unary(

@@ -6,8 +6,10 @@ For each call, in order:
 2. shutdown: while the server drains, new calls get UNAVAILABLE;
 3. authentication: the bearer token is verified (UNAUTHENTICATED otherwise) and the identity is
    made available to the handler (`services.common.auth.current_identity()`);
-4. limits: the caller's rate limit (RESOURCE_EXHAUSTED) and, for server streams, the caller's
-   open-stream cap;
+4. limits: the caller's rate limit (RESOURCE_EXHAUSTED) and, for streams, the caller's
+   open-stream cap; on a bidirectional stream each message the caller sends spends a token of the
+   same rate limit, and one over it reaches the handler as `Refused` (the handler answers it
+   without ending the stream);
 5. the handler; a request that could not be decoded gets INVALID_ARGUMENT without reaching it;
 6. errors: domain errors become their status through `errors.status_for`; anything else is
    INTERNAL with a fixed message and the traceback in the log;
@@ -59,6 +61,14 @@ class _Undecodable:
 
 
 UNDECODABLE = _Undecodable()
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A message of a bidirectional stream that the pipeline refused (over the rate limit)."""
+
+    request: Any
+    error: Exception
 
 
 def _safe_deserializer(
@@ -126,12 +136,23 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 request_deserializer=_safe_deserializer(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
-        else:  # client streams: the contracts have none
+        elif handler.stream_stream is not None:
+            wrapped = grpc.stream_stream_rpc_method_handler(
+                self._stream(method, handler.stream_stream, bidirectional=True),
+                request_deserializer=_safe_deserializer(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        else:  # client streams alone: the contracts have none
             return handler
         self._handlers[method] = wrapped
         return wrapped
 
     # -- the steps ------------------------------------------------------------------------------
+
+    def _rate(self, identity: Identity) -> tuple[float, int]:
+        if identity.kind is Kind.SERVICE:
+            return self.limits.service_rate_per_second, int(self.limits.service_rate_per_second) + 1
+        return self.limits.rate_per_second, self.limits.burst
 
     def _begin(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> Identity:
         metadata = context.invocation_metadata() or ()
@@ -148,10 +169,7 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             raise UnavailableError(SHUTDOWN_MESSAGE)
         identity = self.verifier.authenticate(metadata)
         logs.caller_var.set(identity.principal)
-        if identity.kind is Kind.SERVICE:
-            rate, burst = self.limits.service_rate_per_second, int(self.limits.service_rate_per_second) + 1
-        else:
-            rate, burst = self.limits.rate_per_second, self.limits.burst
+        rate, burst = self._rate(identity)
         self.rate_limiter.take(identity.principal, rate, burst)
         set_current_identity(identity)
         return identity
@@ -213,9 +231,27 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
         return behaviour
 
-    # -- server streams -------------------------------------------------------------------------
+    # -- streams --------------------------------------------------------------------------------
 
-    def _stream(self, method: str, inner: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+    def _metered(self, requests: AsyncIterator[Any], identity: Identity) -> AsyncIterator[Any]:
+        """A bidirectional stream's requests, each spending a token of the caller's rate limit."""
+        rate, burst = self._rate(identity)
+        take, principal = self.rate_limiter.take, identity.principal
+
+        async def each() -> AsyncIterator[Any]:
+            async for request in requests:
+                try:
+                    take(principal, rate, burst)
+                except Exception as error:
+                    yield Refused(request, error)
+                    continue
+                yield request
+
+        return each()
+
+    def _stream(self, method: str, inner: Callable[..., Any], bidirectional: bool = False) -> \
+            Callable[..., AsyncIterator[Any]]:
+        """Server streams, and bidirectional ones (`request` is then the requests' iterator)."""
         streams_open = self.metrics.streams.labels(self.service)
 
         async def behaviour(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
@@ -231,7 +267,9 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 key = identity.principal
                 streams_open.inc()
                 self._stream_tasks.add(task)
-                if request is UNDECODABLE:
+                if bidirectional:
+                    request = self._metered(request, identity)
+                elif request is UNDECODABLE:
                     raise InvalidArgumentError("request", "could not be decoded as the method's message")
                 result = inner(request, context)
                 if hasattr(result, "__aiter__"):

@@ -9,7 +9,9 @@ table allows spectators; ExportRecords, the table's players, services and admins
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -31,13 +33,15 @@ from services.common.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
     UnavailableError,
+    status_for,
 )
 from services.common.idempotency import IdempotencyStore, request_hash
+from services.common.interceptor import UNDECODABLE, Refused
 from services.common.server import Deps
 from services.game_session import models
 from services.game_session import settings as settings_module
 from services.game_session.clock import Clock, RealClock
-from services.game_session.manager import Manager, Subscriber
+from services.game_session.manager import Manager, StreamFailure, Subscriber
 from services.game_session.outbox import Call, Deliverer, grpc_calls
 from services.game_session.settings import GameSessionSettings
 from services.game_session.table import Entry, LiveTable, State, ruleset_for, ruleset_spec
@@ -46,6 +50,8 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 SERVICE = "buraco.v1.GameSessionService"
 CURRENT_SEQ_HEADER = "buraco-current-seq"
 MAX_HINTS = 200
+
+log = logging.getLogger("buraco.game_session")
 
 
 def _table_id(name: str, field: str = "table") -> str:
@@ -330,7 +336,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             queue, event_for = sub.queue, self.manager.event_for
             while True:
                 entry = await queue.get()
-                if entry is None:
+                if not isinstance(entry, Entry):  # None: the end (the rest is for Play streams only)
                     if table.lost:
                         raise self.manager._not_owner(table)
                     raise UnavailableError("stream ended (too far behind); resume with after_seq")
@@ -343,11 +349,37 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         finally:
             self.manager.unsubscribe(table, sub)
 
-    async def SubscribeChanges(
+    def SubscribeChanges(
         self, request: game_session_pb2.SubscribeChangesRequest, context: Context
     ) -> AsyncIterator[game_session_pb2.TableChanges]:
+        return self._changes(request, None)
+
+    def Play(self, requests: AsyncIterator[Any], context: Context) -> AsyncIterator[game_session_pb2.PlayUpdate]:
+        return self._changes(None, requests)
+
+    async def _changes(
+        self, request: game_session_pb2.SubscribeChangesRequest | None, requests: AsyncIterator[Any] | None
+    ) -> AsyncIterator[Any]:
+        """The loop of `SubscribeChanges` (`request`) and of `Play` (`requests`: a join, then
+        actions, read by a task of their own): whole changes from the subscriber's queue to the
+        wire; a `Play` stream's messages also name the caller's requests they answer, and its
+        refusals pass through the same queue, in their place."""
+        play = requests is not None
+        scope: str | None = None
+        if requests is not None:
+            request = await _join(requests)
+            identity = current_identity()
+            self._seat(await self._table(request.table), identity)  # Play is for seated players
+            scope = self._scope(identity)
+        assert request is not None
         table, sub, first = await self._open_stream(request)
         last = request.after_seq
+        reader: asyncio.Task[None] | None = None
+
+        def message(events: list[game_session_pb2.TableEvent], answered: list[str]) -> Any:
+            changes = game_session_pb2.TableChanges(events=events)
+            return game_session_pb2.PlayUpdate(changes=changes, request_ids=answered) if play else changes
+
         try:
             # the snapshot or the replay: whole changes (read under the table's lock), one message
             ended = next((i for i, e in enumerate(first) if _ends_stream(e)), None)
@@ -355,35 +387,80 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 first = first[: ended + 1]
             if first:
                 last = max(last, max(e.seq for e in first))
-                yield game_session_pb2.TableChanges(events=first)
+                yield message(first, [])
             if ended is not None or (first and first[0].HasField("snapshot") and not table.live):
                 return
+            if requests is not None:
+                reader = asyncio.get_running_loop().create_task(self._play_requests(requests, table, sub))
             queue, event_for = sub.queue, self.manager.event_for
             while True:
-                entries = [await queue.get()]
+                items = [await queue.get()]
                 # A change's entries are queued together, synchronously (Manager._publish): what is
                 # queued now is one or more whole changes.
-                while not queue.empty() and entries[-1] is not None:
-                    entries.append(queue.get_nowait())
+                while not queue.empty() and items[-1] is not None:
+                    items.append(queue.get_nowait())
                 events: list[game_session_pb2.TableEvent] = []
-                for entry in entries:
-                    if entry is None:
+                answered: list[str] = []
+                for item in items:
+                    if not isinstance(item, Entry):
                         if events:
-                            yield game_session_pb2.TableChanges(events=events)
+                            yield message(events, answered)
+                            events, answered = [], []
+                        if isinstance(item, game_session_pb2.PlayUpdate):
+                            yield item  # a Play stream's refusal, or its answer to a retry
+                            continue
+                        if isinstance(item, StreamFailure):
+                            raise item.error
                         if table.lost:
                             raise self.manager._not_owner(table)
                         raise UnavailableError("stream ended (too far behind); resume with after_seq")
-                    if entry.seq <= last:
+                    if item.seq <= last:
                         continue
-                    last = entry.seq
-                    events.append(event_for(table, entry, sub))
-                    if entry.type in ("match_ended", "table_cancelled"):
-                        yield game_session_pb2.TableChanges(events=events)
+                    last = item.seq
+                    events.append(event_for(table, item, sub))
+                    if play and item.request is not None and item.request[0] == scope:
+                        answered.append(item.request[1])
+                    if item.type in ("match_ended", "table_cancelled"):
+                        yield message(events, answered)
                         return
                 if events:
-                    yield game_session_pb2.TableChanges(events=events)
+                    yield message(events, answered)
         finally:
+            if reader is not None:
+                reader.cancel()
             self.manager.unsubscribe(table, sub)
+
+    async def _play_requests(self, requests: AsyncIterator[Any], table: LiveTable, sub: Subscriber) -> None:
+        """A `Play` stream's actions, in order; each refusal is queued for the stream as a
+        `PlayError`. A broken protocol, or the table moving away, ends the stream."""
+        put = sub.queue.put_nowait
+        scope = self._scope(current_identity())
+        try:
+            async for message in requests:
+                if isinstance(message, Refused):  # over the caller's rate limit
+                    put(_play_error(_request_id(message.request), message.error))
+                    continue
+                if message is UNDECODABLE:
+                    raise InvalidArgumentError("request", "could not be decoded as a PlayRequest")
+                kind = message.WhichOneof("body")
+                if kind is None or kind == "join":
+                    raise InvalidArgumentError("body", "an action is required (join comes first, once)")
+                request = getattr(message, kind)
+                method, make = PLAY_ACTIONS[kind]
+                try:
+                    check.require(request.table == table.name, f"{kind}.table", f"must be the joined {table.name}")
+                    retry = (scope, request.request_id) in table.requests
+                    await self._act(method, request, make)
+                    if retry:  # its change was delivered already: answer the request alone
+                        put(game_session_pb2.PlayUpdate(request_ids=[request.request_id]))
+                except UnavailableError:
+                    raise  # the table moved (or this replica is stopping): the stream ends
+                except Exception as error:
+                    put(_play_error(request.request_id, error))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            put(StreamFailure(error))
 
     async def GetTableSnapshot(
         self, request: game_session_pb2.GetTableSnapshotRequest, context: Context
@@ -398,13 +475,14 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             return table.snapshot(viewer, self._table_proto(table).owner_address)
 
     # -- actions ----------------------------------------------------------------------------------
-    async def _act(self, method: str, request: Any, context: Context, make: Callable[[], Action] | None) -> \
+    async def _act(self, method: str, request: Any, make: Callable[[Any], Action] | None) -> \
             game_session_pb2.ActionResult:
+        """One action of the caller's seat (`make` builds it from the request; None: leave)."""
         identity = current_identity()
         check.request_id(request.request_id)
         table = await self._table(request.table)
         seat = self._seat(table, identity)
-        action = make() if make is not None else None
+        action = make(request) if make is not None else None
         digest = request_hash(f"{SERVICE}/{method}", request)
         expected = getattr(request, "expected_seq", None)
 
@@ -434,43 +512,30 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         )
 
     async def Draw(self, request: game_session_pb2.DrawRequest, context: Context) -> game_session_pb2.DrawResponse:
-        return game_session_pb2.DrawResponse(result=await self._act("Draw", request, context, lambda: DRAW))
+        return game_session_pb2.DrawResponse(result=await self._act("Draw", request, _draw))
 
     async def TakeDiscard(
         self, request: game_session_pb2.TakeDiscardRequest, context: Context
     ) -> game_session_pb2.TakeDiscardResponse:
-        return game_session_pb2.TakeDiscardResponse(
-            result=await self._act("TakeDiscard", request, context, lambda: TAKE_PILE)
-        )
+        return game_session_pb2.TakeDiscardResponse(result=await self._act("TakeDiscard", request, _take_pile))
 
     async def Meld(self, request: game_session_pb2.MeldRequest, context: Context) -> game_session_pb2.MeldResponse:
-        def make() -> Action:
-            cards = _cards(request.cards, "cards", 3)
-            wild_as = _card(request.wild_as, "wild_as") if request.wild_as else None
-            return meld_action(cards, wild_as)
-
-        return game_session_pb2.MeldResponse(result=await self._act("Meld", request, context, make))
+        return game_session_pb2.MeldResponse(result=await self._act("Meld", request, _meld))
 
     async def AddToMeld(
         self, request: game_session_pb2.AddToMeldRequest, context: Context
     ) -> game_session_pb2.AddToMeldResponse:
-        def make() -> Action:
-            check.require(request.meld >= 0, "meld", "must not be negative")
-            return add_action(request.meld, _cards(request.cards, "cards", 1))
-
-        return game_session_pb2.AddToMeldResponse(result=await self._act("AddToMeld", request, context, make))
+        return game_session_pb2.AddToMeldResponse(result=await self._act("AddToMeld", request, _add))
 
     async def Discard(
         self, request: game_session_pb2.DiscardRequest, context: Context
     ) -> game_session_pb2.DiscardResponse:
-        return game_session_pb2.DiscardResponse(
-            result=await self._act("Discard", request, context, lambda: Discard(_card(request.card, "card")))
-        )
+        return game_session_pb2.DiscardResponse(result=await self._act("Discard", request, _discard))
 
     async def LeaveTable(
         self, request: game_session_pb2.LeaveTableRequest, context: Context
     ) -> game_session_pb2.LeaveTableResponse:
-        return game_session_pb2.LeaveTableResponse(result=await self._act("LeaveTable", request, context, None))
+        return game_session_pb2.LeaveTableResponse(result=await self._act("LeaveTable", request, None))
 
     async def GetLegalMoves(
         self, request: game_session_pb2.GetLegalMovesRequest, context: Context
@@ -594,6 +659,72 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             self._viewer(table, identity)
         await self.manager.mute(table, viewer, target, request.muted)
         return game_session_pb2.MuteChatResponse()
+
+
+def _draw(request: Any) -> Action:
+    return DRAW
+
+
+def _take_pile(request: Any) -> Action:
+    return TAKE_PILE
+
+
+def _meld(request: game_session_pb2.MeldRequest) -> Action:
+    cards = _cards(request.cards, "cards", 3)
+    wild_as = _card(request.wild_as, "wild_as") if request.wild_as else None
+    return meld_action(cards, wild_as)
+
+
+def _add(request: game_session_pb2.AddToMeldRequest) -> Action:
+    check.require(request.meld >= 0, "meld", "must not be negative")
+    return add_action(request.meld, _cards(request.cards, "cards", 1))
+
+
+def _discard(request: game_session_pb2.DiscardRequest) -> Action:
+    return Discard(_card(request.card, "card"))
+
+
+#: A `Play` request's body -> (the unary method it stands for, the action it makes; None: leave).
+PLAY_ACTIONS: dict[str, tuple[str, Callable[[Any], Action] | None]] = {
+    "draw": ("Draw", _draw),
+    "take_discard": ("TakeDiscard", _take_pile),
+    "meld": ("Meld", _meld),
+    "add_to_meld": ("AddToMeld", _add),
+    "discard": ("Discard", _discard),
+    "leave": ("LeaveTable", None),
+}
+
+
+async def _join(requests: AsyncIterator[Any]) -> game_session_pb2.SubscribeChangesRequest:
+    """A `Play` stream's first message, which must be its join."""
+    try:
+        first = await requests.__anext__()
+    except StopAsyncIteration:
+        raise InvalidArgumentError("join", "the stream ended before its join") from None
+    if isinstance(first, Refused):
+        raise first.error
+    if first is UNDECODABLE:
+        raise InvalidArgumentError("request", "could not be decoded as a PlayRequest")
+    if first.WhichOneof("body") != "join":
+        raise InvalidArgumentError("join", "the first message must be a join")
+    join: game_session_pb2.SubscribeChangesRequest = first.join
+    return join
+
+
+def _request_id(request: Any) -> str:
+    kind = request.WhichOneof("body") if isinstance(request, game_session_pb2.PlayRequest) else None
+    body = getattr(request, kind) if kind is not None else None
+    return str(getattr(body, "request_id", ""))
+
+
+def _play_error(request_id: str, error: Exception) -> game_session_pb2.PlayUpdate:
+    """A refused `Play` action, as the unary call's status would have said it."""
+    code, message, metadata = status_for(error)
+    if code is grpc.StatusCode.INTERNAL:
+        log.error("unexpected error", exc_info=error, extra={"fields": {"code": code.name}})
+    current = next((int(value) for key, value in metadata if key == CURRENT_SEQ_HEADER), 0)
+    return game_session_pb2.PlayUpdate(error=game_session_pb2.PlayError(
+        request_id=request_id, code=code.value[0], message=message, current_seq=current))
 
 
 def _card(value: str, field: str) -> int:

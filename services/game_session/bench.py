@@ -9,8 +9,10 @@ The orchestrator (this module's `main`) starts, each pinned to core 0 when `task
 
 A driver process (`python -m services.game_session.bench drive`, on the other cores) opens the
 tables through the real API: a service token creates each table (every seat a player), one player
-token per seat follows the table's stream (`SubscribeChanges`, a message per change; `--stream
-events`: `Subscribe`, a message per event, for comparison), and the seat is played by an engine bot
+token per seat holds the seat's `Play` stream (its actions go up and the table's changes come down
+on it; `--stream changes`: unary action calls beside `SubscribeChanges`, a message per change;
+`--stream events`: beside `Subscribe`, a message per event, for comparison), and the seat is played
+by an engine bot
 (`engine.bots`, random-legal by default) deciding from what the stream told it
 (`services.cli.seat.play_seat`). Latency is the time from sending an action to receiving its first
 event on the acting seat's stream. A finished match is replaced by a new table, so the number of
@@ -33,7 +35,7 @@ the server during the window.
 
     python -m services.game_session.bench [--tables 1000] [--pace 2] [--seconds 20]
         [--ramp-tables 200] [--ramp-seconds 5] [--players 2] [--bot random] [--database postgresql]
-        [--stream changes|events]
+        [--stream play|changes|events]
     python -m services.game_session.bench --smoke      # a tiny run (CI): every figure, in seconds
 
 Every option also reads an environment variable: BURACO_BENCH_<OPTION> (e.g. BURACO_BENCH_TABLES).
@@ -181,7 +183,9 @@ class Driver:
         self.players = int(config.get("players", 2))
         self.ruleset = str(config.get("preset", "aberto"))
         self.bot_kind = str(config.get("bot", "random"))
-        self.by_change = str(config.get("stream", "changes")) == "changes"
+        stream = str(config.get("stream", "changes"))
+        self.by_change = stream != "events"
+        self.play_stream = stream == "play"
         private, _ = ensure_dev_keys(Path(config["keys"]))
         self.minter = Minter(load_private_key(private), audience="buraco")
         self.service_token = self.minter.mint(Kind.SERVICE, "bench", ttl=24 * 3600)
@@ -220,7 +224,7 @@ class Driver:
         for player in players:
             connection = TableConnection(
                 self.address, self.minter.mint(Kind.PLAYER, player, ttl=24 * 3600), table.name, channels=self.pool,
-                by_change=self.by_change)
+                by_change=self.by_change, play=self.play_stream)
             connection.timing = self.timing
             bench_table.connections.append(connection)
         await asyncio.gather(*(c.start() for c in bench_table.connections))
@@ -634,8 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--players", type=int, choices=(2, 4), default=int(env("players", 2)))
     parser.add_argument("--preset", default=env("preset", "aberto"))
     parser.add_argument("--bot", choices=("random", "heuristic"), default=env("bot", "random"))
-    parser.add_argument("--stream", choices=("changes", "events"), default=env("stream", "changes"),
-                        help="the clients follow SubscribeChanges (a message per change) or Subscribe (per event)")
+    parser.add_argument("--stream", choices=("play", "changes", "events"), default=env("stream", "play"),
+                        help="the clients act on their Play stream (default), or by unary calls beside"
+                             " SubscribeChanges (a message per change) or Subscribe (a message per event)")
     parser.add_argument("--database", choices=("postgresql", "sqlite"), default=env("database", "postgresql"))
     parser.add_argument("--postgres-url", default=os.environ.get(
         "BURACO_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"))

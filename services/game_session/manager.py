@@ -57,7 +57,19 @@ MAX_QUEUED = 2000
 class Subscriber:
     viewer: int | None
     player: str | None
-    queue: asyncio.Queue[Entry | None] = field(default_factory=asyncio.Queue)
+    #: entries to deliver; None: the stream must end (too far behind, or the table was lost). A
+    #: `Play` stream's own answers (`PlayUpdate`) and failures (`StreamFailure`) pass here too, so
+    #: that they keep their place among the changes.
+    queue: asyncio.Queue[Entry | game_session_pb2.PlayUpdate | StreamFailure | None] = field(
+        default_factory=asyncio.Queue)
+
+
+@dataclass(frozen=True)
+class StreamFailure:
+    """Ends a `Play` stream with `error`'s status (its request side broke the protocol, or the
+    table moved)."""
+
+    error: Exception
 
 
 @dataclass
@@ -380,6 +392,7 @@ class Manager:
                 return result, out
             if request is not None:
                 out[0].data["rq"] = [request[0], request[1], request[2], len(out)]
+                out[0].request = (request[0], request[1])
                 table.requests[(request[0], request[1])] = store_request(request[2], out)
             await self._persist(table, out, state_changed=table.state != was_state)
             self._publish(table, runtime, out)

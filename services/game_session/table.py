@@ -146,7 +146,7 @@ class Entry:
     the engine event, the protos built per viewer); older ones are compacted to their JSON text
     and parsed again on the rare reads (an old replay, an export, an old retry)."""
 
-    __slots__ = ("_data", "_event", "protos", "raw", "seq", "type")
+    __slots__ = ("_data", "_event", "protos", "raw", "request", "seq", "type")
 
     def __init__(self, seq: int, data: dict[str, Any], event: Event | None = None) -> None:
         self.seq = seq
@@ -154,6 +154,9 @@ class Entry:
         self._data: dict[str, Any] | None = data
         self._event = event
         self.raw: str | None = None
+        #: (scope, request_id) of the request that made this change, on its first entry, while the
+        #: table is live in this process (`Play` streams answer requests with it)
+        self.request: tuple[str, str] | None = None
         #: TableEvent per viewer class (seat number, -1 spectators, -2 everyone), built once.
         self.protos: dict[int, TableEvent] = {}
 

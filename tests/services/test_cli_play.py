@@ -319,8 +319,8 @@ def test_chat_and_timers_do_not_change_the_game_version() -> None:
     assert model.version == version + 1
 
 
-@pytest.mark.parametrize("by_change", [True, False], ids=["SubscribeChanges", "Subscribe"])
-async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: Path, by_change: bool) -> None:
+@pytest.mark.parametrize("stream", ["SubscribeChanges", "Subscribe", "Play"])
+async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: Path, stream: str) -> None:
     """Connected through a replica that does not own the table, a client is redirected to the owner
     (UNAVAILABLE + buraco-owner-address) for its stream and its actions, and plays on there, on
     either stream."""
@@ -333,7 +333,7 @@ async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: P
         request.table.seats[1].participant.player = "players/bob"
         table = await cluster.stub(owner).CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
         connections = [TableConnection(other.address, cluster.minter.mint(Kind.PLAYER, p), table.name,
-                                       by_change=by_change) for p in ("ann", "bob")]
+                                       by_change=stream != "Subscribe", play=stream == "Play") for p in ("ann", "bob")]
         await asyncio.gather(*(c.start() for c in connections))
         assert [c.address for c in connections] == [owner.address] * 2
         assert all(c.home == other.address for c in connections)

@@ -88,7 +88,8 @@ class Cluster:
         self.nodes: list[Node] = []
         self.minter = dev_minter(tmp_path / "dev-keys")
 
-    async def start(self, settings: GameSessionSettings = SETTINGS) -> Node:
+    async def start(self, settings: GameSessionSettings = SETTINGS, **config: Any) -> Node:
+        """A node; `config` overrides the harness's common configuration (e.g. rate limits)."""
         made: list[GameSessionApi] = []
 
         def register(server: grpc.aio.Server, deps: Any) -> None:
@@ -99,9 +100,9 @@ class Cluster:
             attach(server, api, bound)
 
         spec = ServiceSpec(SPEC.name, SPEC.grpc_services, register, SPEC.migrations, calls_others=True)
-        config = make_config("game_session", self.tmp_path, database_url=self.target.url,
-                             database_schema=self.target.schema)
-        server = Server(spec, config)
+        common = make_config("game_session", self.tmp_path, database_url=self.target.url,
+                             database_schema=self.target.schema, **config)
+        server = Server(spec, common)
         await server.start()
         node = Node(server, made[0], grpc.aio.insecure_channel(server.address))
         self.nodes.append(node)

@@ -366,3 +366,92 @@ async def test_subscribe_changes_carries_the_same_events_in_whole_changes(cluste
         await negative.read()
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "after_seq" in (info.value.details() or "")
     await stream.close()
+
+
+async def _update(call: Any) -> game_session_pb2.PlayUpdate:
+    """The next message of a Play stream (within 10 s)."""
+    update = await asyncio.wait_for(call.read(), 10)
+    assert isinstance(update, game_session_pb2.PlayUpdate), "the stream ended"
+    return update
+
+
+async def test_play_stream_answers_each_action_once_and_keeps_refusals_on_the_stream(cluster: Cluster) -> None:
+    """Play: the join first (the snapshot comes back), then actions on the same stream. An accepted
+    action is answered by its request_id in the update that carries its change; a refused one by a
+    PlayError with the unary call's code, message and current seq, the stream staying open; a retry
+    (on the stream, or by the unary call: the same request) is applied once. Over the rate limit,
+    an action is refused alone. A second join ends the stream; a caller without a seat may not play."""
+    await cluster.start(rate_limit_per_second=20.0, rate_limit_burst=40)
+    stub = cluster.stub()
+    streams = await started(cluster, "playing", "alice", "bob")
+    seat = streams["alice"].of("turn_timer_started")[-1].turn_timer_started.seat
+    actor, waiter = ("alice", "bob") if seat == 0 else ("bob", "alice")
+    table = "tables/playing"
+    call = stub.Play(None, metadata=cluster.token(Kind.PLAYER, actor))
+    await call.write(game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(table=table)))
+    first = await _update(call)
+    assert first.changes.events[0].HasField("snapshot") and not first.request_ids and not first.HasField("error")
+    seq = first.changes.events[-1].seq
+
+    def draw(request_id: str, expected: int, name: str = table) -> game_session_pb2.PlayRequest:
+        return game_session_pb2.PlayRequest(
+            draw=game_session_pb2.DrawRequest(table=name, request_id=request_id, expected_seq=expected))
+
+    await call.write(draw("stale", seq - 1))
+    refused = (await _update(call)).error
+    assert (refused.request_id, refused.code, refused.current_seq) == (
+        "stale", grpc.StatusCode.FAILED_PRECONDITION.value[0], seq)
+    assert "stale view" in refused.message
+    await call.write(draw("elsewhere", seq, "tables/other"))
+    refused = (await _update(call)).error
+    assert refused.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "draw.table" in refused.message
+    await call.write(game_session_pb2.PlayRequest(discard=game_session_pb2.DiscardRequest(
+        table=table, request_id="early", expected_seq=seq, card="XX")))
+    refused = (await _update(call)).error
+    assert refused.request_id == "early" and refused.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+
+    await call.write(draw("d1", seq))
+    accepted = await _update(call)
+    assert list(accepted.request_ids) == ["d1"] and not accepted.HasField("error")
+    drawn = accepted.changes.events[0]
+    assert drawn.seq == seq + 1 and drawn.HasField("card_drawn") and drawn.card_drawn.card != ""
+    await streams[waiter].wait_seq(drawn.seq)
+    seen = next(e for e in streams[waiter].events if e.seq == drawn.seq)
+    assert seen.HasField("card_drawn") and seen.card_drawn.card == ""  # the other seat sees no card
+    # the retry, on the stream: a bare answer; by the unary call: the first call's events
+    await call.write(draw("d1", seq))
+    again = await _update(call)
+    assert list(again.request_ids) == ["d1"] and not again.changes.events
+    unary = await stub.Draw(draw("d1", seq).draw, metadata=cluster.token(Kind.PLAYER, actor))
+    assert list(unary.result.events) == list(accepted.changes.events)
+
+    await call.write(game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(table=table)))
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        while True:
+            await _update(call)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "join" in (info.value.details() or "")
+
+    for who, first_message, code in (
+        ("carol", game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(table=table)),
+         grpc.StatusCode.PERMISSION_DENIED),
+        (actor, draw("no-join", seq), grpc.StatusCode.INVALID_ARGUMENT),
+    ):
+        other = stub.Play(None, metadata=cluster.token(Kind.PLAYER, who))
+        await other.write(first_message)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(other.read(), 10)
+        assert info.value.code() == code
+
+    # past the rate limit (20/s, burst 40): refused one by one, the stream still open
+    call = stub.Play(None, metadata=cluster.token(Kind.PLAYER, actor))
+    await call.write(game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(table=table)))
+    assert (await _update(call)).changes.events[0].HasField("snapshot")
+    for n in range(60):
+        await call.write(draw(f"flood-{n}", 0))
+    refusals = [(await _update(call)).error for _ in range(60)]
+    assert [r.request_id for r in refusals] == [f"flood-{n}" for n in range(60)]
+    codes = {r.code for r in refusals}
+    assert codes == {grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], grpc.StatusCode.FAILED_PRECONDITION.value[0]}
+    call.cancel()
+    for stream in streams.values():
+        await stream.close()

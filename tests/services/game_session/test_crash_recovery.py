@@ -112,8 +112,11 @@ async def play_match(tmp_path: Path, env: Mapping[str, str], kill: bool) -> tupl
     with contextlib.ExitStack() as stack:
         first = await start(stack, tmp_path, env)
         table = await create_table(first.address, tmp_path)
+        # seat 0 acts by unary calls, seat 1 on its Play stream (its action in flight at the kill is
+        # sent again on the resumed stream)
         connections = [
-            TableConnection(first.address, minter.mint(Kind.PLAYER, p), table, retry_seconds=60.0) for p in PLAYERS
+            TableConnection(first.address, minter.mint(Kind.PLAYER, p), table, retry_seconds=60.0, play=seat == 1)
+            for seat, p in enumerate(PLAYERS)
         ]
         for connection in connections:
             connection.keep_received = True

@@ -374,7 +374,7 @@ GAMES = [  # (players, preset, table id: the deal follows from it and the test d
 
 
 #: The stream methods whose messages are single events (SubscribeChanges' are reported per event).
-STREAMS = ("Subscribe", "SubscribeChanges")
+STREAMS = ("Subscribe", "SubscribeChanges", "Play")
 
 
 @dataclass
@@ -428,7 +428,8 @@ async def test_no_seat_and_no_spectator_learns_a_hidden_card(
 
     def connect(player: str, viewer: Viewer) -> tuple[TableConnection, Received]:
         token = cluster.minter.mint(Kind.PLAYER, player)
-        connection = TableConnection(node.address, token, table.name)
+        # odd seats act on their Play stream, the others by unary calls beside SubscribeChanges
+        connection = TableConnection(node.address, token, table.name, play=viewer is not None and viewer % 2 == 1)
         received = Received(viewer)
         connection.on_message = received
         return connection, received
