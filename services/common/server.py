@@ -59,6 +59,9 @@ class Deps:
     log: logging.Logger
     #: The registry served on /metrics: a service's own metrics go here (`registry=deps.registry`).
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    #: The pipeline's call metrics, for what a stream carries that the pipeline cannot see (the
+    #: actions sent on a bidirectional stream). None outside a server (unit tests).
+    metrics: Metrics | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ class Server:
         )
         deps = Deps(
             self.config, self.db, self.clients, self.minter, logging.getLogger(f"buraco.{self.spec.name}"),
-            registry=self.metrics.registry,
+            registry=self.metrics.registry, metrics=self.metrics,
         )
         self.spec.register(server, deps)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -48,6 +49,8 @@ from services.game_session.table import Entry, LiveTable, State, ruleset_for, ru
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 SERVICE = "buraco.v1.GameSessionService"
+SERVICE_PATH = f"/{SERVICE}/"
+CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 CURRENT_SEQ_HEADER = "buraco-current-seq"
 MAX_HINTS = 200
 
@@ -435,6 +438,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         `PlayError`. A broken protocol, or the table moving away, ends the stream."""
         put = sub.queue.put_nowait
         scope = self._scope(current_identity())
+        metrics = self.deps.metrics
         try:
             async for message in requests:
                 if isinstance(message, Refused):  # over the caller's rate limit
@@ -447,6 +451,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                     raise InvalidArgumentError("body", "an action is required (join comes first, once)")
                 request = getattr(message, kind)
                 method, make = PLAY_ACTIONS[kind]
+                started, code = time.perf_counter(), "OK"
                 try:
                     check.require(request.table == table.name, f"{kind}.table", f"must be the joined {table.name}")
                     retry = (scope, request.request_id) in table.requests
@@ -454,9 +459,17 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                     if retry:  # its change was delivered already: answer the request alone
                         put(game_session_pb2.PlayUpdate(request_ids=[request.request_id]))
                 except UnavailableError:
+                    code = "UNAVAILABLE"
                     raise  # the table moved (or this replica is stopping): the stream ends
                 except Exception as error:
-                    put(_play_error(request.request_id, error))
+                    refusal = _play_error(request.request_id, error)
+                    code = CODE_NAMES[refusal.error.code]
+                    log.info("play action refused", extra={"fields": {
+                        "action": method, "code": code, "details": refusal.error.message}})
+                    put(refusal)
+                finally:
+                    if metrics is not None:  # each action as its own call: latency and code by action
+                        metrics.observe(f"{SERVICE_PATH}Play/{method}", code, time.perf_counter() - started)
         except asyncio.CancelledError:
             raise
         except Exception as error:

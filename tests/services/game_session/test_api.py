@@ -424,6 +424,14 @@ async def test_play_stream_answers_each_action_once_and_keeps_refusals_on_the_st
     assert list(again.request_ids) == ["d1"] and not again.changes.events
     unary = await stub.Draw(draw("d1", seq).draw, metadata=cluster.token(Kind.PLAYER, actor))
     assert list(unary.result.events) == list(accepted.changes.events)
+    # each action is measured as a call of its own (the pipeline sees only the stream)
+    registry = cluster.nodes[0].api.deps.registry
+
+    def calls(code: str) -> float:
+        labels = {"service": "game_session", "method": "/buraco.v1.GameSessionService/Play/Draw", "code": code}
+        return registry.get_sample_value("buraco_rpc_calls_total", labels) or 0.0
+
+    assert (calls("OK"), calls("FAILED_PRECONDITION"), calls("INVALID_ARGUMENT")) == (2.0, 1.0, 1.0)
 
     await call.write(game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(table=table)))
     with pytest.raises(grpc.aio.AioRpcError) as info:
