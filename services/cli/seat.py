@@ -401,6 +401,9 @@ class TableConnection:
             self._pending.pop(request.request_id, None)
             if follower in done and self.stream_error is not None:
                 raise self.stream_error
+            if self.model.finished:  # the stream ended with the match, before this action's answer
+                raise ActionRefused(grpc.StatusCode.FAILED_PRECONDITION, f"{self.table}: the match is over",
+                                    self.model.seq)
             raise TimeoutError(f"{method} on {self.table}: no answer on the Play stream")
         return pending.answer.result()
 
