@@ -9,8 +9,8 @@ applied, so nothing is missed or applied twice. Actions carry a fresh idempotenc
 `expected_seq` the client saw; a retry after UNAVAILABLE or ABORTED reuses the same key, so the
 server applies it once. With `play=True` the connection follows the `Play` stream instead and sends
 its actions on it (no call per action); actions in flight when the stream drops are sent again,
-with the same keys, on the resumed stream. `play_seat` plays a seat with one of the engine's bots, deciding from what
-the stream told the seat (`tableview.shadow_state`).
+with the same keys, on the resumed stream. `play_seat` plays a seat with one of the engine's bots,
+deciding from what the stream told the seat (`tableview.shadow_state`).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from services.common.auth import Identity, Kind, Verifier, current_identity_or_n
 from services.common.errors import (
     InvalidArgumentError,
     Metadata,
+    ResourceExhaustedError,
     UnavailableError,
     status_for,
 )
@@ -242,7 +243,7 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             async for request in requests:
                 try:
                     take(principal, rate, burst)
-                except Exception as error:
+                except ResourceExhaustedError as error:
                     yield Refused(request, error)
                     continue
                 yield request
