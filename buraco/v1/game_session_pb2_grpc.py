@@ -201,7 +201,8 @@ class GameSessionServiceServicer:
         code and message the unary call would have ended with (the stream stays open). A retried
         `request_id` (after a reconnect) is applied once; its answer is a `PlayUpdate` with
         `request_ids` and no changes, the change having been delivered already (or in the replay).
-        The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address).
+        The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address),
+        and with UNAUTHENTICATED at the first message sent after the caller's token expired.
         Spectators use `SubscribeChanges`; a caller without a seat gets PERMISSION_DENIED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

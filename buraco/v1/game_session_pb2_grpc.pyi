@@ -82,7 +82,8 @@ class GameSessionServiceStub:
     code and message the unary call would have ended with (the stream stays open). A retried
     `request_id` (after a reconnect) is applied once; its answer is a `PlayUpdate` with
     `request_ids` and no changes, the change having been delivered already (or in the replay).
-    The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address).
+    The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address),
+    and with UNAUTHENTICATED at the first message sent after the caller's token expired.
     Spectators use `SubscribeChanges`; a caller without a seat gets PERMISSION_DENIED.
     """
     GetTableSnapshot: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.GetTableSnapshotRequest, _game_session_pb2.TableSnapshot]
@@ -155,7 +156,8 @@ class GameSessionServiceAsyncStub(GameSessionServiceStub):
     code and message the unary call would have ended with (the stream stays open). A retried
     `request_id` (after a reconnect) is applied once; its answer is a `PlayUpdate` with
     `request_ids` and no changes, the change having been delivered already (or in the replay).
-    The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address).
+    The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address),
+    and with UNAUTHENTICATED at the first message sent after the caller's token expired.
     Spectators use `SubscribeChanges`; a caller without a seat gets PERMISSION_DENIED.
     """
     GetTableSnapshot: _aio.UnaryUnaryMultiCallable[_game_session_pb2.GetTableSnapshotRequest, _game_session_pb2.TableSnapshot]  # type: ignore[assignment]
@@ -267,7 +269,8 @@ class GameSessionServiceServicer(metaclass=_abc_1.ABCMeta):
         code and message the unary call would have ended with (the stream stays open). A retried
         `request_id` (after a reconnect) is applied once; its answer is a `PlayUpdate` with
         `request_ids` and no changes, the change having been delivered already (or in the replay).
-        The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address).
+        The stream ends as `SubscribeChanges` does (match over, UNAVAILABLE with the owner's address),
+        and with UNAUTHENTICATED at the first message sent after the caller's token expired.
         Spectators use `SubscribeChanges`; a caller without a seat gets PERMISSION_DENIED.
         """
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import math
 import os
 import re
 import time
@@ -66,6 +67,9 @@ class Identity:
     client_ip: str | None = None
     #: The player id a service or admin acts for (from `buraco-act-for`), else None.
     acting_for: str | None = None
+    #: When the token stops being valid (seconds since the epoch, its `exp`): a long-lived stream
+    #: that carries calls of its own (`Play`) checks it at each message.
+    expires_at: float = math.inf
 
     @property
     def principal(self) -> str:
@@ -257,6 +261,7 @@ class Verifier:
             name=subject,
             token_id=str(claims.get("jti", "")),
             client_ip=ip if isinstance(ip, str) and ip else None,
+            expires_at=float(expiry),
         )
         return identity, float(expiry)
 
@@ -282,7 +287,12 @@ class Verifier:
         identity.check_may_act_for(player)
         if identity.kind is Kind.PLAYER:
             return identity
-        return Identity(identity.kind, identity.name, identity.token_id, identity.client_ip, player)
+        return Identity(identity.kind, identity.name, identity.token_id, identity.client_ip, player,
+                        identity.expires_at)
+
+    def expired(self, identity: Identity) -> bool:
+        """Whether the token `identity` came from has expired since (with the same leeway)."""
+        return self._clock() >= identity.expires_at + self._leeway
 
 
 class Minter:

@@ -9,7 +9,8 @@ For each call, in order:
 4. limits: the caller's rate limit (RESOURCE_EXHAUSTED) and, for streams, the caller's
    open-stream cap; on a bidirectional stream each message the caller sends spends a token of the
    same rate limit, and one over it reaches the handler as `Refused` (the handler answers it
-   without ending the stream);
+   without ending the stream); a message that comes after the caller's token expired ends the
+   stream with UNAUTHENTICATED;
 5. the handler; a request that could not be decoded gets INVALID_ARGUMENT without reaching it;
 6. errors: domain errors become their status through `errors.status_for`; anything else is
    INTERNAL with a fixed message and the traceback in the log;
@@ -41,6 +42,7 @@ from services.common.errors import (
     InvalidArgumentError,
     Metadata,
     ResourceExhaustedError,
+    UnauthenticatedError,
     UnavailableError,
     status_for,
 )
@@ -235,12 +237,15 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     # -- streams --------------------------------------------------------------------------------
 
     def _metered(self, requests: AsyncIterator[Any], identity: Identity) -> AsyncIterator[Any]:
-        """A bidirectional stream's requests, each spending a token of the caller's rate limit."""
+        """A bidirectional stream's requests, each spending a token of the caller's rate limit; once
+        the caller's token has expired, the stream ends (UNAUTHENTICATED: reconnect with a new one)."""
         rate, burst = self._rate(identity)
-        take, principal = self.rate_limiter.take, identity.principal
+        take, principal, expired = self.rate_limiter.take, identity.principal, self.verifier.expired
 
         async def each() -> AsyncIterator[Any]:
             async for request in requests:
+                if expired(identity):
+                    raise UnauthenticatedError("token expired; reconnect with a fresh token")
                 try:
                     take(principal, rate, burst)
                 except ResourceExhaustedError as error:

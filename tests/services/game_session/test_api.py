@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -461,5 +462,30 @@ async def test_play_stream_answers_each_action_once_and_keeps_refusals_on_the_st
     codes = {r.code for r in refusals}
     assert codes == {grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], grpc.StatusCode.FAILED_PRECONDITION.value[0]}
     call.cancel()
+    for stream in streams.values():
+        await stream.close()
+
+
+async def test_a_play_stream_ends_once_its_token_has_expired(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Play stream carries calls of its own: the first action after the caller's token expired
+    ends it with UNAUTHENTICATED (the client reconnects with a fresh token and resumes)."""
+    node = await cluster.start()
+    stub = cluster.stub()
+    streams = await started(cluster, "expiring", "alice", "bob")
+    call = stub.Play(None, metadata=cluster.token(Kind.PLAYER, "alice"))
+    join = game_session_pb2.SubscribeChangesRequest(table="tables/expiring")
+    await call.write(game_session_pb2.PlayRequest(join=join))
+    seq = (await _update(call)).changes.events[-1].seq
+    draw = game_session_pb2.DrawRequest(table="tables/expiring", request_id="late", expected_seq=seq)
+    verifier = node.server.pipeline.verifier
+    monkeypatch.setattr(verifier, "_clock", lambda: time.time() + 2 * 3600)  # the tokens live an hour
+    await call.write(game_session_pb2.PlayRequest(draw=draw))
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _update(call)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED and "expired" in (info.value.details() or "")
+    monkeypatch.undo()
+    table = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/expiring"),
+                                metadata=cluster.token(Kind.PLAYER, "alice"))
+    assert table.seq == seq  # nothing was applied
     for stream in streams.values():
         await stream.close()
