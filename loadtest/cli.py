@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--practice", action="store_true", help="practice tables: no chips, no XP")
     add("--bot", choices=BOTS, default="heuristic", help="how the simulated players play (default heuristic)")
     add("--think-time", type=float, default=0.0, metavar="S", help="mean pause before each game action (default 0)")
+    add("--play-stream", action="store_true",
+        help="players act on their Play stream (one bidirectional stream each) instead of unary calls")
     add("--targets", help="service=host:port,... or a bare host (default: BURACO_<SERVICE>_ADDRESS, localhost)")
     add("--token-key", type=Path, default=None, help="PEM private key tokens are signed with (default: local dev key)")
     add("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco", help="the tokens' audience")
@@ -87,6 +89,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         practice=args.practice,
         bot=args.bot,
         think_time_s=args.think_time,
+        play_stream=args.play_stream,
         targets=parse_targets(args.targets, os.environ),
         token_key=key,
         audience=args.audience,

@@ -35,6 +35,9 @@ class Settings:
     bot: str = "heuristic"
     #: Mean pause before each game action (seconds); each pause is uniform in [0, 2 * mean].
     think_time_s: float = 0.0
+    #: Players act on their `Play` stream (as a gateway holding a socket per player would) instead
+    #: of unary calls beside `SubscribeChanges`.
+    play_stream: bool = False
     targets: dict[str, str] = field(default_factory=dict)
     token_key: Path = Path("var/dev-keys/dev-private.pem")
     audience: str = "buraco"

@@ -7,6 +7,9 @@ retries an action after UNAVAILABLE or ABORTED with the same `request_id` (at th
 a redirect), and resumes a broken stream with `after_seq`. `RecordedConnection` adds the timing:
 each attempt of each call is recorded under `game_session.<Method>`, the stream's first event
 (the snapshot) under `game_session.SubscribeChanges`, and every resumption counts in `stream_resumes`.
+With `--play-stream` the seat acts on its `Play` stream: the snapshot is recorded under
+`game_session.Play`, each action (from sending it to its answer on the stream) under
+`game_session.Play/<Method>`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from engine.bots import make_bot
 from loadtest.client import Calls, StepError
 from loadtest.payouts import expected_deltas
 from loadtest.settings import Settings
-from services.cli.seat import RETRYABLE, ChannelPool, TableConnection, play_seat, trailer
+from services.cli.seat import RETRYABLE, ActionRefused, ChannelPool, TableConnection, play_seat, trailer
 from services.cli.tableview import ruleset_of
 
 
@@ -40,8 +43,10 @@ class RecordedConnection(TableConnection):
         table: str,
         channels: ChannelPool,
         fallbacks: Sequence[str] = (),
+        play: bool = False,
     ) -> None:
-        super().__init__(address, token, table, channels=channels)
+        super().__init__(address, token, table, channels=channels, play=play)
+        self.stream_name = "game_session.Play" if play else "game_session.SubscribeChanges"
         self.calls = calls
         #: Replicas to try in turn when the current one fails without naming an owner (it is
         #: gone): what a client behind a Kubernetes Service gets by reconnecting.
@@ -61,11 +66,26 @@ class RecordedConnection(TableConnection):
         try:
             await super().start()
         except grpc.aio.AioRpcError as error:
-            self.calls.recorder.error("rpc", "game_session.SubscribeChanges", error.code().name)
+            self.calls.recorder.error("rpc", self.stream_name, error.code().name)
             raise
         delay = time.perf_counter() - started
-        self.calls.recorder.ok("rpc", "game_session.SubscribeChanges", delay)
-        self.calls.recorder.first_event("rpc", "game_session.SubscribeChanges", delay)
+        self.calls.recorder.ok("rpc", self.stream_name, delay)
+        self.calls.recorder.first_event("rpc", self.stream_name, delay)
+
+    async def _play_action(self, method: str, request: Any) -> game_session_pb2.ActionResult:
+        """As TableConnection's, timed: from sending the action to its answer on the stream."""
+        name = f"game_session.Play/{method}"
+        started = time.perf_counter()
+        try:
+            result = await super()._play_action(method, request)
+        except ActionRefused as refused:
+            self.calls.recorder.error("rpc", name, refused.code.name)
+            raise
+        except grpc.aio.AioRpcError as error:
+            self.calls.recorder.error("rpc", name, error.code().name)
+            raise
+        self.calls.recorder.ok("rpc", name, time.perf_counter() - started)
+        return result
 
     async def _unary(self, method: str, request: Any) -> Any:
         """As TableConnection's: retries on UNAVAILABLE/ABORTED with the same request (so the same
@@ -127,8 +147,9 @@ async def play_match(
     table: str,
     channels: ChannelPool,
 ) -> MatchResult:
-    """Subscribe (SubscribeChanges), play the seat with the run's bot to the match's end, and read the outcome."""
-    connection = RecordedConnection(calls, address, token, table, channels)
+    """Follow the table (SubscribeChanges, or Play with `--play-stream`), play the seat with the
+    run's bot to the match's end, and read the outcome."""
+    connection = RecordedConnection(calls, address, token, table, channels, play=settings.play_stream)
     connection.retry_seconds = settings.wait_timeout_s
     try:
         await asyncio.wait_for(connection.start(), settings.wait_timeout_s)

@@ -89,3 +89,16 @@ def test_the_tables_scenario_with_two_journeys_per_table(suite: tuple[dict[str, 
     assert rpcs["game_session.CreateTable"].ok == 2
     assert rpcs["wallet.HoldBets"].ok == 2
     assert {s.name: s.ok for s in recorder if s.kind == "step"}["settle"] == 8
+
+
+def test_the_journey_on_play_streams(suite: tuple[dict[str, str], Path]) -> None:
+    """`--play-stream`: each player acts on its Play stream; every action is timed under
+    game_session.Play/<Method>, no unary action call is made, and the pots settle as before."""
+    recorder = run(suite, run_id="p1", bet=20, play_stream=True)
+    assert errors_of(recorder) == {}
+    assert recorder.counters["journeys_completed"] == 4
+    rpcs = {s.name: s for s in recorder if s.kind == "rpc"}
+    assert rpcs["game_session.Play"].first_event.count == 4
+    assert rpcs["game_session.Play/Discard"].ok > 0 and rpcs["game_session.Play/Draw"].ok > 0
+    assert not {"game_session.Discard", "game_session.Draw", "game_session.SubscribeChanges"} & set(rpcs)
+    assert {s.name: s.ok for s in recorder if s.kind == "step"}["settle"] == 4
