@@ -455,7 +455,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 try:
                     check.require(request.table == table.name, f"{kind}.table", f"must be the joined {table.name}")
                     retry = (scope, request.request_id) in table.requests
-                    await self._act(method, request, make)
+                    await self._apply(method, request, make)  # the stream carries its change
                     if retry:  # its change was delivered already: answer the request alone
                         put(game_session_pb2.PlayUpdate(request_ids=[request.request_id]))
                 except UnavailableError:
@@ -490,7 +490,14 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
     # -- actions ----------------------------------------------------------------------------------
     async def _act(self, method: str, request: Any, make: Callable[[Any], Action] | None) -> \
             game_session_pb2.ActionResult:
-        """One action of the caller's seat (`make` builds it from the request; None: leave)."""
+        """One action of the caller's seat, as a unary call answers it."""
+        seat, entries, seq = await self._apply(method, request, make)
+        return game_session_pb2.ActionResult(seq=seq, events=[e.proto(seat) for e in entries])
+
+    async def _apply(self, method: str, request: Any, make: Callable[[Any], Action] | None) -> \
+            tuple[int, list[Entry], int]:
+        """One action of the caller's seat (`make` builds it from the request; None: leave): the
+        seat, the entries it made (a retry: those of the first time) and the table's seq after it."""
         identity = current_identity()
         check.request_id(request.request_id)
         table = await self._table(request.table)
@@ -520,9 +527,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 raise InvalidArgumentError("cards", str(error)) from None
 
         _, entries = await self.manager.change(table, work, request=(self._scope(identity), request.request_id, digest))
-        return game_session_pb2.ActionResult(
-            seq=entries[-1].seq if entries else table.seq, events=[e.proto(seat) for e in entries]
-        )
+        return seat, entries, entries[-1].seq if entries else table.seq
 
     async def Draw(self, request: game_session_pb2.DrawRequest, context: Context) -> game_session_pb2.DrawResponse:
         return game_session_pb2.DrawResponse(result=await self._act("Draw", request, _draw))
