@@ -7,9 +7,11 @@ import asyncio
 from typing import Any
 
 import grpc
+import pytest
 from google.rpc import status_pb2
 
-from buraco.v1 import common_pb2, game_session_pb2
+from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
+from services.cli.seat import trailer
 from services.common.auth import Kind
 from tests.services.game_session.conftest import Cluster, subscribe, table_request
 
@@ -111,6 +113,74 @@ async def test_a_graceful_stop_releases_the_leases(cluster: Cluster) -> None:
     # no waiting for the lease to run out: the call at B takes the table over at once
     table = await cluster.stub(b).GetTable(game_session_pb2.GetTableRequest(name="tables/t2"), metadata=svc)
     assert table.owner_address == b.address and table.state == game_session_pb2.Table.STATE_WAITING
+
+
+async def test_a_graceful_stop_ends_a_play_stream_with_unavailable_and_it_resumes_elsewhere(
+    cluster: Cluster,
+) -> None:
+    """A replica that stops ends its bidirectional Play streams as it ends the server streams
+    (UNAVAILABLE, "reconnect and resume"); the client joins again at the other replica after the
+    last seq it received and plays on there, with no gap."""
+    a = await cluster.start()
+    b = await cluster.start()
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
+    await cluster.stub(a).CreateTable(table_request("t8", "alice", "bob"), metadata=svc)
+    alice = cluster.token(Kind.PLAYER, "alice")
+    channel = grpc.aio.insecure_channel(a.address)  # not the node's own, which its stop closes
+    bob = subscribe(game_session_pb2_grpc.GameSessionServiceStub(channel), cluster.token(Kind.PLAYER, "bob"),
+                    "tables/t8")
+    seen: list[game_session_pb2.TableEvent] = []
+
+    async def updates(call: Any) -> game_session_pb2.PlayUpdate:
+        update = await asyncio.wait_for(call.read(), 10)
+        assert isinstance(update, game_session_pb2.PlayUpdate)
+        seen.extend(e for e in update.changes.events if not e.HasField("snapshot"))
+        return update
+
+    try:
+        call = game_session_pb2_grpc.GameSessionServiceStub(channel).Play(None, metadata=alice)
+        await call.write(game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(table="tables/t8")))
+        await updates(call)
+        while not any(e.HasField("turn_timer_started") for e in seen):
+            await updates(call)  # the deal, once both players are there
+        seq = seen[-1].seq
+        stopping = asyncio.ensure_future(cluster.stop(a))
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            while True:
+                await updates(call)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "reconnect and resume" in (info.value.details() or "")
+        await stopping
+    finally:
+        await bob.close()
+        await channel.close(None)
+
+    # at the other replica: resume after seq, and make the turn's first move
+    resumed = cluster.stub(b).Play(None, metadata=alice)
+    await resumed.write(game_session_pb2.PlayRequest(
+        join=game_session_pb2.SubscribeChangesRequest(table="tables/t8", after_seq=seq)))
+    turn = next(e for e in reversed(seen) if e.HasField("turn_timer_started")).turn_timer_started.seat
+    draw = game_session_pb2.DrawRequest(table="tables/t8", request_id="after-stop", expected_seq=seq)
+    if turn == 0:  # alice's turn: on her resumed stream
+        await resumed.write(game_session_pb2.PlayRequest(draw=draw))
+    else:  # bob's, by a unary call at the new owner
+        bob_token = cluster.token(Kind.PLAYER, "bob")
+        try:
+            await cluster.stub(b).Draw(draw, metadata=bob_token)
+        except grpc.aio.AioRpcError as refused:  # the new owner restarted the turn's timer first
+            assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION, refused
+            current = trailer(refused, "buraco-current-seq")
+            assert current is not None
+            draw.expected_seq = int(current)
+            await cluster.stub(b).Draw(draw, metadata=bob_token)
+    while not any(e.HasField("card_drawn") for e in seen):
+        update = await updates(resumed)
+        if update.HasField("error"):  # the new owner restarted the turn's timer first: act at its seq
+            assert update.error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+            draw.expected_seq = update.error.current_seq
+            await resumed.write(game_session_pb2.PlayRequest(draw=draw))
+    assert [e.seq for e in seen] == list(range(seen[0].seq, seen[-1].seq + 1))  # no gap, no duplicate
+    resumed.cancel()
 
 
 async def test_a_crashed_replica_s_tables_are_taken_over_by_the_scan(cluster: Cluster) -> None:
