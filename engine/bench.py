@@ -3,7 +3,9 @@
 Prints one figure per line as ``bench: NAME VALUE UNIT``:
 
 - hands/s and turns/s of random-legal self-play (the comparison policy of ``engine/bots/random_bot.py``)
-  and of heuristic self-play, on one core, for 2 and 4 players;
+  and of heuristic self-play, on one core, for 2 and 4 players; and hands/s with 2 players with
+  Python's collector run as the game-session service runs it (``..._service_gc``, see
+  ``SETTLE_SECONDS``);
 - microseconds per ``legal_actions()`` call (median and p99) on 22-card hands after the morto.
 
 Options: ``--seconds S`` per measurement (default 5), ``--ruleset R`` (default ``fechado``).
@@ -12,6 +14,7 @@ Options: ``--seconds S`` per measurement (default 5), ``--ruleset R`` (default `
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import time
@@ -33,16 +36,40 @@ def play_hand(rules: Ruleset, players: int, seed: int, bots: list[Bot]) -> int:
     return state.turns
 
 
-def hands_per_second(rules: Ruleset, players: int, kind: str, seconds: float) -> tuple[float, float, int]:
+#: How the game-session service runs Python's collector (services/game_session/__main__.py and
+#: manager.settle_garbage_collector): what is alive is moved out of the collector's sight
+#: (`gc.freeze`) at start and again every few seconds. Without it, every full collection re-scans the
+#: engine's memo tables (hundreds of thousands of objects), about a tenth of a random hand's time.
+SETTLE_SECONDS = 3.0
+
+
+def settle() -> None:
+    gc.collect(1)
+    gc.freeze()
+
+
+def hands_per_second(rules: Ruleset, players: int, kind: str, seconds: float,
+                     service_gc: bool = False) -> tuple[float, float, int]:
+    """Hands and turns per CPU second of self-play; `service_gc`: with the collector run as the
+    game-session service runs it (its cost counted)."""
     bots = [make_bot(kind, seed=s) for s in range(players)]
     hands = turns = 0
-    start = time.process_time()
+    start = settled = time.process_time()
+    if service_gc:
+        settle()
     seed = 0
-    while time.process_time() - start < seconds:
-        turns += play_hand(rules, players, seed, bots)
-        hands += 1
-        seed += 1
-    elapsed = time.process_time() - start
+    try:
+        while (now := time.process_time()) - start < seconds:
+            if service_gc and now - settled >= SETTLE_SECONDS:
+                settle()
+                settled = now
+            turns += play_hand(rules, players, seed, bots)
+            hands += 1
+            seed += 1
+        elapsed = time.process_time() - start
+    finally:
+        if service_gc:
+            gc.unfreeze()
     return hands / elapsed, turns / elapsed, hands
 
 
@@ -147,6 +174,10 @@ def main(argv: list[str] | None = None) -> None:
             report(f"{kind}_hands_per_s_{players}p", hps, "hands/s")
             report(f"{kind}_turns_per_s_{players}p", tps, "turns/s")
             report(f"{kind}_hands_per_s_{players}p_per_baseline_mops", hps / base, "hands/Mops")
+        # the same, with the collector run as the game-session service runs it (SETTLE_SECONDS)
+        hps, _, _ = hands_per_second(rules, 2, kind, args.seconds, service_gc=True)
+        report(f"{kind}_hands_per_s_2p_service_gc", hps, "hands/s")
+        report(f"{kind}_hands_per_s_2p_service_gc_per_baseline_mops", hps / base, "hands/Mops")
     if args.all_presets:
         for name in PRESETS:
             hps, _, _ = hands_per_second(PRESETS[name], 2, "random", args.seconds / 2)
