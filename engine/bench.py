@@ -39,7 +39,7 @@ def play_hand(rules: Ruleset, players: int, seed: int, bots: list[Bot]) -> int:
 #: How the game-session service runs Python's collector (services/game_session/__main__.py and
 #: manager.settle_garbage_collector): what is alive is moved out of the collector's sight
 #: (`gc.freeze`) at start and again every few seconds. Without it, every full collection re-scans the
-#: engine's memo tables (hundreds of thousands of objects), about a tenth of a random hand's time.
+#: engine's memo tables (a quarter of a million objects), about a seventh of a random hand's time.
 SETTLE_SECONDS = 3.0
 
 
