@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from itertools import product
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.actions import Action, AddCards, MeldCards
 from engine.cards import ACE, HIGH_ACE, JOKER, TWO
@@ -22,22 +22,48 @@ from engine.rules import Ruleset
 if TYPE_CHECKING:
     from engine.state import HandState
 
+# The memo tables below are keyed by a ruleset's number (`ruleset_number`), not by the ruleset:
+# a key of numbers only is a tuple Python's collector stops tracking, while one holding the ruleset
+# object stays tracked, and every full collection re-scans every tracked entry of every table (a
+# quarter of a million objects: most of the collector's share of a hand). For the same reason the
+# candidates are kept as two parallel tuples (the actions, the melds they make), not as pairs.
+_RULESETS: dict[Ruleset, int] = {}
+_BY_NUMBER: list[Ruleset] = []
+
+
+def ruleset_number(rules: Ruleset) -> int:
+    """A small number per distinct ruleset, for this process's memo keys."""
+    number = _RULESETS.get(rules)
+    if number is None:
+        number = _RULESETS[rules] = len(_BY_NUMBER)
+        _BY_NUMBER.append(rules)
+    return number
+
+
 # Placement is a pure function of (cards, ruleset): memoised, since the same hands are examined
 # again and again within a turn and across turns. Failures are cached as None.
 @lru_cache(maxsize=1 << 16)
-def placed(cards: tuple[int, ...], rules: Ruleset, wild_as: int | None) -> Meld | None:
+def _placed(cards: tuple[int, ...], rules: int, wild_as: int | None) -> Meld | None:
     try:
-        return make_meld(cards, rules, wild_as)
+        return make_meld(cards, _BY_NUMBER[rules], wild_as)
     except IllegalActionError:
         return None
+
+
+def placed(cards: tuple[int, ...], rules: Ruleset, wild_as: int | None) -> Meld | None:
+    return _placed(cards, ruleset_number(rules), wild_as)
 
 
 @lru_cache(maxsize=1 << 16)
-def extended(meld: Meld, cards: tuple[int, ...], rules: Ruleset) -> Meld | None:
+def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
     try:
-        return extend_meld(meld, cards, rules)
+        return extend_meld(meld, cards, _BY_NUMBER[rules])
     except IllegalActionError:
         return None
+
+
+def extended(meld: Meld, cards: tuple[int, ...], rules: Ruleset) -> Meld | None:
+    return _extended(meld, cards, ruleset_number(rules))
 
 
 def _fits(counts: list[int], cards: tuple[int, ...]) -> bool:
@@ -60,6 +86,10 @@ def _fits(counts: list[int], cards: tuple[int, ...]) -> bool:
 
 MeldCandidate = tuple[MeldCards, Meld]
 AddCandidate = tuple[tuple[int, ...], Meld]
+#: (the new melds' actions, the melds they make), index by index
+MeldCandidates = tuple[tuple[MeldCards, ...], tuple[Meld, ...]]
+#: (the additions' cards, the melds they make), index by index
+AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld, ...]]
 _WILD_CODES = (JOKER, 1, 14, 27, 40)
 
 
@@ -76,11 +106,17 @@ def _present_wilds(counts: list[int]) -> list[int]:
     return [c for c in _WILD_CODES if counts[c]]
 
 
+def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tuple[Meld, ...]]:
+    values = list(candidates.values())
+    return tuple(v[0] for v in values), tuple(v[1] for v in values)
+
+
 @lru_cache(maxsize=1 << 14)
-def suit_melds(rules: Ruleset, suit: int, suit_counts: tuple[int, ...],
-               wild_counts: tuple[int, ...]) -> tuple[MeldCandidate, ...]:
+def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
+               wild_counts: tuple[int, ...]) -> MeldCandidates:
     """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
     at most one slot, the wild's), each with the meld it makes."""
+    rules = _BY_NUMBER[rules_number]
     counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
     wilds = _present_wilds(counts)
     avail = 0
@@ -110,13 +146,14 @@ def suit_melds(rules: Ruleset, suit: int, suit_counts: tuple[int, ...],
                 naturals = cards[:hole - lo] + cards[hole - lo + 1:]
                 for w in wilds:
                     _add_meld_candidate(out, counts, rules, [*naturals, w], hole, suit)
-    return tuple(out.values())
+    return _split(out)
 
 
 @lru_cache(maxsize=1 << 14)
-def rank_melds(rules: Ruleset, rank: int, rank_counts: tuple[int, ...],
-               wild_counts: tuple[int, ...]) -> tuple[MeldCandidate, ...]:
+def rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
+               wild_counts: tuple[int, ...]) -> MeldCandidates:
     """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
+    rules = _BY_NUMBER[rules_number]
     counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
     wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
@@ -129,7 +166,7 @@ def rank_melds(rules: Ruleset, rank: int, rank_counts: tuple[int, ...],
             _add_meld_candidate(out, counts, rules, naturals, 0, -1)
         for w in wilds:
             _add_meld_candidate(out, counts, rules, [*naturals, w], 0, -1)
-    return tuple(out.values())
+    return _split(out)
 
 
 def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], counts: list[int],
@@ -153,10 +190,11 @@ def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandid
 
 
 @lru_cache(maxsize=1 << 14)
-def meld_additions(rules: Ruleset, meld: Meld, part: tuple[int, ...],
-                   wild_counts: tuple[int, ...]) -> tuple[AddCandidate, ...]:
+def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
+                   wild_counts: tuple[int, ...]) -> AddCandidates:
     """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
     of the group's rank) and its wilds, each with the meld it makes."""
+    rules = _BY_NUMBER[rules_number]
     out: dict[tuple[int, ...], AddCandidate] = {}
     if meld.is_sequence:
         counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
@@ -176,7 +214,7 @@ def meld_additions(rules: Ruleset, meld: Meld, part: tuple[int, ...],
                 _add_addition(out, counts, rules, meld, naturals)
             for w in wilds:
                 _add_addition(out, counts, rules, meld, [*naturals, w])
-    return tuple(out.values())
+    return _split(out)
 
 
 def _sequence_additions(rules: Ruleset, counts: list[int], meld: Meld, avail: int, wilds: list[int],
@@ -268,6 +306,7 @@ def plays(state: HandState, first_only: bool = False,
     """
     seat = state.to_act
     rules = state.rules
+    number = ruleset_number(rules)
     counts = state.counts[seat]
     size = state.sizes[seat]
     must = state.must_meld
@@ -300,7 +339,9 @@ def plays(state: HandState, first_only: bool = False,
                 continue
             if must_natural and not _sequence_around(suit_counts, any_wild, must % 13 + 1):
                 continue  # no sequence of this suit could hold the card that must be melded
-            for action, meld in suit_melds(rules, suit, suit_counts, wild_counts):
+            actions, melds = suit_melds(number, suit, suit_counts, wild_counts)
+            for i in range(len(actions)):
+                action, meld = actions[i], melds[i]
                 if (must < 0 and size - len(action.cards) >= simple_from) or accept(action, meld, -1):
                     out.append(action)
                     if plans is not None:
@@ -314,7 +355,9 @@ def plays(state: HandState, first_only: bool = False,
                 rank_counts = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
                 if sum(rank_counts) < need:
                     continue
-                for action, meld in rank_melds(rules, rank, rank_counts, wild_counts):
+                actions, melds = rank_melds(number, rank, rank_counts, wild_counts)
+                for i in range(len(actions)):
+                    action, meld = actions[i], melds[i]
                     if (must < 0 and size - len(action.cards) >= simple_from) or accept(action, meld, -1):
                         out.append(action)
                         if plans is not None:
@@ -337,7 +380,9 @@ def plays(state: HandState, first_only: bool = False,
             part = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
         if not any_wild and not any(part):
             continue
-        for cards_t, result in meld_additions(rules, meld, part, wild_counts):
+        additions, results = meld_additions(number, meld, part, wild_counts)
+        for i in range(len(additions)):
+            cards_t, result = additions[i], results[i]
             addition = AddCards(index, cards_t)
             if (must < 0 and size - len(cards_t) >= simple_from) or accept(addition, result, index):
                 out.append(addition)
