@@ -27,7 +27,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -287,8 +287,7 @@ class Verifier:
         identity.check_may_act_for(player)
         if identity.kind is Kind.PLAYER:
             return identity
-        return Identity(identity.kind, identity.name, identity.token_id, identity.client_ip, player,
-                        identity.expires_at)
+        return replace(identity, acting_for=player)
 
     def expired(self, identity: Identity) -> bool:
         """Whether the token `identity` came from has expired since (with the same leeway)."""

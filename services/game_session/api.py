@@ -50,7 +50,6 @@ from services.game_session.table import Entry, LiveTable, State, ruleset_for, ru
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 SERVICE = "buraco.v1.GameSessionService"
 SERVICE_PATH = f"/{SERVICE}/"
-CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 CURRENT_SEQ_HEADER = "buraco-current-seq"
 MAX_HINTS = 200
 
@@ -394,7 +393,8 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             if ended is not None or (first and first[0].HasField("snapshot") and not table.live):
                 return
             if requests is not None:
-                reader = asyncio.get_running_loop().create_task(self._play_requests(requests, table, sub))
+                assert scope is not None
+                reader = asyncio.get_running_loop().create_task(self._play_requests(requests, table, sub, scope))
             queue, event_for = sub.queue, self.manager.event_for
             while True:
                 items = [await queue.get()]
@@ -433,16 +433,17 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 reader.cancel()
             self.manager.unsubscribe(table, sub)
 
-    async def _play_requests(self, requests: AsyncIterator[Any], table: LiveTable, sub: Subscriber) -> None:
+    async def _play_requests(
+        self, requests: AsyncIterator[Any], table: LiveTable, sub: Subscriber, scope: str
+    ) -> None:
         """A `Play` stream's actions, in order; each refusal is queued for the stream as a
         `PlayError`. A broken protocol, or the table moving away, ends the stream."""
         put = sub.queue.put_nowait
-        scope = self._scope(current_identity())
         metrics = self.deps.metrics
         try:
             async for message in requests:
                 if isinstance(message, Refused):  # over the caller's rate limit
-                    put(_play_error(_request_id(message.request), message.error))
+                    put(_play_error(_request_id(message.request), message.error)[1])
                     continue
                 if message is UNDECODABLE:
                     raise InvalidArgumentError("request", "could not be decoded as a PlayRequest")
@@ -462,8 +463,8 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                     code = "UNAVAILABLE"
                     raise  # the table moved (or this replica is stopping): the stream ends
                 except Exception as error:
-                    refusal = _play_error(request.request_id, error)
-                    code = CODE_NAMES[refusal.error.code]
+                    status, refusal = _play_error(request.request_id, error)
+                    code = status.name
                     log.info("play action refused", extra={"fields": {
                         "action": method, "code": code, "details": refusal.error.message}})
                     put(refusal)
@@ -735,13 +736,13 @@ def _request_id(request: Any) -> str:
     return str(getattr(body, "request_id", ""))
 
 
-def _play_error(request_id: str, error: Exception) -> game_session_pb2.PlayUpdate:
-    """A refused `Play` action, as the unary call's status would have said it."""
+def _play_error(request_id: str, error: Exception) -> tuple[grpc.StatusCode, game_session_pb2.PlayUpdate]:
+    """A refused `Play` action, as the unary call's status would have said it (and that status)."""
     code, message, metadata = status_for(error)
     if code is grpc.StatusCode.INTERNAL:
         log.error("unexpected error", exc_info=error, extra={"fields": {"code": code.name}})
     current = next((int(value) for key, value in metadata if key == CURRENT_SEQ_HEADER), 0)
-    return game_session_pb2.PlayUpdate(error=game_session_pb2.PlayError(
+    return code, game_session_pb2.PlayUpdate(error=game_session_pb2.PlayError(
         request_id=request_id, code=code.value[0], message=message, current_seq=current))
 
 
