@@ -16,17 +16,31 @@ Event types: ``hand_started``, ``drew``, ``took_pile``, ``melded``, ``added``, `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(slots=True)
 class Event:
-    type: str
-    seat: int  # the seat that acted, or -1 for the table
-    public: dict[str, Any] = field(default_factory=dict)
-    private: dict[int, dict[str, Any]] = field(default_factory=dict)
-    secret: dict[str, Any] = field(default_factory=dict)
+    # written out rather than a dataclass, for the same reason as engine.actions.MeldCards: every
+    # action makes one, and a compiled dataclass still builds itself in interpreted code
+    __slots__ = ("private", "public", "seat", "secret", "type")
+
+    def __init__(self, type: str, seat: int, public: dict[str, Any] | None = None,
+                 private: dict[int, dict[str, Any]] | None = None, secret: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.seat = seat  # the seat that acted, or -1 for the table
+        self.public: dict[str, Any] = {} if public is None else public
+        self.private: dict[int, dict[str, Any]] = {} if private is None else private
+        self.secret: dict[str, Any] = {} if secret is None else secret
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Event) and self.type == other.type and self.seat == other.seat
+                and self.public == other.public and self.private == other.private and self.secret == other.secret)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
+
+    def __repr__(self) -> str:
+        return (f"Event(type={self.type!r}, seat={self.seat!r}, public={self.public!r}, "
+                f"private={self.private!r}, secret={self.secret!r})")
 
     def for_seat(self, seat: int | None) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "seat": self.seat, **self.public}
