@@ -195,8 +195,10 @@ class HandState:
         actions: list[Action] = []
         if self.phase == DRAW_PHASE:
             actions.append(DRAW)
-            if self._take_pile_problem() is None:
+            plans[DRAW] = None
+            if self.pile and self._may_take_pile():
                 actions.append(TAKE_PILE)
+                plans[TAKE_PILE] = None
         elif self.phase == PLAY_PHASE:
             actions.extend(movegen.plays(self, plans=plans))
             if self.must_meld < 0:
@@ -206,10 +208,8 @@ class HandState:
                 else:
                     actions.extend([DISCARDS[code] for code in range(NCODES)
                                     if counts[code] and self._discard_problem(code) is None])
-        for action in actions:
-            if action not in plans:
-                plans[action] = None
         # remembered for this version of the state, so that applying a listed action skips the checks
+        # (a discard's are cheap: it is not entered)
         self._legal = (self.version, actions, plans)
         return list(actions)
 
@@ -391,8 +391,21 @@ class HandState:
     def _take_pile_problem(self) -> IllegalActionError | None:
         if not self.pile:
             return IllegalActionError("EMPTY_PILE", "the discard pile is empty")
+        if self._may_take_pile():
+            return None
+        if self.rules.closed_pile:
+            return IllegalActionError(
+                "PILE_TOP_REQUIRED",
+                f"the pile is closed: it can be taken only to meld its top card "
+                f"{to_str(self.pile[-1])} at once, and that is not possible",
+            )
+        return IllegalActionError("LONE_DISCARD", "taking this single card would leave no card to discard")
+
+    def _may_take_pile(self) -> bool:
+        """Whether the seat may take the (non-empty) pile: ``_take_pile_problem`` without the error,
+        which legal_actions asks at every draw and would otherwise build and drop half the time."""
         if not self.rules.closed_pile and not (self.rules.lone_discard and len(self.pile) == 1):
-            return None  # the hand grows to two cards or more: a discard is always possible
+            return True  # the hand grows to two cards or more: a discard is always possible
         # try the take in place and undo it (cheaper than a copy of the whole state)
         seat, pile = self.to_act, self.pile
         counts = self.counts[seat]
@@ -416,15 +429,7 @@ class HandState:
             self.phase = DRAW_PHASE
             self.must_meld = -1
             self.lone = -1
-        if ok:
-            return None
-        if self.rules.closed_pile:
-            return IllegalActionError(
-                "PILE_TOP_REQUIRED",
-                f"the pile is closed: it can be taken only to meld its top card "
-                f"{to_str(pile[-1])} at once, and that is not possible",
-            )
-        return IllegalActionError("LONE_DISCARD", "taking this single card would leave no card to discard")
+        return ok
 
     def _discard_problem(self, card: int) -> IllegalActionError | None:
         seat = self.to_act
