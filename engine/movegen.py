@@ -310,6 +310,21 @@ def _sequence_around(suit_counts: tuple[int, ...], any_wild: bool, rank: int) ->
 
 # --- the legal plays of the moment ------------------------------------------------------------------
 
+def _accept(state: HandState, must: int, simple_from: int, action: MeldCards | AddCards, meld: Meld,
+            index: int) -> bool:
+    """Whether a candidate is legal in this state (a plain function: a closure would be allocated at
+    every call of ``plays``)."""
+    if must >= 0 and must not in action.cards:
+        return False
+    if state.sizes[state.to_act] - len(action.cards) >= simple_from:
+        return True
+    try:
+        state._check_meld_result(action, meld, index)
+    except IllegalActionError:
+        return False
+    return True
+
+
 def plays(state: HandState, first_only: bool = False,
           plans: dict[Action, Meld | None] | None = None) -> list[MeldCards | AddCards]:
     """Every legal new meld and addition for the seat to act (or the first found, ``first_only``).
@@ -332,17 +347,6 @@ def plays(state: HandState, first_only: bool = False,
     any_wild = any(wild_counts)
     out: list[MeldCards | AddCards] = []
 
-    def accept(action: MeldCards | AddCards, meld: Meld, index: int) -> bool:
-        if must >= 0 and must not in action.cards:
-            return False
-        if size - len(action.cards) >= simple_from:
-            return True
-        try:
-            state._check_meld_result(action, meld, index)
-        except IllegalActionError:
-            return False
-        return True
-
     suits = [tuple(counts[0:13]), tuple(counts[13:26]), tuple(counts[26:39]), tuple(counts[39:52])]
     if size >= 3:
         for suit in range(4):
@@ -356,7 +360,7 @@ def plays(state: HandState, first_only: bool = False,
             actions, melds = suit_melds(number, suit, suit_counts, wild_counts)
             for i in range(len(actions)):
                 action, meld = actions[i], melds[i]
-                if (must < 0 and size - len(action.cards) >= simple_from) or accept(action, meld, -1):
+                if (must < 0 and size - len(action.cards) >= simple_from) or _accept(state, must, simple_from, action, meld, -1):
                     out.append(action)
                     if plans is not None:
                         plans[action] = meld
@@ -372,7 +376,7 @@ def plays(state: HandState, first_only: bool = False,
                 actions, melds = rank_melds(number, rank, rank_counts, wild_counts)
                 for i in range(len(actions)):
                     action, meld = actions[i], melds[i]
-                    if (must < 0 and size - len(action.cards) >= simple_from) or accept(action, meld, -1):
+                    if (must < 0 and size - len(action.cards) >= simple_from) or _accept(state, must, simple_from, action, meld, -1):
                         out.append(action)
                         if plans is not None:
                             plans[action] = meld
@@ -398,7 +402,7 @@ def plays(state: HandState, first_only: bool = False,
         for i in range(len(additions)):
             cards_t, result = additions[i], results[i]
             addition = AddCards(index, cards_t)
-            if (must < 0 and size - len(cards_t) >= simple_from) or accept(addition, result, index):
+            if (must < 0 and size - len(cards_t) >= simple_from) or _accept(state, must, simple_from, addition, result, index):
                 out.append(addition)
                 if plans is not None:
                     plans[addition] = result
