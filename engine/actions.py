@@ -49,8 +49,8 @@ class MeldCards:
         self._hash = hash((cards, wild_as))
 
     def __eq__(self, other: object) -> bool:
-        return (self is other or isinstance(other, MeldCards) and self.cards == other.cards
-                and self.wild_as == other.wild_as)
+        return (self is other or (isinstance(other, MeldCards) and self.cards == other.cards
+                and self.wild_as == other.wild_as))
 
     def __hash__(self) -> int:
         return self._hash
@@ -80,7 +80,7 @@ class AddCards:
         self._hash = hash((meld, cards))
 
     def __eq__(self, other: object) -> bool:
-        return self is other or isinstance(other, AddCards) and self.meld == other.meld and self.cards == other.cards
+        return self is other or (isinstance(other, AddCards) and self.meld == other.meld and self.cards == other.cards)
 
     def __hash__(self) -> int:
         return self._hash

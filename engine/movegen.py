@@ -360,7 +360,8 @@ def plays(state: HandState, first_only: bool = False,
             actions, melds = suit_melds(number, suit, suit_counts, wild_counts)
             for i in range(len(actions)):
                 action, meld = actions[i], melds[i]
-                if (must < 0 and size - len(action.cards) >= simple_from) or _accept(state, must, simple_from, action, meld, -1):
+                if ((must < 0 and size - len(action.cards) >= simple_from)
+                        or _accept(state, must, simple_from, action, meld, -1)):
                     out.append(action)
                     if plans is not None:
                         plans[action] = meld
@@ -376,7 +377,8 @@ def plays(state: HandState, first_only: bool = False,
                 actions, melds = rank_melds(number, rank, rank_counts, wild_counts)
                 for i in range(len(actions)):
                     action, meld = actions[i], melds[i]
-                    if (must < 0 and size - len(action.cards) >= simple_from) or _accept(state, must, simple_from, action, meld, -1):
+                    if ((must < 0 and size - len(action.cards) >= simple_from)
+                        or _accept(state, must, simple_from, action, meld, -1)):
                         out.append(action)
                         if plans is not None:
                             plans[action] = meld
@@ -402,7 +404,8 @@ def plays(state: HandState, first_only: bool = False,
         for i in range(len(additions)):
             cards_t, result = additions[i], results[i]
             addition = AddCards(index, cards_t)
-            if (must < 0 and size - len(cards_t) >= simple_from) or _accept(state, must, simple_from, addition, result, index):
+            if ((must < 0 and size - len(cards_t) >= simple_from)
+                    or _accept(state, must, simple_from, addition, result, index)):
                 out.append(addition)
                 if plans is not None:
                     plans[addition] = result
