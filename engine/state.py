@@ -209,7 +209,7 @@ class HandState:
                     actions.extend([DISCARDS[code] for code in range(NCODES)
                                     if counts[code] and self._discard_problem(code) is None])
         # remembered for this version of the state, so that applying a listed action skips the checks
-        # (a discard's are cheap: it is not entered)
+        # (discards are not entered: their checks are cheap)
         self._legal = (self.version, actions, plans)
         return list(actions)
 
