@@ -62,7 +62,7 @@ def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
         return None
 
 
-# Many additions to many melds make the same meld: one object for all of them (see _meld_action).
+# Many additions to many melds make the same meld: one object for all of them (see _shared_meld_action).
 @lru_cache(maxsize=1 << 15)
 def _shared_meld(meld: Meld) -> Meld:
     return meld
@@ -192,14 +192,14 @@ def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandid
             return
     key = (cards_t, wild_as)
     if key not in out:
-        out[key] = (_meld_action(cards_t, wild_as), meld)
+        out[key] = (_shared_meld_action(cards_t, wild_as), meld)
 
 
 # One action per distinct new meld, shared by every memo entry that lists it: the same few thousand
 # melds turn up in tens of thousands of entries, and each object of its own would be one more for
 # Python's collector to re-scan.
 @lru_cache(maxsize=1 << 16)
-def _meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCards:
+def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCards:
     return MeldCards(cards, wild_as)
 
 
