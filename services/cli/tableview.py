@@ -62,10 +62,20 @@ class MeldView:
     kind: int  # common_pb2.Meld.Kind
     cards: list[str]
     canastra: int  # common_pb2.Meld.Canastra
+    #: the engine meld, once built, with the ruleset it was built for (a view is replaced, never
+    #: changed, when its meld changes; a bot asks for every meld at every decision)
+    _engine: tuple[Ruleset, Meld] | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def of(meld: common_pb2.Meld) -> MeldView:
         return MeldView(meld.kind, list(meld.cards), meld.canastra)
+
+    def engine_meld(self, rules: Ruleset) -> Meld:
+        """The engine meld this view shows (`meld_from_cards`), built once per ruleset."""
+        cached = self._engine
+        if cached is None or cached[0] is not rules:
+            cached = self._engine = (rules, meld_from_cards(self.cards, self.kind, rules))
+        return cached[1]
 
 
 @dataclass
@@ -442,7 +452,7 @@ def shadow_state(model: TableModel, rules: Ruleset) -> HandState:
     deal = Deal(hands, (placeholder_morto, placeholder_morto), (PLACEHOLDER,) * model.stock_count)
     state = HandState(rules, players, deal, model.dealer % players, max(1, model.hand_number))
     state.sizes = [len(own) if s == seat else model.seats[s].hand_size for s in range(players)]
-    state.melds = [[meld_from_cards(m.cards, m.kind, rules) for m in side] for side in model.melds]
+    state.melds = [[m.engine_meld(rules) for m in side] for side in model.melds]
     state.pile = [parse(c) for c in model.pile]
     state.mortos = [
         None if model.morto_taken[side] or model.mortos_in_stock[side] else placeholder_morto for side in (0, 1)
