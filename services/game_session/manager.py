@@ -103,7 +103,7 @@ class Manager:
         self.tables: dict[str, LiveTable] = {}
         self.runtime: dict[str, Runtime] = {}
         self._loading: dict[str, asyncio.Future[LiveTable]] = {}
-        self.writer = store.Writer(db, settings.batch_max)
+        self.writer = store.Writer(db, settings.batch_max, settings.writers)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self.stopping = False

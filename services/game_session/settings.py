@@ -57,6 +57,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("BURACO_GAME_SESSION_OUTBOX_RETRY_SECONDS", "1", "first delay before an outbox delivery is retried"),
     Setting("BURACO_GAME_SESSION_OUTBOX_MAX_RETRY_SECONDS", "60", "longest delay between outbox retries"),
     Setting("BURACO_GAME_SESSION_BATCH_MAX", "256", "most actions one group-commit transaction carries"),
+    Setting(
+        "BURACO_GAME_SESSION_WRITERS",
+        "1",
+        "group-commit transactions in flight at once on PostgreSQL (each on its own connection); "
+        "more only helps when the database's commit latency, not its CPU, is the limit (SQLite: always 1)",
+    ),
 )
 
 
@@ -76,6 +82,7 @@ class GameSessionSettings:
     outbox_retry_seconds: float = 1.0
     outbox_max_retry_seconds: float = 60.0
     batch_max: int = 256
+    writers: int = 1
 
 
 def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> GameSessionSettings:
@@ -144,4 +151,5 @@ def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> G
         batch_max=int(
             number_setting("BURACO_GAME_SESSION_BATCH_MAX", raw("BURACO_GAME_SESSION_BATCH_MAX", "256"), 1, 100_000)
         ),
+        writers=int(number_setting("BURACO_GAME_SESSION_WRITERS", raw("BURACO_GAME_SESSION_WRITERS", "1"), 1, 64)),
     )
