@@ -43,6 +43,7 @@ from services.game_session.table import (
     TableEvent,
     muted_chat,
     timestamp,
+    to_json,
 )
 
 log = logging.getLogger("buraco.game_session")
@@ -407,7 +408,7 @@ class Manager:
     async def _persist(self, table: LiveTable, out: list[Entry], *, state_changed: bool) -> None:
         now = self.now_ms()
         for entry in out:
-            entry.raw = json.dumps(entry.data, separators=(",", ":"))
+            entry.raw = to_json(entry.data)
         write = store.Write(table.table_id, table.epoch, self.owner_id, [(e.seq, e.raw or "") for e in out])
         if state_changed or any(e.type in ("hand_ended", "match_ended") for e in out):
             write.table_update = {"state": table.state, "seq": table.seq, "updated_ms": now,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from sqlalchemy.exc import OperationalError
 
 from services.common.db import Database
 from services.game_session import models
+from services.game_session.table import from_json
 
 log = logging.getLogger("buraco.game_session.store")
 
@@ -379,7 +379,7 @@ async def load(db: Database, table_id: str) -> StoredTable | None:
             )
         ).all()
     return StoredTable(
-        row.id, row.description, int(row.created_ms), int(row.state), [json.loads(e.data) for e in events]
+        row.id, row.description, int(row.created_ms), int(row.state), [from_json(e.data) for e in events]
     )
 
 
