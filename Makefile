@@ -92,7 +92,7 @@ bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite 
 
 # One game-session process (PostgreSQL, pinned to core 0) and a driver of bot tables on the other
 # cores; sizes from BURACO_BENCH_* (see the module's docstring), `ARGS=--smoke` for a tiny run.
-bench-sessions: venv ## game sessions: 1,000 tables at human pace (p99), the highest sustained action rate vs a grpc.aio echo
+bench-sessions: venv engine-native ## game sessions: 1,000 tables at human pace (p99), the highest sustained action rate vs a grpc.aio echo
 	$(PY) -m services.game_session.bench $(ARGS)
 
 bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, tickets matched/s end to end and at steady rates (SQLite, PostgreSQL), match quality

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -147,6 +148,9 @@ class TableConnection:
         self._follower: asyncio.Task[None] | None = None
         self._closed = False
         self._ready = asyncio.Event()
+        # request ids: a random prefix per connection and a counter (one urandom read, not one per action)
+        self._request_prefix = uuid.uuid4().hex
+        self._request_numbers = itertools.count(1)
 
     # --- the channel ------------------------------------------------------------------------------
     @property
@@ -337,7 +341,7 @@ class TableConnection:
         """The RPC name and request that make `action`, based on the model's sequence number."""
         common: dict[str, Any] = {
             "table": self.table,
-            "request_id": request_id or uuid.uuid4().hex,
+            "request_id": request_id or f"{self._request_prefix}-{next(self._request_numbers)}",
             "expected_seq": self.model.seq,
         }
         if isinstance(action, Draw):

@@ -269,6 +269,7 @@ class Driver:
         # The tables' long-lived objects leave the collector's scans: shorter pauses in the driver.
         gc.collect()
         gc.freeze()
+        gc.set_threshold(10_000, 10, 10)  # as the service does: most young objects die by refcount
         return {"tables": len(self.tables), "seconds": time.perf_counter() - started}
 
     async def run(self, rate: float, warmup: float, seconds: float, out: TextIO) -> dict[str, Any]:
@@ -380,9 +381,9 @@ class Child:
     """A child process speaking JSON lines."""
 
     def __init__(self, command: list[str], env: dict[str, str], stdin: bool = False,
-                 merge_stderr: bool = False) -> None:
+                 merge_stderr: bool = False, cwd: Path = ROOT) -> None:
         self.process = subprocess.Popen(
-            command, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
+            command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stderr=subprocess.STDOUT if merge_stderr else None,
         )
@@ -443,6 +444,29 @@ def base_env(workdir: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "BURACO_DEV_KEYS_DIR": str(workdir / "keys")}
 
 
+def native_engine() -> Path | None:
+    """`build/native` when it holds a mypyc build of the engine as it is now (`make engine-native`
+    copies the sources beside the compiled modules: every source there must equal the tree's)."""
+    native = ROOT / "build" / "native"
+    built = sorted((native / "engine").rglob("*.py"))
+    if not built or not any((native / "engine").rglob("*.so")):
+        return None
+    for copy in built:
+        source = ROOT / copy.relative_to(native)
+        if not source.is_file() or source.read_bytes() != copy.read_bytes():
+            return None
+    return native
+
+
+def driver_place() -> tuple[Path, str]:
+    """Where the driver runs and which engine it imports: in `build/native` (its first import
+    path: `python -m` puts the working directory before PYTHONPATH) when the compiled engine is
+    built and current, whose bots take about half the CPU per decision, which leaves the machine's
+    cores to the server and PostgreSQL. The server under test runs the engine as production does."""
+    native = native_engine()
+    return (native, "native (build/native)") if native is not None else (ROOT, "pure Python")
+
+
 async def create_schema(url: str, schema: str, drop: bool = False) -> None:
     connection = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"), timeout=10)
     try:
@@ -488,7 +512,9 @@ async def orchestrate(args: argparse.Namespace) -> int:
         workdir = Path(folder)
         ensure_dev_keys(workdir / "keys")
         python = [sys.executable, "-m", "services.game_session.bench"]
-        driver = Child(pinned([*python, "drive"], driver_cores()), base_env(workdir), stdin=True)
+        driver_cwd, driver_engine = driver_place()
+        print(f"bench-driver: engine {driver_engine}", flush=True)
+        driver = Child(pinned([*python, "drive"], driver_cores()), base_env(workdir), stdin=True, cwd=driver_cwd)
         children = [driver]
         schemas: list[str] = []
 
