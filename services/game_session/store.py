@@ -7,10 +7,12 @@ epoch and owner still on record (fencing: a replica that lost a table can never 
 log), and inserts their entries, table-row updates and outbox rows. Each change's caller waits for
 its batch to commit before anyone is told about its events.
 
-On PostgreSQL one worker is the default (`BURACO_GAME_SESSION_WRITERS`): the batch grows with the
-load while a commit is in flight, so a busy replica makes few, large transactions (measured with
-`make bench-sessions` on a shared 2-core machine: 4 workers cost about 10% more CPU per action
-than 1 at 2,000 actions/s, in the service and in PostgreSQL, and sustained about 12% less). More
+On PostgreSQL the common batch (appends and table-row updates, no match end) is one statement
+(`_APPEND_SQL`): one round trip, one implicit transaction. One worker is the default
+(`BURACO_GAME_SESSION_WRITERS`): the batch grows with the load while a commit is in flight, so a
+busy replica makes few, large transactions (measured with `make bench-sessions` on a shared
+2-core machine: 4 workers cost about 10% more CPU per action than 1 at 2,000 actions/s, in the
+service and in PostgreSQL, and sustained about 12% less). More
 workers commit side by side (each on its own connection), for a database whose commit latency
 rather than its CPU is the limit; a table has at most one change in flight (its lock), so two
 batches never hold the same lease row, and they lock their rows in table id order: no deadlock.
@@ -55,6 +57,34 @@ class Write:
     #: Whether the table stops being live (its lease no longer needs to be taken over).
     finished: bool = False
     future: asyncio.Future[None] | None = None
+
+
+#: `Writer._commit_asyncpg`'s statement. The lease rows are locked (FOR UPDATE, in table id
+#: order, so two batches never deadlock) only where epoch and owner still match; a lease taken over
+#: meanwhile is re-read once its lock is free and then no longer matches (PostgreSQL re-checks a
+#: locked row's conditions on its newest version), so its table's rows are not written.
+_APPEND_SQL = """
+WITH ok AS (
+    SELECT l.table_id
+    FROM game_session_leases AS l
+    JOIN unnest($1::text[], $2::bigint[], $3::text[]) AS w(table_id, epoch, owner_id)
+        ON l.table_id = w.table_id AND l.epoch = w.epoch AND l.owner_id = w.owner_id
+    ORDER BY l.table_id
+    FOR UPDATE OF l
+), appended AS (
+    INSERT INTO game_session_events (table_id, seq, data)
+    SELECT e.table_id, e.seq, e.data
+    FROM unnest($4::text[], $5::bigint[], $6::text[]) AS e(table_id, seq, data)
+    WHERE e.table_id IN (SELECT table_id FROM ok)
+), updated AS (
+    UPDATE game_session_tables AS t
+    SET state = u.state, seq = u.seq, match_scores = u.match_scores, updated_ms = u.updated_ms
+    FROM unnest($7::text[], $8::int[], $9::bigint[], $10::text[], $11::bigint[])
+        AS u(id, state, seq, match_scores, updated_ms)
+    WHERE t.id = u.id AND u.id IN (SELECT table_id FROM ok)
+)
+SELECT table_id FROM ok
+"""
 
 
 class Writer:
@@ -155,39 +185,32 @@ class Writer:
         return connection
 
     async def _commit_asyncpg(self, batch: Sequence[Write], index: int) -> set[str]:
-        """The common case (appends and table-row updates, no match end) in four round trips:
-        lock the batch's lease rows, check the epochs, insert the events, update the table rows."""
+        """The common case (appends and table-row updates, no match end) in one statement, so one
+        round trip and one implicit transaction: lock the lease rows that still carry the writes'
+        epochs and owner (in table id order), insert the events and update the table rows of
+        those tables only. A table whose lease moved is left out: it is refused."""
         connection = await self._connection(index)
-        ids = sorted({w.table_id for w in batch})
+        updates = [(w.table_id, u) for w in batch if (u := w.table_update) is not None]
         try:
-            async with connection.transaction():
-                rows = await connection.fetch(
-                    "SELECT table_id, epoch, owner_id FROM game_session_leases WHERE table_id = ANY($1::text[]) "
-                    "ORDER BY table_id FOR UPDATE",
-                    ids,
-                )
-                current = {row["table_id"]: (int(row["epoch"]), row["owner_id"]) for row in rows}
-                refused = {w.table_id for w in batch if current.get(w.table_id) != (w.epoch, w.owner_id)}
-                events = [(w.table_id, seq, data) for w in batch if w.table_id not in refused for seq, data in w.rows]
-                if events:
-                    await connection.executemany(
-                        "INSERT INTO game_session_events (table_id, seq, data) VALUES ($1, $2, $3)", events
-                    )
-                updates = [
-                    (w.table_id, int(u["state"]), int(u["seq"]), str(u["match_scores"]), int(u["updated_ms"]))
-                    for w in batch
-                    if w.table_id not in refused and (u := w.table_update) is not None
-                ]
-                if updates:
-                    await connection.executemany(
-                        "UPDATE game_session_tables SET state = $2, seq = $3, match_scores = $4, updated_ms = $5 "
-                        "WHERE id = $1",
-                        updates,
-                    )
+            rows = await connection.fetch(
+                _APPEND_SQL,
+                [w.table_id for w in batch],
+                [w.epoch for w in batch],
+                [w.owner_id for w in batch],
+                [w.table_id for w in batch for _ in w.rows],
+                [seq for w in batch for seq, _ in w.rows],
+                [data for w in batch for _, data in w.rows],
+                [table_id for table_id, _ in updates],
+                [int(u["state"]) for _, u in updates],
+                [int(u["seq"]) for _, u in updates],
+                [str(u["match_scores"]) for _, u in updates],
+                [int(u["updated_ms"]) for _, u in updates],
+            )
         except BaseException:
             await self._close_connection(index)
             raise
-        return refused
+        accepted = {row["table_id"] for row in rows}
+        return {w.table_id for w in batch if w.table_id not in accepted}
 
     async def _close_connection(self, index: int) -> None:
         connection, self._connections[index] = self._connections[index], None
