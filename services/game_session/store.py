@@ -12,10 +12,10 @@ On PostgreSQL the common batch (appends and table-row updates, no match end) is 
 (`BURACO_GAME_SESSION_WRITERS`): the batch grows with the load while a commit is in flight, so a
 busy replica makes few, large transactions (measured with `make bench-sessions` on a shared
 2-core machine: 4 workers cost about 10% more CPU per action than 1 at 2,000 actions/s, in the
-service and in PostgreSQL, and sustained about 12% less). More
-workers commit side by side (each on its own connection), for a database whose commit latency
-rather than its CPU is the limit; a table has at most one change in flight (its lock), so two
-batches never hold the same lease row, and they lock their rows in table id order: no deadlock.
+service and in PostgreSQL, and sustained about 12% less). More workers commit side by side (each
+on its own connection), for a database whose commit latency rather than its CPU is the limit; a
+table has at most one change in flight (its lock), so two batches never hold the same lease row,
+and they lock their rows in table id order: no deadlock.
 Leases are renewed through one heartbeat row per replica (`game_session_replicas`), never by
 touching the lease rows, so renewals and appends do not wait for each other. SQLite has one writer.
 """

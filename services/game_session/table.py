@@ -49,11 +49,10 @@ from engine.state import side_of
 TableEvent = game_session_pb2.TableEvent
 State = game_session_pb2.Table
 
-#: Engine event types whose content depends on the viewer (a private layer).
 def to_json(data: Any) -> str:
     """A log entry's JSON text, compact (as `json.dumps(data, separators=(",", ":"))` writes it,
     but UTF-8 rather than `\\u` escapes): orjson, about ten times faster than the standard library
-    on these small dicts, where the standard encoder was 5% of a busy replica's CPU."""
+    on these small dicts (measured in the service: 1-2% less CPU per action at 2,000 actions/s)."""
     return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
@@ -62,6 +61,7 @@ def from_json(text: str | bytes) -> Any:
     return orjson.loads(text)
 
 
+#: Engine event types whose content depends on the viewer (a private layer).
 PRIVATE_TYPES = frozenset({"hand_started", "drew", "morto_taken"})
 #: Cap on the actions one bot turn may take (a bot always discards long before).
 MAX_BOT_TURN_ACTIONS = 60
