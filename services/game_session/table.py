@@ -49,6 +49,7 @@ from engine.state import side_of
 TableEvent = game_session_pb2.TableEvent
 State = game_session_pb2.Table
 
+
 def to_json(data: Any) -> str:
     """A log entry's JSON text, compact (as `json.dumps(data, separators=(",", ":"))` writes it,
     but UTF-8 rather than `\\u` escapes): orjson, about ten times faster than the standard library
