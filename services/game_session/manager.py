@@ -104,7 +104,7 @@ class Manager:
         self.tables: dict[str, LiveTable] = {}
         self.runtime: dict[str, Runtime] = {}
         self._loading: dict[str, asyncio.Future[LiveTable]] = {}
-        self.writer = store.Writer(db, settings.batch_max, settings.writers)
+        self.writer = store.Writer(db, settings.batch_max, settings.writers, settings.batch_wait_seconds)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self.stopping = False

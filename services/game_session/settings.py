@@ -58,6 +58,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("BURACO_GAME_SESSION_OUTBOX_MAX_RETRY_SECONDS", "60", "longest delay between outbox retries"),
     Setting("BURACO_GAME_SESSION_BATCH_MAX", "256", "most actions one group-commit transaction carries"),
     Setting(
+        "BURACO_GAME_SESSION_BATCH_WAIT_MS",
+        "2",
+        "how long the log writer, once a change is waiting, waits for others to commit with it "
+        "(fewer, larger transactions under load; 0: commit at once)",
+    ),
+    Setting(
         "BURACO_GAME_SESSION_WRITERS",
         "1",
         "group-commit transactions in flight at once on PostgreSQL (each on its own connection); "
@@ -83,6 +89,7 @@ class GameSessionSettings:
     outbox_max_retry_seconds: float = 60.0
     batch_max: int = 256
     writers: int = 1
+    batch_wait_seconds: float = 0.002
 
 
 def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> GameSessionSettings:
@@ -152,4 +159,8 @@ def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> G
             number_setting("BURACO_GAME_SESSION_BATCH_MAX", raw("BURACO_GAME_SESSION_BATCH_MAX", "256"), 1, 100_000)
         ),
         writers=int(number_setting("BURACO_GAME_SESSION_WRITERS", raw("BURACO_GAME_SESSION_WRITERS", "1"), 1, 64)),
+        batch_wait_seconds=number_setting(
+            "BURACO_GAME_SESSION_BATCH_WAIT_MS", raw("BURACO_GAME_SESSION_BATCH_WAIT_MS", "2"), 0, 1000
+        )
+        / 1000.0,
     )

@@ -15,7 +15,11 @@ busy replica makes few, large transactions (measured with `make bench-sessions` 
 service and in PostgreSQL, and sustained about 12% less). More workers commit side by side (each
 on its own connection), for a database whose commit latency rather than its CPU is the limit; a
 table has at most one change in flight (its lock), so two batches never hold the same lease row,
-and they lock their rows in table id order: no deadlock.
+and they lock their rows in table id order: no deadlock. A worker that finds a write waits
+`BURACO_GAME_SESSION_BATCH_WAIT_MS` (2 ms) for others to join it before it commits, as
+PostgreSQL's own `commit_delay` does: at 2,000 actions/s on the bench machine that halved the
+commits (574/s to 307/s), took PostgreSQL's CPU from 0.19 to 0.11 of a core and the service's
+CPU per action down 15%, for 0.3 ms more median latency.
 Leases are renewed through one heartbeat row per replica (`game_session_replicas`), never by
 touching the lease rows, so renewals and appends do not wait for each other. SQLite has one writer.
 """
@@ -90,9 +94,11 @@ SELECT table_id FROM ok
 class Writer:
     """Group commit of log appends (see the module docstring)."""
 
-    def __init__(self, db: Database, batch_max: int = 256, workers: int = 1) -> None:
+    def __init__(self, db: Database, batch_max: int = 256, workers: int = 1, batch_wait: float = 0.0) -> None:
         self.db = db
         self.batch_max = batch_max
+        #: seconds a worker waits, once a write is waiting, for more to join its batch
+        self.batch_wait = batch_wait
         self.workers = workers if db.dialect == "postgresql" else 1  # SQLite has one writer
         self._queue: asyncio.Queue[Write] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
@@ -125,9 +131,11 @@ class Writer:
     async def _run(self, index: int) -> None:
         while True:
             batch = [await self._queue.get()]
-            while len(batch) < self.batch_max and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
             try:
+                if self.batch_wait > 0:
+                    await asyncio.sleep(self.batch_wait)  # let the batch grow: fewer, larger commits
+                while len(batch) < self.batch_max and not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
                 await self._settle(batch, index)
             except asyncio.CancelledError:
                 for write in batch:

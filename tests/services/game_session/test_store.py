@@ -145,3 +145,22 @@ async def test_a_takeover_committed_while_a_batch_waits_for_its_lease_row_refuse
     assert isinstance(results[0], store.LeaseLostError) and results[1] is None
     assert await _logged(database) == {"t2": [1]}
     assert (await _table_rows(database))["t1"] == (1, 0, "[0,0]", 0)
+
+
+@pytest.mark.parametrize(("wait", "batches"), [(0.0, 2), (0.5, 1)])
+async def test_a_write_arriving_within_the_batch_wait_joins_the_batch(
+    database: Database, wait: float, batches: int
+) -> None:
+    await _tables(database, ("t1", 1), ("t2", 1))
+    writer = store.Writer(database, batch_wait=wait)
+    writer.start()
+    try:
+        first = asyncio.ensure_future(writer.submit(_write("t1", 1, range(1, 3))))
+        await asyncio.sleep(0)  # the first write is queued
+        while not writer._queue.empty():
+            await asyncio.sleep(0)  # until the worker has taken it (and is committing, or waiting)
+        await asyncio.gather(first, writer.submit(_write("t2", 1, range(1, 2))))
+    finally:
+        await writer.stop()
+    assert writer.committed_batches == batches
+    assert await _logged(database) == {"t1": [1, 2], "t2": [1]}
