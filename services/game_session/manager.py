@@ -79,7 +79,12 @@ class Runtime:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     subscribers: list[Subscriber] = field(default_factory=list)
+    #: the one timer of the table (`Manager.schedule`): it fires at `timer_at`; what is then due,
+    #: and when, is `due` and `due_at` (later than `timer_at` when the turn moved on meanwhile)
     timer: TimerHandle | None = None
+    timer_at: float = 0.0
+    due: Callable[[], None] | None = None
+    due_at: float = 0.0
     proposal_timer: TimerHandle | None = None
     grace: dict[int, TimerHandle] = field(default_factory=dict)
     mutes: set[tuple[str, str]] = field(default_factory=set)
@@ -336,7 +341,7 @@ class Manager:
         for handle in (runtime.timer, runtime.proposal_timer, *runtime.grace.values()):
             if handle is not None:
                 handle.cancel()
-        runtime.timer = runtime.proposal_timer = None
+        runtime.timer = runtime.proposal_timer = runtime.due = None
         runtime.grace.clear()
 
     # -- changes --------------------------------------------------------------------------------
@@ -542,20 +547,19 @@ class Manager:
 
     # -- timers and bots --------------------------------------------------------------------------
     def schedule(self, table: LiveTable) -> None:
-        """(Re)arm the table's one timer: the first deal, a bot's turn, or the turn timer."""
+        """Set what the table's one timer does next, and when: the first deal, a bot's turn, or the
+        turn timer. Called after every change; the timer itself is re-armed only when it must fire
+        sooner (`_arm`), so a turn's many changes cost one loop timer, not one each."""
         runtime = self.runtime.get(table.table_id)
         if runtime is None or table.lost or self.stopping:
             return
-        if runtime.timer is not None:
-            runtime.timer.cancel()
-            runtime.timer = None
+        now = self.clock.now()
+        runtime.due = None  # until set below: a timer that fires now finds nothing to do
         if table.state == State.STATE_WAITING:
             humans = table.humans()
-            if all(s.streams > 0 for s in humans):
-                runtime.timer = self.clock.call_later(0, lambda: self.spawn(self._start(table)))
-            else:
-                wait = table.created_ms / 1000 + self.settings.start_wait_seconds - self.clock.now()
-                runtime.timer = self.clock.call_later(wait, lambda: self.spawn(self._start(table)))
+            start_at = now if all(s.streams > 0 for s in humans) else \
+                table.created_ms / 1000 + self.settings.start_wait_seconds
+            self._arm(runtime, start_at, lambda: self.spawn(self._start(table)), now)
             return
         if table.state != State.STATE_PLAYING:
             return
@@ -565,18 +569,40 @@ class Manager:
             return
         key = (hand.hand_number, seat, hand.phase, table.seq)
         if table.seats[seat].acts_by_bot:
-            runtime.timer = self.clock.call_later(
-                self.settings.bot_delay_seconds, lambda: self.spawn(self._bot_turn(table, key))
-            )
+            self._arm(runtime, now + self.settings.bot_delay_seconds,
+                      lambda: self.spawn(self._bot_turn(table, key)), now)
         else:
-            delay = table.turn_deadline_ms / 1000 - self.clock.now()
-            runtime.timer = self.clock.call_later(delay, lambda: self.spawn(self._timeout(table, key)))
+            self._arm(runtime, table.turn_deadline_ms / 1000, lambda: self.spawn(self._timeout(table, key)), now)
         if table.proposal is not None and runtime.proposal_timer is None:
             proposal = table.proposal
             runtime.proposal_timer = self.clock.call_later(
-                proposal.deadline_ms / 1000 - self.clock.now(),
+                proposal.deadline_ms / 1000 - now,
                 lambda: self.spawn(self._proposal_expired(table, proposal.proposal_id)),
             )
+
+    def _arm(self, runtime: Runtime, at: float, action: Callable[[], None], now: float) -> None:
+        """`action` is due at clock time `at`. A timer already set to fire no later is kept: when it
+        fires it re-arms itself for `at` (`_fire`)."""
+        runtime.due_at, runtime.due = at, action
+        timer = runtime.timer
+        if timer is not None:
+            if runtime.timer_at <= at:
+                return
+            timer.cancel()
+        runtime.timer_at = at
+        runtime.timer = self.clock.call_later(at - now, lambda: self._fire(runtime))
+
+    def _fire(self, runtime: Runtime) -> None:
+        runtime.timer = None
+        if runtime.due is None:
+            return
+        now = self.clock.now()
+        if runtime.due_at > now:  # moved later since this timer was set (or the loop fired it early)
+            runtime.timer_at = runtime.due_at
+            runtime.timer = self.clock.call_later(runtime.due_at - now, lambda: self._fire(runtime))
+            return
+        action, runtime.due = runtime.due, None
+        action()
 
     def _same_turn(self, table: LiveTable, key: tuple[int, int, str, int]) -> bool:
         hand = table.match.hand

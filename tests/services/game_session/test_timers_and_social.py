@@ -206,3 +206,28 @@ async def test_chat_limits_and_mutes(cluster: Cluster) -> None:
     assert silenced.code() == grpc.StatusCode.PERMISSION_DENIED
     for stream in streams.values():
         await stream.close()
+
+
+async def test_a_turn_timer_follows_its_deadline_when_a_change_moves_it_later(cluster: Cluster) -> None:
+    """The table's one timer is set for the draw's 30 s; the draw at 10 s moves the deadline to
+    10 + 60 s: the timer, when it fires at 30 s, waits again until then (no timer per change)."""
+    await cluster.start()
+    streams = await _start(cluster, "later", "alice", "bob")
+    alice, watch = cluster.token(Kind.PLAYER, "alice"), streams["bob"]
+    cluster.clock.advance(10)
+    drawn = await cluster.stub().Draw(game_session_pb2.DrawRequest(
+        table="tables/later", request_id="d1", expected_seq=streams["alice"].last_seq), metadata=alice)
+    await watch.wait(lambda events: events[-1].seq >= drawn.result.seq)
+    cluster.clock.advance(21)  # 31 s: past the draw's deadline, not the play's
+    cluster.clock.advance(38)  # 69 s: one second before the play's deadline
+    snapshot = await cluster.stub().GetTableSnapshot(
+        game_session_pb2.GetTableSnapshotRequest(table="tables/later"), metadata=alice)
+    assert not watch.of("auto_played") and [view.auto_plays for view in snapshot.seats] == [0, 0]
+    assert snapshot.table.seq == drawn.result.seq
+    assert cluster.clock.pending() >= 1  # the turn's timer, armed again for the play's deadline
+    cluster.clock.advance(2)  # 71 s
+    await watch.wait(_count_at_least("auto_played", 1))
+    played = watch.of("auto_played")[0].auto_played
+    assert (played.seat, played.count) == (0, 1)
+    for stream in streams.values():
+        await stream.close()
