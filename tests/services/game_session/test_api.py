@@ -200,6 +200,14 @@ async def test_resume_after_seq_spectators_and_out_of_range(cluster: Cluster) ->
     await replayed.wait_seq(drawn.result.seq)
     assert all(not e.hand_started.hand for e in replayed.of("hand_started"))
     assert all(not e.card_drawn.card for e in replayed.of("card_drawn"))
+    # built from the log's text (nobody watched when they were made): the public layer is whole
+    mine = {e.seq: e for e in streams["alice"].events}
+    for event in replayed.of("card_drawn"):
+        drawn_by_me = mine[event.seq].card_drawn
+        assert (event.card_drawn.seat, event.card_drawn.stock_count) == (drawn_by_me.seat, drawn_by_me.stock_count)
+        assert drawn_by_me.card and event.time == mine[event.seq].time
+    assert replayed.of("card_drawn")
+    assert [e.seq for e in replayed.events] == [e.seq for e in streams["alice"].events if e.seq >= 2]
     beyond = subscribe(stub, alice, "tables/open", after_seq=drawn.result.seq + 5)
     await beyond.wait(lambda events: beyond.ended)
     assert beyond.error is not None and beyond.error.code() == grpc.StatusCode.OUT_OF_RANGE
