@@ -405,8 +405,9 @@ class Manager:
                 table.requests[(request[0], request[1])] = store_request(request[2], out)
             await self._persist(table, out, state_changed=table.state != was_state)
             self._publish(table, runtime, out)
+            watched = any(sub.viewer is None for sub in runtime.subscribers)
             for entry in out:
-                entry.seal(table.players)
+                entry.seal(table.players, watched)
         self.schedule(table)
         return result, out
 
