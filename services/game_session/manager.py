@@ -50,8 +50,8 @@ log = logging.getLogger("buraco.game_session")
 
 #: How long a finished table stays in memory after its last event, once no stream follows it
 #: (then any replica reads it from the log when asked). Ten minutes held every table that finished
-#: under load: at 3,000 actions/s of one-hand matches the replica grew by about 11 MiB/s; with
-#: 30 s it levels off (about 700 MiB at that rate in the bench).
+#: under load: at 3,000 actions/s of the bench's express matches the replica grew by about
+#: 11 MiB/s; with 30 s it levels off (about 700 MiB at that rate).
 FINISHED_KEPT_MS = 30_000
 #: Most entries a stream may have queued before it is ended (the client resumes with after_seq).
 MAX_QUEUED = 2000
