@@ -126,16 +126,24 @@ def hand_seed(master: str | None, table_name: str, hand_number: int) -> str:
 
 def timestamp(ms: int) -> Timestamp:
     stamp = Timestamp()
-    stamp.FromMilliseconds(ms)
+    set_millis(stamp, ms)
     return stamp
 
 
+def set_millis(stamp: Timestamp, ms: int) -> None:
+    """`stamp.FromMilliseconds(ms)` without its Python-level call chain (in place, on a field of a
+    message being built: no Timestamp made and copied in)."""
+    stamp.seconds, stamp.nanos = ms // 1000, ms % 1000 * 1_000_000
+
+
 def meld_proto(data: dict[str, Any]) -> common_pb2.Meld:
-    return common_pb2.Meld(kind=_KIND[data["kind"]], cards=data["cards"], canastra=_CANASTRA[data["canastra"]])
+    meld = common_pb2.Meld()
+    _fill_meld(meld, data)
+    return meld
 
 
 def _fill_meld(meld: common_pb2.Meld, data: dict[str, Any]) -> None:
-    """`meld_proto(data)`, written into a message in place."""
+    """A public meld written into a message (a new one, or a field of an event being built)."""
     meld.SetInParent()
     meld.kind, meld.canastra = _KIND[data["kind"]], _CANASTRA[data["canastra"]]
     meld.cards.extend(data["cards"])
@@ -216,8 +224,9 @@ class Entry:
             return
         if players:
             private = self.type in PRIVATE_TYPES
-            for viewer in range(players) if private else ():
-                self.proto(viewer)
+            if private:
+                for viewer in range(players):
+                    self.proto(viewer)
             if spectators or not private:
                 self.proto(None)
         if self.raw is None:
@@ -578,10 +587,9 @@ def build_proto(entry: Entry, viewer: int | None) -> TableEvent:
     """The TableEvent of a log entry for `viewer`: the public layer, plus the viewer's private one."""
     data = entry.data
     out = TableEvent(seq=entry.seq)
-    ms = int(data["ms"])
     # The frequent events are filled in place (a sub-message built, then copied in, costs twice as
     # much, and a meld's cards are copied twice): every entry is built for every viewer class.
-    out.time.seconds, out.time.nanos = ms // 1000, ms % 1000 * 1_000_000
+    set_millis(out.time, int(data["ms"]))
     kind = entry.type
     x: dict[str, Any] = data.get("x", {})
     event = entry.event
@@ -666,8 +674,7 @@ def build_proto(entry: Entry, viewer: int | None) -> TableEvent:
         timer = out.turn_timer_started
         timer.SetInParent()
         timer.seat, timer.phase = x["seat"], _PHASE[x["phase"]]
-        deadline_ms = int(x["deadline_ms"])
-        timer.deadline.seconds, timer.deadline.nanos = deadline_ms // 1000, deadline_ms % 1000 * 1_000_000
+        set_millis(timer.deadline, int(x["deadline_ms"]))
     elif kind == "auto_played":
         out.auto_played.CopyFrom(game_session_pb2.AutoPlayed(seat=x["seat"], count=x["count"]))
     elif kind == "seat_taken_over":
