@@ -23,9 +23,6 @@ else:
 # manager does the same for tables as they age: manager.settle_garbage_collector.)
 gc.freeze()
 manager.FREEZE_SURVIVORS = True
-# Young collections every 10,000 allocations, not 700: a change allocates hundreds of short-lived
-# containers (dicts, lists, futures), nearly all freed by reference counting, so most young passes
-# found nothing to free (about 3% of a busy replica's CPU at 700).
-gc.set_threshold(10_000, 10, 10)
+gc.set_threshold(*manager.GC_THRESHOLDS)
 
 raise SystemExit(main(SPEC))

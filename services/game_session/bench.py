@@ -71,6 +71,7 @@ from engine.rules import preset
 from services.cli.seat import ChannelPool, TableConnection, Timing, play_seat
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.measure import cpu_seconds, percentile
+from services.game_session.manager import GC_THRESHOLDS
 
 ROOT = Path(__file__).resolve().parents[2]
 ECHO_METHOD = "/buraco.bench.Echo/Echo"
@@ -269,7 +270,7 @@ class Driver:
         # The tables' long-lived objects leave the collector's scans: shorter pauses in the driver.
         gc.collect()
         gc.freeze()
-        gc.set_threshold(10_000, 10, 10)  # as the service does: most young objects die by refcount
+        gc.set_threshold(*GC_THRESHOLDS)  # as the service does: most young objects die by refcount
         return {"tables": len(self.tables), "seconds": time.perf_counter() - started}
 
     async def run(self, rate: float, warmup: float, seconds: float, out: TextIO) -> dict[str, Any]:
