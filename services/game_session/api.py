@@ -368,10 +368,11 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         refusals pass through the same queue, in their place."""
         play = requests is not None
         scope: str | None = None
+        seat = -1
         if requests is not None:
             request = await _join(requests)
             identity = current_identity()
-            self._seat(await self._table(request.table), identity)  # Play is for seated players
+            seat = self._seat(await self._table(request.table), identity)  # Play is for seated players
             scope = self._scope(identity)
         assert request is not None
         table, sub, first = await self._open_stream(request)
@@ -379,8 +380,12 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         reader: asyncio.Task[None] | None = None
 
         def message(events: list[game_session_pb2.TableEvent], answered: list[str]) -> Any:
-            changes = game_session_pb2.TableChanges(events=events)
-            return game_session_pb2.PlayUpdate(changes=changes, request_ids=answered) if play else changes
+            if not play:
+                return game_session_pb2.TableChanges(events=events)
+            # the events copied once, into the update's own field (not into a TableChanges first)
+            update = game_session_pb2.PlayUpdate(request_ids=answered)
+            update.changes.events.extend(events)
+            return update
 
         try:
             # the snapshot or the replay: whole changes (read under the table's lock), one message
@@ -394,7 +399,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 return
             if requests is not None:
                 assert scope is not None
-                reader = asyncio.get_running_loop().create_task(self._play_requests(requests, table, sub, scope))
+                reader = asyncio.get_running_loop().create_task(self._play_requests(requests, table, seat, sub, scope))
             queue, event_for = sub.queue, self.manager.event_for
             while True:
                 items = [await queue.get()]
@@ -434,12 +439,13 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             self.manager.unsubscribe(table, sub)
 
     async def _play_requests(
-        self, requests: AsyncIterator[Any], table: LiveTable, sub: Subscriber, scope: str
+        self, requests: AsyncIterator[Any], table: LiveTable, seat: int, sub: Subscriber, scope: str
     ) -> None:
         """A `Play` stream's actions, in order; each refusal is queued for the stream as a
         `PlayError`. A broken protocol, or the table moving away, ends the stream."""
         put = sub.queue.put_nowait
         metrics = self.deps.metrics
+        joined = (table, seat, scope)
         try:
             async for message in requests:
                 if isinstance(message, Refused):  # over the caller's rate limit
@@ -456,7 +462,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 try:
                     check.require(request.table == table.name, f"{kind}.table", f"must be the joined {table.name}")
                     retry = (scope, request.request_id) in table.requests
-                    await self._apply(method, request, make)  # the stream carries its change
+                    await self._apply(method, request, make, joined)  # the stream carries its change
                     if retry:  # its change was delivered already: answer the request alone
                         put(game_session_pb2.PlayUpdate(request_ids=[request.request_id]))
                 except UnavailableError:
@@ -495,14 +501,22 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         seat, entries, seq = await self._apply(method, request, make)
         return game_session_pb2.ActionResult(seq=seq, events=[e.proto(seat) for e in entries])
 
-    async def _apply(self, method: str, request: Any, make: Callable[[Any], Action] | None) -> \
-            tuple[int, list[Entry], int]:
+    async def _apply(
+        self, method: str, request: Any, make: Callable[[Any], Action] | None,
+        joined: tuple[LiveTable, int, str] | None = None,
+    ) -> tuple[int, list[Entry], int]:
         """One action of the caller's seat (`make` builds it from the request; None: leave): the
-        seat, the entries it made (a retry: those of the first time) and the table's seq after it."""
-        identity = current_identity()
+        seat, the entries it made (a retry: those of the first time) and the table's seq after it.
+        `joined`: a `Play` stream's (table, seat, scope), found once at its join (a seat is the
+        same player's for the table's life; a table that moved away ends the stream instead)."""
         check.request_id(request.request_id)
-        table = await self._table(request.table)
-        seat = self._seat(table, identity)
+        if joined is None:
+            identity = current_identity()
+            table = await self._table(request.table)
+            seat = self._seat(table, identity)
+            scope = self._scope(identity)
+        else:
+            table, seat, scope = joined
         action = make(request) if make is not None else None
         digest = request_hash(f"{SERVICE}/{method}", request)
         expected = getattr(request, "expected_seq", None)
@@ -527,7 +541,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             except MalformedError as error:
                 raise InvalidArgumentError("cards", str(error)) from None
 
-        _, entries = await self.manager.change(table, work, request=(self._scope(identity), request.request_id, digest))
+        _, entries = await self.manager.change(table, work, request=(scope, request.request_id, digest))
         return seat, entries, entries[-1].seq if entries else table.seq
 
     async def Draw(self, request: game_session_pb2.DrawRequest, context: Context) -> game_session_pb2.DrawResponse:

@@ -39,6 +39,7 @@ from services.game_session.table import (
     Entry,
     LiveTable,
     Proposal,
+    Request,
     State,
     TableEvent,
     muted_chat,
@@ -823,9 +824,7 @@ def _cards(hand: Any, seat: int) -> list[str]:
     return list(format_many(hand.hand_of(seat)))
 
 
-def store_request(digest: str, out: list[Entry]) -> Any:
-    from services.game_session.table import Request
-
+def store_request(digest: str, out: list[Entry]) -> Request:
     return Request(digest, out[0].seq, out[-1].seq)
 
 
