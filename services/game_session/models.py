@@ -62,6 +62,9 @@ leases = Table(
     Column("owner_id", String(64), nullable=False, index=True),
     Column("epoch", BigInteger, nullable=False),
     Column("live", Integer, nullable=False),
+    # The lease scans read live leases only: a finished table's row stays (live 0) for good, so
+    # without it every scan would read every table the replica ever held.
+    Index("ix_game_session_leases_live_owner_id", "live", "owner_id"),
 )
 
 #: The replicas' heartbeats: one row per process (`owner_id` is random per process), renewed every

@@ -355,11 +355,14 @@ async def take_over(
 
 
 async def held(db: Database, owner_id: str) -> dict[str, int]:
-    """{table id: epoch} of the leases this replica holds."""
+    """{table id: epoch} of the live tables' leases this replica holds (a finished table's lease
+    row stays, with live 0: without the filter the scan would grow with every match played)."""
     leases = models.leases
     async with db.transaction() as session:
         rows = (
-            await session.execute(select(leases.c.table_id, leases.c.epoch).where(leases.c.owner_id == owner_id))
+            await session.execute(
+                select(leases.c.table_id, leases.c.epoch).where(leases.c.live == 1, leases.c.owner_id == owner_id)
+            )
         ).all()
     return {row.table_id: int(row.epoch) for row in rows}
 

@@ -164,3 +164,19 @@ async def test_a_write_arriving_within_the_batch_wait_joins_the_batch(
         await writer.stop()
     assert writer.committed_batches == batches
     assert await _logged(database) == {"t1": [1, 2], "t2": [1]}
+
+
+async def test_the_lease_scan_reads_the_live_tables_only(database: Database) -> None:
+    """A finished table's lease row stays (live 0); the scan of held leases leaves it out, so the
+    scan does not grow with every match a replica ever played."""
+    await _tables(database, ("t1", 1), ("t2", 3), ("t3", 1))
+    writer = store.Writer(database)
+    writer.start()
+    try:
+        finished = _write("t3", 1, range(1, 3), state=3)
+        finished.finished = True
+        await writer.submit(finished)
+    finally:
+        await writer.stop()
+    assert await store.held(database, OWNER) == {"t1": 1, "t2": 3}
+    assert await store.held(database, "replica-b") == {}
