@@ -24,7 +24,9 @@ Scenarios:
     100 ms or the rate achieved falls below 90% of the rate offered (halved instead while no step
     has passed yet), then up to `--ramp-bisect` (3) steps halfway between the best pass and the
     lowest failure; the highest passing step is the sustained rate, which should reach 40% of the
-    echo rate.
+    echo rate. A step that fails is measured once more (`--ramp-retries`) and counts as failed
+    only if that window fails too: the best of two, as for the echo baseline (before and after
+    the ramp), because on a shared machine other loads only ever slow a window down.
 
 Printed as `bench: NAME VALUE UNIT`: echo rate, concurrent tables, actions/s, p50/p99 latency,
 memory per table (server RSS growth / tables), server CPU per 1,000 actions, the ramp's
@@ -508,6 +510,30 @@ def summarise(name: str, result: dict[str, Any]) -> tuple[float, float, float]:
     return rate, percentile(latencies, 0.5), percentile(latencies, 0.99)
 
 
+async def ramp_step(driver: Any, pid: int, offered: float, args: argparse.Namespace) -> \
+        tuple[dict[str, Any], float, bool]:
+    """One step of the ramp at `offered` actions/s: (the driver's result, the server's CPU seconds,
+    whether it passed). A window that fails is followed by up to `--ramp-retries` more at the same
+    rate, and the step is the first window that passes, else the last: the best of them, as the
+    echo baseline is the better of its two runs (other loads on a shared machine only ever slow a
+    window down). Every window is printed."""
+    for attempt in range(1 + max(0, args.ramp_retries)):
+        result, cpu_used = await driver.run_window(
+            {"cmd": "run", "rate": offered, "warmup": args.ramp_warmup, "seconds": args.ramp_seconds}, pid)
+        rate, p50, p99 = summarise("ramp", result)
+        seconds = max(result["seconds"], 1e-9)
+        print(f"bench-step: offered {offered:.0f}/s achieved {rate:.0f}/s p50 {p50:.1f} ms "
+              f"p99 {p99:.1f} ms server cpu {cpu_used / seconds:.2f} "
+              f"driver cpu {result['driver_cpu'] / seconds:.2f} "
+              f"driver loop lag p99 {result['driver_lag_p99'] * 1000:.0f} ms "
+              f"health check p99 {result['health_p99'] * 1000:.0f} ms"
+              + (f" (window {attempt + 1})" if attempt else ""), flush=True)
+        passed = p99 < RAMP_P99_MS and rate >= 0.9 * offered and result["actions"] > 0
+        if passed:
+            break
+    return result, cpu_used, passed
+
+
 async def orchestrate(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-sessions-") as folder:
         workdir = Path(folder)
@@ -602,15 +628,8 @@ async def orchestrate(args: argparse.Namespace) -> int:
             steps = 0
             while steps < args.ramp_steps:
                 steps += 1
-                result, cpu_used = await driver.run_window(
-                    {"cmd": "run", "rate": offered, "warmup": args.ramp_warmup, "seconds": args.ramp_seconds}, pid)
+                result, cpu_used, passed = await ramp_step(driver, pid, offered, args)
                 rate, p50, p99 = summarise("ramp", result)
-                print(f"bench-step: offered {offered:.0f}/s achieved {rate:.0f}/s p50 {p50:.1f} ms "
-                      f"p99 {p99:.1f} ms server cpu {cpu_used / max(result['seconds'], 1e-9):.2f} "
-                      f"driver cpu {result['driver_cpu'] / max(result['seconds'], 1e-9):.2f} "
-                      f"driver loop lag p99 {result['driver_lag_p99'] * 1000:.0f} ms "
-                      f"health check p99 {result['health_p99'] * 1000:.0f} ms", flush=True)
-                passed = p99 < RAMP_P99_MS and rate >= 0.9 * offered and result["actions"] > 0
                 if passed and (best is None or rate > best[0]):
                     best = (rate, p50, p99, cpu_used / max(1, result["actions"]) * 1000)
                 if best is None:
@@ -673,6 +692,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="steps spent between the last passing and the first failing rate")
     parser.add_argument("--ramp-warmup", type=float, default=float(env("ramp_warmup", 2.0)))
     parser.add_argument("--ramp-seconds", type=float, default=float(env("ramp_seconds", 5.0)))
+    parser.add_argument("--ramp-retries", type=int, default=int(env("ramp_retries", 1)),
+                        help="more windows at a step's rate before the step counts as failed")
     parser.add_argument("--echo-seconds", type=float, default=float(env("echo_seconds", 3.0)))
     parser.add_argument("--players", type=int, choices=(2, 4), default=int(env("players", 2)))
     parser.add_argument("--preset", default=env("preset", "aberto"))
