@@ -216,16 +216,15 @@ class Manager:
         # only tables known before the query are checked against it (one created meanwhile is ours)
         known = list(self.tables.items())
         held = await store.held(self.db, self.owner_id)
-        for table_id, table in known:
-            if self.tables.get(table_id) is not table:
-                continue
-            runtime = self.runtime.get(table_id)
-            if not table.live and (runtime is None or not runtime.subscribers) and \
-                    now - table.last_event_ms > FINISHED_KEPT_MS:
-                self._evict(table_id)  # finished and quiet: any replica reloads it from the log if asked
-            elif table.live and held.get(table_id) != table.epoch:
-                log.warning("lease lost", extra={"fields": {"table": table_id}})
+        quiet = self._sort_out(known, held, now)
+        del known  # the evictions below drop the last references
+        # Finished and quiet: any replica reloads it from the log if asked. One table at a time,
+        # the loop's other work between two: freeing a table takes about a millisecond (tens
+        # of them freed together paused the replica for 15-35 ms at 1,500 actions/s).
+        for table_id in quiet:
+            if self._finished_and_quiet(table_id, now):
                 self._evict(table_id)
+            await asyncio.sleep(0)
         expired = await store.expired_live(self.db, now, address=self.address, owner_id=self.owner_id)
         for table_id, epoch, force in expired:
             if table_id in self.tables or self.stopping:
@@ -234,6 +233,27 @@ class Manager:
                 await self._take_over(table_id, epoch, force=force)
             except Exception:
                 log.exception("takeover failed", extra={"fields": {"table": table_id}})
+
+    def _sort_out(self, known: list[tuple[str, LiveTable]], held: dict[str, int], now: int) -> list[str]:
+        """Evict the live tables whose lease this replica lost; the ids of the finished, quiet ones."""
+        quiet: list[str] = []
+        for table_id, table in known:
+            if self.tables.get(table_id) is not table:
+                continue
+            if self._finished_and_quiet(table_id, now):
+                quiet.append(table_id)
+            elif table.live and held.get(table_id) != table.epoch:
+                log.warning("lease lost", extra={"fields": {"table": table_id}})
+                self._evict(table_id)
+        return quiet
+
+    def _finished_and_quiet(self, table_id: str, now: int) -> bool:
+        """Finished more than FINISHED_KEPT_MS ago, and no stream follows it."""
+        table = self.tables.get(table_id)
+        if table is None or table.live:
+            return False
+        runtime = self.runtime.get(table_id)
+        return (runtime is None or not runtime.subscribers) and now - table.last_event_ms > FINISHED_KEPT_MS
 
     # -- metrics --------------------------------------------------------------------------------
     def _active_count(self) -> float:
@@ -419,6 +439,8 @@ class Manager:
             watched = any(sub.viewer is None for sub in runtime.subscribers)
             for entry in out:
                 entry.seal(table.players, watched)
+            if any(e.type in ("match_ended", "table_cancelled") for e in out):  # the match is over
+                table.compact_finished(keep=len(out))
         self.schedule(table)
         return result, out
 

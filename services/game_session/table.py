@@ -380,6 +380,17 @@ class LiveTable:
                 entry.compact()
             self.compacted = max(self.compacted, upto - 1)
 
+    def compact_finished(self, keep: int = 0) -> None:
+        """The match is over: compact every entry but the last `keep` (the final change's, on its
+        way to the streams). A finished table stays in memory a while for late replays and
+        retries, which rebuild a proto from the JSON text; its protos, most of its memory and of
+        the time to free it, go now, one table at a time (freeing them when the scan evicted the
+        finished tables together paused the replica for 90-140 ms every 3 s at 1,500 actions/s)."""
+        upto = len(self.entries) - keep
+        for entry in self.entries[self.compacted : upto]:
+            entry.compact()
+        self.compacted = max(self.compacted, upto)
+
     def apply_action(self, action: Action, seat: int, by: str, now_ms: int, out: list[Entry]) -> None:
         """Apply a move through the engine (IllegalActionError leaves everything unchanged) and
         log its events with the service's facts; deals the next hand when one ends."""
@@ -515,6 +526,8 @@ class LiveTable:
             entry = Entry(self.seq + 1, data)
             self.entries.append(entry)
             self.replay(entry)
+        if not self.live:  # read back for a replay or an export: its JSON text is enough
+            self.compact_finished()
         for entry in self.entries[self.compacted :]:
             entry.seal(self.players)
 

@@ -260,6 +260,47 @@ async def test_bots_finish_the_match_and_the_records_replay(cluster: Cluster) ->
     await stream.close()
 
 
+
+async def test_a_finished_table_is_compacted_then_evicted_and_replays_the_same(cluster: Cluster) -> None:
+    """At match end the table keeps only the JSON text of its entries (but the final change's,
+    on its way to the streams); once finished and quiet past FINISHED_KEPT_MS the scan evicts it;
+    a late replay gives the same events from the compacted table and from the log."""
+    from services.game_session.manager import FINISHED_KEPT_MS
+
+    node = await cluster.start()
+    stub = cluster.stub()
+    streams = await started(cluster, "done", "alice", "bot")
+    alice = cluster.token(Kind.PLAYER, "alice")
+    await stub.LeaveTable(game_session_pb2.LeaveTableRequest(table="tables/done", request_id="bye"), metadata=alice)
+    stream = streams["alice"]
+    await stream.wait(lambda events: stream.ended)  # the stream ends by itself after match_ended
+    assert stream.events[-1].HasField("match_ended")
+    live = {e.seq: e for e in stream.events if e.seq >= 2 and not e.HasField("snapshot")}
+
+    manager = node.api.manager
+    table = manager.tables["done"]
+    final = [i for i, e in enumerate(table.entries) if e.type == "match_ended"][0]
+    assert 0 < table.compacted <= final  # the final change kept its protos, nothing before it
+    assert not [e.seq for e in table.entries[: table.compacted] if e.protos or e.raw is None]
+
+    async def replayed() -> dict[int, game_session_pb2.TableEvent]:
+        late = subscribe(stub, alice, "tables/done", after_seq=1)
+        await late.wait(lambda events: late.ended)
+        assert late.error is None
+        return {e.seq: e for e in late.events}
+
+    assert await replayed() == live  # from the compacted table
+    await manager.renew_and_scan()
+    assert "done" in manager.tables  # finished, but not for long enough
+    cluster.clock.advance(FINISHED_KEPT_MS / 1000 + 1)
+    await manager.renew_and_scan()
+    assert "done" not in manager.tables
+    assert await replayed() == live  # from the log
+    reloaded = manager.tables["done"]
+    assert reloaded.compacted == len(reloaded.entries) and not any(e.protos for e in reloaded.entries)
+    got = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/done"), metadata=alice)
+    assert got.state == game_session_pb2.Table.STATE_FINISHED and got.seq == max(live)
+
 def test_the_process_serves_survives_fuzzing_and_stops_on_sigterm(tmp_path: Path) -> None:
     check_service_process("game_session", SERVICE_DESCRIPTOR, tmp_path)
 

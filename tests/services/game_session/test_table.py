@@ -1,5 +1,6 @@
 """The in-memory table without a server: old hands compacted to their JSON text read back the
-same, and a table rebuilt from its log equals the one that wrote it (bots included)."""
+same, a finished match compacted likewise, and a table rebuilt from its log equals the one that
+wrote it (bots included)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from services.game_session.table import Entry, LiveTable
 from tests.services.game_session.conftest import options, seats
 
 
-def _bot_table(table_id: str) -> LiveTable:
+def _bot_table(table_id: str, express: bool = False) -> LiveTable:
+    length = {"length": common_pb2.MATCH_LENGTH_EXPRESS} if express else \
+        {"length": common_pb2.MATCH_LENGTH_POINTS, "target_points": 3005}
     description = game_session_pb2.Table(
-        name=f"tables/{table_id}", match_id=f"m-{table_id}", seats=seats("bot", "bot"),
-        options=options(length=common_pb2.MATCH_LENGTH_POINTS, target_points=3005),
+        name=f"tables/{table_id}", match_id=f"m-{table_id}", seats=seats("bot", "bot"), options=options(**length),
     )
     return LiveTable(table_id, description, 1_000)
 
@@ -74,3 +76,24 @@ def test_a_rebuilt_table_equals_the_one_that_wrote_the_log() -> None:
         copy.apply_action(theirs, seat, "bot", 3_000, [])
         if not table.live or table.match.needs_deal():
             break
+
+
+def test_a_finished_match_is_compacted_but_its_last_change_and_reads_back_the_same() -> None:
+    table = _bot_table("finished", express=True)
+    seen = _play_hands(table, 5)
+    assert not table.live and table.state == game_session_pb2.Table.STATE_FINISHED
+    last = 3  # the final change's entries keep their protos: the streams are sending them
+    table.compact_finished(keep=last)
+    assert table.compacted == len(table.entries) - last
+    assert all(e.raw is not None and not e.protos for e in table.entries[:-last])
+    for entry in table.entries:
+        data, *views = seen[entry.seq]
+        assert entry.data == data
+        assert [entry.proto(v) for v in (0, 1, None)] == views
+    # read back from its log, a finished table keeps only the JSON text
+    copy = _bot_table("finished", express=True)
+    copy.restore([e.data for e in table.entries])
+    assert not copy.live and copy.compacted == len(copy.entries)
+    assert all(not e.protos for e in copy.entries)
+    assert [[e.proto(v) for v in (0, 1, None)] for e in copy.entries] == \
+        [list(seen[e.seq][1:]) for e in table.entries]
