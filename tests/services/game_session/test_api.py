@@ -279,7 +279,7 @@ async def test_a_finished_table_is_compacted_then_evicted_and_replays_the_same(c
 
     manager = node.api.manager
     table = manager.tables["done"]
-    final = [i for i, e in enumerate(table.entries) if e.type == "match_ended"][0]
+    final = next(i for i, e in enumerate(table.entries) if e.type == "match_ended")
     assert 0 < table.compacted <= final  # the final change kept its protos, nothing before it
     assert not [e.seq for e in table.entries[: table.compacted] if e.protos or e.raw is None]
 
