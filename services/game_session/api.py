@@ -45,7 +45,7 @@ from services.game_session.clock import Clock, RealClock
 from services.game_session.manager import Manager, StreamFailure, Subscriber
 from services.game_session.outbox import Call, Deliverer, grpc_calls
 from services.game_session.settings import GameSessionSettings
-from services.game_session.table import Entry, LiveTable, State, ruleset_for, ruleset_spec
+from services.game_session.table import FINAL_TYPES, Entry, LiveTable, State, ruleset_for, ruleset_spec
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 SERVICE = "buraco.v1.GameSessionService"
@@ -346,7 +346,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                     continue
                 last = entry.seq
                 yield event_for(table, entry, sub)
-                if entry.type in ("match_ended", "table_cancelled"):
+                if entry.type in FINAL_TYPES:
                     return
         finally:
             self.manager.unsubscribe(table, sub)
@@ -428,7 +428,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                     events.append(event_for(table, item, sub))
                     if play and item.request is not None and item.request[0] == scope:
                         answered.append(item.request[1])
-                    if item.type in ("match_ended", "table_cancelled"):
+                    if item.type in FINAL_TYPES:
                         yield message(events, answered)
                         return
                 if events:

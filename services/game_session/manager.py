@@ -35,6 +35,7 @@ from services.game_session import store
 from services.game_session.clock import Clock, TimerHandle
 from services.game_session.settings import GameSessionSettings
 from services.game_session.table import (
+    FINAL_TYPES,
     MAX_BOT_TURN_ACTIONS,
     Entry,
     LiveTable,
@@ -439,7 +440,7 @@ class Manager:
             watched = any(sub.viewer is None for sub in runtime.subscribers)
             for entry in out:
                 entry.seal(table.players, watched)
-            if any(e.type in ("match_ended", "table_cancelled") for e in out):  # the match is over
+            if any(e.type in FINAL_TYPES for e in out):  # the match is over
                 table.compact_finished(keep=len(out))
         self.schedule(table)
         return result, out

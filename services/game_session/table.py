@@ -64,6 +64,8 @@ def from_json(text: str | bytes) -> Any:
 
 #: Engine event types whose content depends on the viewer (a private layer).
 PRIVATE_TYPES = frozenset({"hand_started", "drew", "morto_taken"})
+#: Log entry types after which a table changes no more: its streams end with them.
+FINAL_TYPES = frozenset({"match_ended", "table_cancelled"})
 #: Cap on the actions one bot turn may take (a bot always discards long before).
 MAX_BOT_TURN_ACTIONS = 60
 
@@ -375,10 +377,7 @@ class LiveTable:
         """A hand starts at `start_seq`: keep it and the previous hand ready; compact the rest."""
         self.hand_starts.append(start_seq)
         if len(self.hand_starts) >= 3:
-            upto = self.hand_starts[-3]
-            for entry in self.entries[self.compacted : upto - 1]:
-                entry.compact()
-            self.compacted = max(self.compacted, upto - 1)
+            self._compact_before(self.hand_starts[-3] - 1)
 
     def compact_finished(self, keep: int = 0) -> None:
         """The match is over: compact every entry but the last `keep` (the final change's, on its
@@ -386,7 +385,10 @@ class LiveTable:
         retries, which rebuild a proto from the JSON text; its protos, most of its memory and of
         the time to free it, go now, one table at a time (freeing them when the scan evicted the
         finished tables together paused the replica for 90-140 ms every 3 s at 1,500 actions/s)."""
-        upto = len(self.entries) - keep
+        self._compact_before(len(self.entries) - keep)
+
+    def _compact_before(self, upto: int) -> None:
+        """Compact the entries before index `upto` (those not compacted yet)."""
         for entry in self.entries[self.compacted : upto]:
             entry.compact()
         self.compacted = max(self.compacted, upto)
