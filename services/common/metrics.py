@@ -5,16 +5,29 @@
     buraco_rpc_duration_seconds{service,method}          histogram  call latency (a stream: its lifetime)
     buraco_rpc_in_flight{service,method}                 gauge      calls being handled
     buraco_rpc_streams_open{service}                     gauge      open server streams
+    buraco_event_loop_lag_seconds{service}               histogram  how late the event loop runs
 
 Each server has its own registry (so several servers can live in one test process), served on
 its metrics port at `/metrics`.
+
+The loop lag is the first sign of a replica short of CPU: every call and stream of a replica waits
+on its one event loop, so a loop that wakes a timer 50 ms late delays every reply by as much,
+while the calls' own durations only show it mixed with the database's. (`make bench-sessions`
+found a game-session replica's tail latency to follow its loop lag as its core filled.)
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+#: seconds between two loop-lag samples: cheap (one timer), and often enough to see short stalls
+LAG_INTERVAL = 0.1
 
 
 class Metrics:
@@ -43,14 +56,54 @@ class Metrics:
         self.streams = Gauge(
             "buraco_rpc_streams_open", "Open server streams.", ["service"], registry=self.registry
         )
+        self.loop_lag = Histogram(
+            "buraco_event_loop_lag_seconds",
+            "How late the event loop ran a timer (sampled): CPU saturation or a blocking call.",
+            ["service"],
+            buckets=LAG_BUCKETS,
+            registry=self.registry,
+        ).labels(service)
         self._http: object | None = None
         self.port: int | None = None
+        self._children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._lag_task: asyncio.Task[None] | None = None
+        #: loop-lag samples taken (tests wait on it)
+        self.lag_samples = 0
+        self._lag_sampled = asyncio.Event()
 
     def observe(self, method: str, code: str, seconds: float) -> None:
-        self.calls.labels(self.service, method, code).inc()
-        if code != "OK":
-            self.errors.labels(self.service, method, code).inc()
-        self.duration.labels(self.service, method).observe(seconds)
+        # the labelled children found once per (method, code): `labels()` takes a lock and builds
+        # its key at every call, and a game-session replica observes every action of a Play stream
+        children = self._children.get((method, code))
+        if children is None:
+            children = self._children[(method, code)] = (
+                self.calls.labels(self.service, method, code),
+                self.duration.labels(self.service, method),
+                None if code == "OK" else self.errors.labels(self.service, method, code),
+            )
+        calls, duration, errors = children
+        calls.inc()
+        if errors is not None:
+            errors.inc()
+        duration.observe(seconds)
+
+    def watch_loop(self, interval: float = LAG_INTERVAL) -> None:
+        """Sample the running loop's lag every `interval` seconds, until `close()`."""
+        if self._lag_task is None:
+            self._lag_task = asyncio.get_running_loop().create_task(self._watch(interval), name="loop-lag")
+
+    async def _watch(self, interval: float) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(interval)
+            self.loop_lag.observe(max(0.0, time.perf_counter() - before - interval))
+            self.lag_samples += 1
+            self._lag_sampled.set()
+
+    async def next_lag_sample(self) -> None:
+        """Wait for the loop-lag watcher's next sample."""
+        self._lag_sampled.clear()
+        await self._lag_sampled.wait()
 
     def serve(self, host: str, port: int) -> int:
         """Serve `/metrics` on host:port (0: a free port); returns the port."""
@@ -60,6 +113,9 @@ class Metrics:
         return self.port
 
     def close(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            self._lag_task = None
         server = self._http
         if server is not None:
             server.shutdown()  # type: ignore[attr-defined]

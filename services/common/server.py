@@ -149,6 +149,7 @@ class Server:
             raise OSError(f"could not bind {self.config.address}")
         await server.start()
         self._server = server
+        self.metrics.watch_loop()
         for name in ("", *self.spec.grpc_services):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.config.metrics_enabled:

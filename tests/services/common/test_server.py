@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -378,6 +379,35 @@ async def test_metrics_count_calls_by_method_and_code(tmp_path: Path) -> None:
         in body
     )
     assert f'buraco_rpc_duration_seconds_count{{method="{method}",service="tournament"}} 3.0' in body
+
+
+async def test_a_blocked_event_loop_shows_in_the_loop_lag_histogram(tmp_path: Path) -> None:
+    config = make_config("tournament", tmp_path, metrics_enabled=True)
+    async with running(probe_spec([]), config) as server:
+        metrics = server.metrics
+
+        def sample(name: str, **labels: str) -> float:
+            value = metrics.registry.get_sample_value(name, {"service": "tournament", **labels})
+            return 0.0 if value is None else value
+
+        def late() -> float:  # samples over 0.1 s
+            return sample("buraco_event_loop_lag_seconds_count") - sample(
+                "buraco_event_loop_lag_seconds_bucket", le="0.1")
+
+        await metrics.next_lag_sample()  # the watcher runs from the start
+        before = late()
+        # A blocking call on the loop (the stimulus, not a wait): the timer due within the watcher's
+        # 0.1 s interval fires at least 0.2 s late.
+        time.sleep(0.3)
+        for _ in range(3):
+            await metrics.next_lag_sample()
+            if late() > before:
+                break
+        assert late() >= before + 1
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
+    assert 'buraco_event_loop_lag_seconds_bucket{le="0.1",service="tournament"}' in body
+    assert metrics.lag_samples >= 2
 
 
 # -- graceful shutdown ----------------------------------------------------------------------------
