@@ -58,7 +58,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -69,7 +69,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
 from engine.bots import make_bot
+from engine.match import MatchState
 from engine.rules import preset
+from engine.selfplay import play_hand
 from services.cli.seat import ChannelPool, TableConnection, Timing, play_seat
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.measure import cpu_seconds, percentile
@@ -81,6 +83,8 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 HUMAN_P99_MS = 50.0
 RAMP_P99_MS = 100.0
 RAMP_TARGET_RATIO = 0.40
+#: seconds between two settles of the driver's collector (below)
+DRIVER_GC_SETTLE_SECONDS = 0.25
 
 
 def report(name: str, value: float, unit: str) -> None:
@@ -89,6 +93,34 @@ def report(name: str, value: float, unit: str) -> None:
 
 def rss_bytes(pid: int) -> int:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_SIZE
+
+
+async def settle_collector(interval: float, settled: Callable[[], None] | None = None) -> None:
+    """The driver's own collector, as the service's (manager.settle_garbage_collector): the young
+    generations collected and frozen every `interval` seconds. Left to its thresholds, the driver's
+    collector paused the driver for up to 240 ms at 1,000 tables (its loop lag max 208-243 ms), and
+    every action in flight was counted that much late: the human-pace p99 was 94-145 ms, and
+    36-61 ms with a settle every 0.25 s (loop lag max 17-38 ms). Every 0.1 s the pauses were
+    shorter still, but the ramp's driver, near a full core, paid about 0.05 of a core more."""
+    while True:
+        await asyncio.sleep(interval)
+        gc.collect(1)
+        gc.freeze()
+        if settled is not None:
+            settled()
+
+
+def match_length(ruleset: str, players: int, bot: str, hands: int = 8) -> float:
+    """The mean number of actions of an express match (one hand) with the bench's bots: the engine
+    plays `hands` hands offline (a few hundred milliseconds)."""
+    rules = preset(ruleset)
+    total = 0
+    for hand in range(hands):
+        match = MatchState(rules, players, first_dealer=hand % players)
+        match.start_hand(seed=f"bench-length-{hand}")
+        bots = [make_bot(bot, seed=f"bench-length-{hand}/{seat}", rules=rules) for seat in range(players)]
+        total += play_hand(match, bots)
+    return total / hands
 
 
 def pinned(command: list[str], cores: str | None) -> list[str]:
@@ -165,8 +197,15 @@ class BenchTable:
         self.next_action = 0.0
         self.connections: list[TableConnection] = []
         self.actions = 0
+        #: actions still to play unpaced before the first window: the table's match moved ahead
+        self.ageing = 0
 
     async def pace(self) -> None:
+        if self.ageing > 0:
+            self.ageing -= 1
+            if self.ageing == 0:
+                self.driver.aged()
+            return
         pace = self.driver.pace
         await pace.running.wait()
         now = time.perf_counter()
@@ -201,6 +240,9 @@ class Driver:
         self.finished = 0
         self.wanted = 0
         self.run_id = uuid.uuid4().hex[:8]
+        self.settling: asyncio.Task[None] | None = None
+        self.ageing_tables = 0
+        self.all_aged = asyncio.Event()
 
     async def create_table(self) -> BenchTable:
         self.created += 1
@@ -249,6 +291,9 @@ class Driver:
         except Exception as error:  # one table's failure is counted, the bench goes on
             self.errors.append(f"{table.name}: {type(error).__name__}: {error}")
         finally:
+            if table.ageing > 0:  # its match ended before its age: it counts as aged
+                table.ageing = 0
+                self.aged()
             for connection in table.connections:
                 await connection.close()
             self.tables.pop(table.name, None)
@@ -258,22 +303,51 @@ class Driver:
             except grpc.aio.AioRpcError as error:
                 self.errors.append(f"CreateTable: {error.code().name}: {error.details()}")
 
-    async def setup(self, tables: int) -> dict[str, Any]:
+    def aged(self) -> None:
+        self.ageing_tables -= 1
+        if self.ageing_tables <= 0:
+            self.all_aged.set()
+
+    async def setup(self, tables: int, spread: float = 0.0) -> dict[str, Any]:
+        """Open `tables` tables. `spread` > 0: then play each table's match ahead, unpaced, by a
+        random number of actions up to `spread` times a match's mean length (`match_length`), so
+        that the tables are at every point of their matches and the matches end (new tables
+        replacing them) spread over time, as on a replica in steady use. Started together, the
+        ramp's 200 matches were all early in their hand for the first steps and then all ended
+        within seconds, about a match's length (some 60 s) into the ramp: neither is the steady
+        state whose sustained rate the ramp measures."""
         self.wanted = tables
         started = time.perf_counter()
         semaphore = asyncio.Semaphore(50)
+        length = 0.0
+        ages: list[int] = []
+        if spread > 0:
+            length = match_length(self.ruleset, self.players, self.bot_kind)
+            ages = [random.randrange(int(spread * length) + 1) for _ in range(tables)]
+        self.ageing_tables = sum(1 for age in ages if age > 0)
+        self.all_aged.clear()
+        if self.ageing_tables == 0:
+            self.all_aged.set()
 
-        async def one() -> None:
+        async def one(index: int) -> None:
             async with semaphore:
-                self.launch(await self.create_table())
+                table = await self.create_table()
+                table.ageing = ages[index] if ages else 0
+                self.launch(table)
 
         while len(self.tables) < tables:
-            await asyncio.gather(*(one() for _ in range(tables - len(self.tables))))
+            await asyncio.gather(*(one(i) for i in range(len(self.tables), tables)))
+        await self.all_aged.wait()
+        aged_seconds = time.perf_counter() - started
+        self.timing.samples.clear()  # the unpaced actions' latencies are not measured
         # The tables' long-lived objects leave the collector's scans: shorter pauses in the driver.
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)  # as the service does: most young objects die by refcount
-        return {"tables": len(self.tables), "seconds": time.perf_counter() - started}
+        if self.settling is None:
+            self.settling = asyncio.ensure_future(settle_collector(DRIVER_GC_SETTLE_SECONDS))
+        return {"tables": len(self.tables), "seconds": time.perf_counter() - started,
+                "match_actions": length, "aged_actions": sum(ages), "aged_seconds": aged_seconds}
 
     async def run(self, rate: float, warmup: float, seconds: float, out: TextIO) -> dict[str, Any]:
         """Offer `rate` actions/s over the tables for warmup + seconds; figures of the window."""
@@ -336,6 +410,8 @@ class Driver:
 
     async def stop(self) -> None:
         self.wanted = 0
+        if self.settling is not None:
+            self.settling.cancel()
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -359,7 +435,7 @@ async def drive() -> None:
             if driver is not None:
                 await driver.stop()
             driver = Driver(command)
-            answer = await driver.setup(int(command["tables"]))
+            answer = await driver.setup(int(command["tables"]), float(command.get("spread", 0.0)))
         elif kind == "run":
             assert driver is not None
             answer = await driver.run(command["rate"], command["warmup"], command["seconds"], sys.stdout)
@@ -621,7 +697,9 @@ async def orchestrate(args: argparse.Namespace) -> int:
             server, address = await start_server("ramp")
             pid = server.process.pid
             common["address"] = address
-            await driver.ask({"cmd": "setup", "tables": args.ramp_tables, **common})
+            ramp_setup = await driver.ask(
+                {"cmd": "setup", "tables": args.ramp_tables, "spread": args.ramp_spread, **common})
+            report("sessions_ramp_match_actions", ramp_setup["match_actions"], "actions")
             offered = args.ramp_start
             best: tuple[float, float, float, float] | None = None  # rate, p50, p99, cpu per 1000
             failed_at = 0.0  # the lowest offered rate that failed, once a step above a pass failed
@@ -690,6 +768,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the lowest rate tried when the first steps fail")
     parser.add_argument("--ramp-bisect", type=int, default=int(env("ramp_bisect", 3)),
                         help="steps spent between the last passing and the first failing rate")
+    parser.add_argument("--ramp-spread", type=float, default=float(env("ramp_spread", 1.0)),
+                        help="play each ramp table's match ahead by up to this many match lengths"
+                             " (random), so that matches end spread over time; 0: all start together")
     parser.add_argument("--ramp-warmup", type=float, default=float(env("ramp_warmup", 2.0)))
     parser.add_argument("--ramp-seconds", type=float, default=float(env("ramp_seconds", 5.0)))
     parser.add_argument("--ramp-retries", type=int, default=int(env("ramp_retries", 1)),

@@ -3,9 +3,11 @@ PostgreSQL, the driver, both scenarios) ends well and prints every figure."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import subprocess
 import sys
+import weakref
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ FIGURES = {
     "sessions_max_sustained_latency_p99": "ms",
     "sessions_max_sustained_cpu_per_1000_actions": "s",
     "sessions_max_sustained_vs_echo": "ratio",
+    "sessions_ramp_match_actions": "actions",
 }
 
 
@@ -51,6 +54,8 @@ def test_the_bench_prints_every_figure(postgres_url: str) -> None:
     assert figures["sessions_human_concurrent_tables"][0] == 6
     assert figures["sessions_human_actions_per_s"][0] > 10  # 6 tables at 5 actions/s each were offered
     assert figures["sessions_max_sustained_actions_per_s"][0] > 0
+    # the ramp's tables were played ahead by up to a match's length: a hand of bots, hundreds of actions
+    assert 100 < figures["sessions_ramp_match_actions"][0] < 1000
     assert figures["sessions_echo_unary_rate"][0] > 100 and figures["sessions_echo_unary_rate_after"][0] > 100
     # the ratio is taken to the higher of the two echo rates
     echo = max(figures["sessions_echo_unary_rate"][0], figures["sessions_echo_unary_rate_after"][0])
@@ -97,3 +102,37 @@ async def test_a_ramp_step_takes_the_best_of_its_windows(
     assert result is windows[used - 1] and cpu == 0.5
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("bench-step: ")]
     assert len(printed) == used  # every window is printed
+
+
+async def test_the_driver_settles_its_collector_young_objects_frozen_each_time() -> None:
+    """The driver's collector pauses stay short: young survivors are collected, then frozen (out of
+    every later scan); garbage cycles are collected first, not frozen."""
+    import gc
+
+    settles = 0
+    first = asyncio.Event()
+
+    def settled() -> None:
+        nonlocal settles
+        settles += 1
+        first.set()
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    kept = [[index] for index in range(1000)]  # young survivors, tracked by the collector
+    garbage = weakref.ref(Cycle())  # unreachable at once, but only a collection frees a cycle
+    assert garbage() is not None
+    tracked_before = {id(o) for o in gc.get_objects()}
+    assert all(id(k) in tracked_before for k in kept)
+    task = asyncio.ensure_future(bench.settle_collector(0.01, settled))
+    try:
+        await asyncio.wait_for(first.wait(), timeout=10)
+        tracked_after = {id(o) for o in gc.get_objects()}  # every generation but the frozen one
+    finally:
+        task.cancel()
+        gc.unfreeze()  # the rest of the test session collects as usual
+    assert settles >= 1
+    assert not any(id(k) in tracked_after for k in kept)  # frozen
+    assert garbage() is None  # collected, not frozen
