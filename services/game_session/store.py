@@ -136,7 +136,15 @@ class Writer:
                     await asyncio.sleep(self.batch_wait)  # let the batch grow: fewer, larger commits
                 while len(batch) < self.batch_max and not self._queue.empty():
                     batch.append(self._queue.get_nowait())
-                await self._settle(batch, index)
+                # A match end (outbox rows, the lease no longer live) takes the ORM's path, a
+                # statement per write: it commits on its own, so that the batch's plain appends
+                # still take the one-statement path. (Together, every match end held the whole
+                # batch's commit for tens of milliseconds: the steady-state ramp's p99.)
+                plain = [w for w in batch if not w.outbox and not w.finished]
+                if plain:
+                    await self._settle(plain, index)
+                if len(plain) < len(batch):
+                    await self._settle([w for w in batch if w.outbox or w.finished], index)
             except asyncio.CancelledError:
                 for write in batch:
                     if write.future is not None and not write.future.done():

@@ -180,3 +180,32 @@ async def test_the_lease_scan_reads_the_live_tables_only(database: Database) -> 
         await writer.stop()
     assert await store.held(database, OWNER) == {"t1": 1, "t2": 3}
     assert await store.held(database, "replica-b") == {}
+
+
+async def test_a_match_end_commits_apart_from_the_plain_appends_of_its_batch(database: Database) -> None:
+    """A match end (here: its entries clash with the log) takes the ORM's path on its own; the
+    batch's plain appends commit without it, once, and are not held by its failure."""
+    await _tables(database, ("t1", 1), ("t2", 1), ("t3", 1))
+    writer = store.Writer(database)
+    writer.start()
+    try:
+        await writer.submit(_write("t3", 1, range(1, 3)))
+        before = writer.committed_batches
+        ended = _write("t3", 1, range(2, 4), state=3)  # seq 2 is logged already: this write fails
+        ended.finished = True
+        results = await asyncio.gather(
+            writer.submit(_write("t1", 1, range(1, 3))),
+            writer.submit(ended),
+            writer.submit(_write("t2", 1, range(1, 2))),
+            return_exceptions=True,
+        )
+        ok = _write("t3", 1, range(3, 5), state=3)
+        ok.finished = True
+        await writer.submit(ok)
+    finally:
+        await writer.stop()
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], Exception) and not isinstance(results[1], store.LeaseLostError)
+    assert writer.committed_batches - before == 2  # the plain appends, then the match end that ended well
+    assert await _logged(database) == {"t1": [1, 2], "t2": [1], "t3": [1, 2, 3, 4]}
+    assert await store.held(database, OWNER) == {"t1": 1, "t2": 1}  # t3's lease is no longer live
