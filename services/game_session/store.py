@@ -8,7 +8,8 @@ log), and inserts their entries, table-row updates and outbox rows. Each change'
 its batch to commit before anyone is told about its events.
 
 On PostgreSQL the common batch (appends and table-row updates, no match end) is one statement
-(`_APPEND_SQL`): one round trip, one implicit transaction. One worker is the default
+(`_APPEND_SQL`): one round trip, one implicit transaction; the match ends of a batch (outbox rows,
+the lease no longer live) commit apart, through the ORM, after it. One worker is the default
 (`BURACO_GAME_SESSION_WRITERS`): the batch grows with the load while a commit is in flight, so a
 busy replica makes few, large transactions (measured with `make bench-sessions` on a shared
 2-core machine: 4 workers cost about 10% more CPU per action than 1 at 2,000 actions/s, in the
