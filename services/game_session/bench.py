@@ -75,7 +75,7 @@ from engine.selfplay import play_hand
 from services.cli.seat import ChannelPool, TableConnection, Timing, play_seat
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.measure import cpu_seconds, percentile
-from services.game_session.manager import GC_THRESHOLDS
+from services.game_session.manager import GC_THRESHOLDS, collect_young_and_freeze
 
 ROOT = Path(__file__).resolve().parents[2]
 ECHO_METHOD = "/buraco.bench.Echo/Echo"
@@ -104,8 +104,7 @@ async def settle_collector(interval: float, settled: Callable[[], None] | None =
     shorter still, but the ramp's driver, near a full core, paid about 0.05 of a core more."""
     while True:
         await asyncio.sleep(interval)
-        gc.collect(1)
-        gc.freeze()
+        collect_young_and_freeze()
         if settled is not None:
             settled()
 

@@ -852,8 +852,13 @@ def settle_garbage_collector() -> None:
     pause every table (hundreds of milliseconds at a thousand tables). Cycles that become garbage
     later in frozen objects are not collected; the service makes few (asyncio's are young)."""
     if FREEZE_SURVIVORS:
-        gc.collect(1)
-        gc.freeze()
+        collect_young_and_freeze()
+
+
+def collect_young_and_freeze() -> None:
+    """One settle, whatever the process (the bench's driver settles its own collector with it)."""
+    gc.collect(1)
+    gc.freeze()
 
 
 def _cards(hand: Any, seat: int) -> list[str]:

@@ -63,6 +63,12 @@ class Write:
     finished: bool = False
     future: asyncio.Future[None] | None = None
 
+    @property
+    def plain(self) -> bool:
+        """An append (and table-row update) only: no outbox rows, the table still live. Plain
+        writes take the one-statement path on PostgreSQL; a match end takes the ORM's."""
+        return not self.outbox and not self.finished
+
 
 #: `Writer._commit_asyncpg`'s statement. The lease rows are locked (FOR UPDATE, in table id
 #: order, so two batches never deadlock) only where epoch and owner still match; a lease taken over
@@ -141,11 +147,11 @@ class Writer:
                 # statement per write: it commits on its own, so that the batch's plain appends
                 # still take the one-statement path. (Together, every match end held the whole
                 # batch's commit for tens of milliseconds: the steady-state ramp's p99.)
-                plain = [w for w in batch if not w.outbox and not w.finished]
+                plain = [w for w in batch if w.plain]
                 if plain:
                     await self._settle(plain, index)
                 if len(plain) < len(batch):
-                    await self._settle([w for w in batch if w.outbox or w.finished], index)
+                    await self._settle([w for w in batch if not w.plain], index)
             except asyncio.CancelledError:
                 for write in batch:
                     if write.future is not None and not write.future.done():
@@ -178,7 +184,7 @@ class Writer:
                 write.future.set_result(None)
 
     async def _commit(self, batch: Sequence[Write], index: int) -> set[str]:
-        if self.db.dialect == "postgresql" and all(not w.outbox and not w.finished for w in batch):
+        if self.db.dialect == "postgresql" and all(w.plain for w in batch):
             return await self._commit_asyncpg(batch, index)
         for attempt in range(20):
             try:
