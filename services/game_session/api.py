@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import timedelta
 from typing import Any, TypeAlias
 
@@ -377,7 +377,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         assert request is not None
         table, sub, first = await self._open_stream(request)
         last = request.after_seq
-        reader: asyncio.Task[None] | None = None
+        reader: PlayReader | None = None
 
         def message(events: list[game_session_pb2.TableEvent], answered: list[str]) -> Any:
             if not play:
@@ -399,7 +399,8 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 return
             if requests is not None:
                 assert scope is not None
-                reader = asyncio.get_running_loop().create_task(self._play_requests(requests, table, seat, sub, scope))
+                reader = PlayReader()
+                reader.start(self._play_requests(requests, table, seat, sub, scope, reader))
             queue, event_for = sub.queue, self.manager.event_for
             while True:
                 items = [await queue.get()]
@@ -435,19 +436,24 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                     yield message(events, answered)
         finally:
             if reader is not None:
-                reader.cancel()
+                reader.stop()
             self.manager.unsubscribe(table, sub)
 
     async def _play_requests(
-        self, requests: AsyncIterator[Any], table: LiveTable, seat: int, sub: Subscriber, scope: str
+        self, requests: AsyncIterator[Any], table: LiveTable, seat: int, sub: Subscriber, scope: str,
+        reader: PlayReader,
     ) -> None:
         """A `Play` stream's actions, in order; each refusal is queued for the stream as a
-        `PlayError`. A broken protocol, or the table moving away, ends the stream."""
+        `PlayError`. A broken protocol, or the table moving away, ends the stream. Each action's
+        change runs in this task (`Manager.change(inline=True)`): `reader` is never cancelled
+        during one."""
         put = sub.queue.put_nowait
         metrics = self.deps.metrics
         joined = (table, seat, scope)
         try:
             async for message in requests:
+                if reader.stopped():
+                    return
                 if isinstance(message, Refused):  # over the caller's rate limit
                     put(_play_error(_request_id(message.request), message.error)[1])
                     continue
@@ -459,6 +465,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 request = getattr(message, kind)
                 method, make = PLAY_ACTIONS[kind]
                 started, code = time.perf_counter(), "OK"
+                reader.busy = True
                 try:
                     check.require(request.table == table.name, f"{kind}.table", f"must be the joined {table.name}")
                     retry = (scope, request.request_id) in table.requests
@@ -475,8 +482,11 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                         "action": method, "code": code, "details": refusal.error.message}})
                     put(refusal)
                 finally:
+                    reader.busy = False
                     if metrics is not None:  # each action as its own call: latency and code by action
                         metrics.observe(f"{SERVICE_PATH}Play/{method}", code, time.perf_counter() - started)
+                if reader.stopped():  # the stream ended during the change
+                    return
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -541,7 +551,8 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             except MalformedError as error:
                 raise InvalidArgumentError("cards", str(error)) from None
 
-        _, entries = await self.manager.change(table, work, request=(scope, request.request_id, digest))
+        _, entries = await self.manager.change(
+            table, work, request=(scope, request.request_id, digest), inline=joined is not None)
         return seat, entries, entries[-1].seq if entries else table.seq
 
     async def Draw(self, request: game_session_pb2.DrawRequest, context: Context) -> game_session_pb2.DrawResponse:
@@ -726,6 +737,30 @@ PLAY_ACTIONS: dict[str, tuple[str, Callable[[Any], Action] | None]] = {
     "discard": ("Discard", _discard),
     "leave": ("LeaveTable", None),
 }
+
+
+class PlayReader:
+    """The task that reads a `Play` stream's actions. Its changes run in it (no task of their own
+    per action), so it must never be cancelled during one (`Manager.change`): `stop()` cancels it
+    only while it waits for the next message, and otherwise lets it end after the change."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+        #: an action is being applied: the task may not be cancelled now
+        self.busy = False
+        #: the stream has ended: the task ends once its change (if any) is done
+        self.stopping = False
+
+    def start(self, reading: Coroutine[Any, Any, None]) -> None:
+        self.task = asyncio.get_running_loop().create_task(reading)
+
+    def stop(self) -> None:
+        self.stopping = True
+        if self.task is not None and not self.busy:
+            self.task.cancel()
+
+    def stopped(self) -> bool:
+        return self.stopping
 
 
 async def _join(requests: AsyncIterator[Any]) -> game_session_pb2.SubscribeChangesRequest:

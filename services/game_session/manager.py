@@ -381,7 +381,8 @@ class Manager:
 
     # -- changes --------------------------------------------------------------------------------
     async def change(
-        self, table: LiveTable, work: Callable[[list[Entry]], Any], *, request: tuple[str, str, str] | None = None
+        self, table: LiveTable, work: Callable[[list[Entry]], Any], *, request: tuple[str, str, str] | None = None,
+        inline: bool = False,
     ) -> tuple[Any, list[Entry]]:
         """Run `work(out)` under the table's lock, persist the entries it (and what follows by
         itself) appended, publish them. `request` = (scope, request_id, hash) makes the change
@@ -389,7 +390,13 @@ class Manager:
 
         A change, once begun, runs to its end even when its caller goes away (a client that
         cancels its call): stopping it between the append's submission and its commit would
-        leave the log ahead of the table in memory."""
+        leave the log ahead of the table in memory. So it runs in a task of its own, shielded
+        from the caller's cancellation; `inline`: in the caller's task, for a caller that is never
+        cancelled during a change (a `Play` stream's reader, api.PlayReader). A task and a
+        shield per change cost about 15 us of a replica's CPU per action (measured with the
+        transport alone: 85 -> 100 us per action at 4,000 actions/s)."""
+        if inline:
+            return await self._change(table, work, request)
         task = asyncio.ensure_future(self._change(table, work, request))
         try:
             return await asyncio.shield(task)

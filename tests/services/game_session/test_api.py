@@ -515,6 +515,72 @@ async def test_play_stream_answers_each_action_once_and_keeps_refusals_on_the_st
         await stream.close()
 
 
+async def test_a_play_stream_that_ends_mid_write_still_completes_its_action(cluster: Cluster) -> None:
+    """A Play stream's actions change the table in the stream's own reader (no task per action),
+    which is never cancelled during a change: a client that goes away while its action's append is
+    being written leaves the change to run to its end (published, in memory and in the log alike,
+    the table not dropped), a resumed stream's retry of the same request is answered by its id
+    alone, and the table plays on."""
+    node = await cluster.start()
+    stub = cluster.stub()
+    streams = await started(cluster, "leaving", "alice", "bob")
+    seat = streams["alice"].of("turn_timer_started")[-1].turn_timer_started.seat
+    actor, waiter = ("alice", "bob") if seat == 0 else ("bob", "alice")
+    table = "tables/leaving"
+    manager = node.api.manager
+    live = manager.tables["leaving"]
+    submitted, release = asyncio.Event(), asyncio.Event()
+    submit = manager.writer.submit
+
+    async def held_submit(write: Any) -> Any:
+        submitted.set()
+        await release.wait()
+        return await submit(write)
+
+    runtime = manager.runtime["leaving"]
+    before = list(runtime.subscribers)
+    call = stub.Play(None, metadata=cluster.token(Kind.PLAYER, actor))
+    await call.write(game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(table=table)))
+    seq = (await _update(call)).changes.events[-1].seq
+    (play_sub,) = [sub for sub in runtime.subscribers if sub not in before]
+    ended, unsubscribe = asyncio.Event(), manager.unsubscribe
+
+    def watched_unsubscribe(table: Any, sub: Any) -> None:
+        unsubscribe(table, sub)
+        if sub is play_sub:
+            ended.set()
+
+    manager.unsubscribe = watched_unsubscribe  # type: ignore[method-assign]
+    manager.writer.submit = held_submit  # type: ignore[method-assign]
+    draw = game_session_pb2.DrawRequest(table=table, request_id="d1", expected_seq=seq)
+    await call.write(game_session_pb2.PlayRequest(draw=draw))
+    await submitted.wait()
+    call.cancel()
+    await asyncio.wait_for(ended.wait(), 10)  # the server saw the stream end, its reader mid-change
+    release.set()
+    manager.writer.submit = submit  # type: ignore[method-assign]
+
+    await streams[waiter].wait_seq(seq + 1)
+    assert manager.tables.get("leaving") is live and not live.lost  # not dropped: memory and log agree
+    again = stub.Play(None, metadata=cluster.token(Kind.PLAYER, actor))
+    await again.write(game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(
+        table=table, after_seq=seq)))
+    replayed = await _update(again)
+    drawn = replayed.changes.events[0]
+    assert drawn.seq == seq + 1 and drawn.card_drawn.card != ""
+    await again.write(game_session_pb2.PlayRequest(draw=draw))
+    answered = await _update(again)
+    assert list(answered.request_ids) == ["d1"] and not answered.changes.events
+    last = replayed.changes.events[-1].seq
+    await again.write(game_session_pb2.PlayRequest(discard=game_session_pb2.DiscardRequest(
+        table=table, request_id="d2", expected_seq=last, card=drawn.card_drawn.card)))
+    discarded = await _update(again)
+    assert list(discarded.request_ids) == ["d2"] and discarded.changes.events[0].HasField("card_discarded")
+    again.cancel()
+    for stream in streams.values():
+        await stream.close()
+
+
 async def test_a_play_stream_ends_once_its_token_has_expired(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Play stream carries calls of its own: the first action after the caller's token expired
     ends it with UNAUTHENTICATED (the client reconnects with a fresh token and resumes)."""
