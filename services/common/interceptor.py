@@ -74,6 +74,19 @@ class Refused:
     error: Exception
 
 
+def _passthrough(serialize: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    """The method's response serializer, except that a handler's bytes go out as they are: a
+    handler may send a message it encoded itself (the game-session streams write their messages
+    from events encoded once, `services.game_session.wire`)."""
+    if serialize is None:
+        return None
+
+    def run(message: Any) -> bytes:
+        return message if type(message) is bytes else serialize(message)
+
+    return run
+
+
 def _safe_deserializer(
     deserialize: Callable[[bytes], Any] | None,
 ) -> Callable[[bytes], Any] | None:
@@ -131,19 +144,19 @@ class Pipeline(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             wrapped = grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary),
                 request_deserializer=_safe_deserializer(handler.request_deserializer),
-                response_serializer=handler.response_serializer,
+                response_serializer=_passthrough(handler.response_serializer),
             )
         elif handler.unary_stream is not None:
             wrapped = grpc.unary_stream_rpc_method_handler(
                 self._stream(method, handler.unary_stream),
                 request_deserializer=_safe_deserializer(handler.request_deserializer),
-                response_serializer=handler.response_serializer,
+                response_serializer=_passthrough(handler.response_serializer),
             )
         elif handler.stream_stream is not None:
             wrapped = grpc.stream_stream_rpc_method_handler(
                 self._stream(method, handler.stream_stream, bidirectional=True),
                 request_deserializer=_safe_deserializer(handler.request_deserializer),
-                response_serializer=handler.response_serializer,
+                response_serializer=_passthrough(handler.response_serializer),
             )
         else:  # client streams alone: the contracts have none
             return handler

@@ -39,10 +39,10 @@ from services.common.errors import (
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.common.interceptor import UNDECODABLE, Refused
 from services.common.server import Deps
-from services.game_session import models
+from services.game_session import models, wire
 from services.game_session import settings as settings_module
 from services.game_session.clock import Clock, RealClock
-from services.game_session.manager import Manager, StreamFailure, Subscriber
+from services.game_session.manager import Manager, Opening, StreamFailure, Subscriber
 from services.game_session.outbox import Call, Deliverer, grpc_calls
 from services.game_session.settings import GameSessionSettings
 from services.game_session.table import FINAL_TYPES, Entry, LiveTable, State, ruleset_for, ruleset_spec
@@ -310,30 +310,30 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
     # -- streams and views ----------------------------------------------------------------------
     async def _open_stream(
         self, request: game_session_pb2.SubscribeRequest | game_session_pb2.SubscribeChangesRequest
-    ) -> tuple[LiveTable, Subscriber, list[game_session_pb2.TableEvent]]:
+    ) -> tuple[LiveTable, Subscriber, Opening]:
         """Registers the caller's stream on the table: the table, the subscriber and what comes
         first (the snapshot, or the replay after `after_seq`)."""
         identity = current_identity()
         check.require(request.after_seq >= 0, "after_seq", "must not be negative")
         table = await self._table(request.table)
         viewer, player = self._viewer(table, identity)
-        sub, first = await self.manager.subscribe(table, viewer, player, request.after_seq)
-        return table, sub, first
+        sub, opening = await self.manager.subscribe(table, viewer, player, request.after_seq)
+        return table, sub, opening
+
+    # The stream handlers yield the messages' encodings (`wire`; the pipeline sends bytes as they
+    # are), written from each event's form encoded once for its viewer class.
 
     async def Subscribe(
         self, request: game_session_pb2.SubscribeRequest, context: Context
-    ) -> AsyncIterator[game_session_pb2.TableEvent]:
-        table, sub, first = await self._open_stream(request)
+    ) -> AsyncIterator[Any]:  # TableEvent encodings
+        table, sub, opening = await self._open_stream(request)
         # one generator from the queue to the wire (each layer costs every message a hop; so
         # SubscribeChanges has a loop of its own rather than wrapping this one)
-        last = request.after_seq
+        last = max(request.after_seq, opening.last_seq)
         try:
-            for event in first:
-                last = max(last, event.seq)
-                yield event
-                if event.HasField("match_ended") or event.HasField("table_cancelled"):
-                    return
-            if first and first[0].HasField("snapshot") and not table.live:
+            for framed in opening.frames:
+                yield wire.unframe(framed)
+            if opening.final:
                 return
             queue, event_for = sub.queue, self.manager.event_for
             while True:
@@ -345,7 +345,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 if entry.seq <= last:
                     continue
                 last = entry.seq
-                yield event_for(table, entry, sub)
+                yield wire.unframe(event_for(table, entry, sub))
                 if entry.type in FINAL_TYPES:
                     return
         finally:
@@ -353,10 +353,10 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
 
     def SubscribeChanges(
         self, request: game_session_pb2.SubscribeChangesRequest, context: Context
-    ) -> AsyncIterator[game_session_pb2.TableChanges]:
+    ) -> AsyncIterator[Any]:  # TableChanges encodings
         return self._changes(request, None)
 
-    def Play(self, requests: AsyncIterator[Any], context: Context) -> AsyncIterator[game_session_pb2.PlayUpdate]:
+    def Play(self, requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:  # PlayUpdate (encoded)
         return self._changes(None, requests)
 
     async def _changes(
@@ -375,27 +375,18 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             seat = self._seat(await self._table(request.table), identity)  # Play is for seated players
             scope = self._scope(identity)
         assert request is not None
-        table, sub, first = await self._open_stream(request)
-        last = request.after_seq
+        table, sub, opening = await self._open_stream(request)
+        last = max(request.after_seq, opening.last_seq)
         reader: PlayReader | None = None
 
-        def message(events: list[game_session_pb2.TableEvent], answered: list[str]) -> Any:
-            if not play:
-                return game_session_pb2.TableChanges(events=events)
-            # the events copied once, into the update's own field (not into a TableChanges first)
-            update = game_session_pb2.PlayUpdate(request_ids=answered)
-            update.changes.events.extend(events)
-            return update
+        def message(frames: list[bytes], answered: list[str]) -> bytes:
+            return wire.play_update(frames, answered) if play else wire.table_changes(frames)
 
         try:
             # the snapshot or the replay: whole changes (read under the table's lock), one message
-            ended = next((i for i, e in enumerate(first) if _ends_stream(e)), None)
-            if ended is not None:
-                first = first[: ended + 1]
-            if first:
-                last = max(last, max(e.seq for e in first))
-                yield message(first, [])
-            if ended is not None or (first and first[0].HasField("snapshot") and not table.live):
+            if opening.frames:
+                yield message(opening.frames, [])
+            if opening.final:
                 return
             if requests is not None:
                 assert scope is not None
@@ -408,13 +399,13 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 # queued now is one or more whole changes.
                 while not queue.empty() and items[-1] is not None:
                     items.append(queue.get_nowait())
-                events: list[game_session_pb2.TableEvent] = []
+                frames: list[bytes] = []
                 answered: list[str] = []
                 for item in items:
                     if not isinstance(item, Entry):
-                        if events:
-                            yield message(events, answered)
-                            events, answered = [], []
+                        if frames:
+                            yield message(frames, answered)
+                            frames, answered = [], []
                         if isinstance(item, game_session_pb2.PlayUpdate):
                             yield item  # a Play stream's refusal, or its answer to a retry
                             continue
@@ -426,14 +417,14 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                     if item.seq <= last:
                         continue
                     last = item.seq
-                    events.append(event_for(table, item, sub))
+                    frames.append(event_for(table, item, sub))
                     if play and item.request is not None and item.request[0] == scope:
                         answered.append(item.request[1])
                     if item.type in FINAL_TYPES:
-                        yield message(events, answered)
+                        yield message(frames, answered)
                         return
-                if events:
-                    yield message(events, answered)
+                if frames:
+                    yield message(frames, answered)
         finally:
             if reader is not None:
                 reader.stop()
@@ -842,7 +833,3 @@ def attach(server: grpc.aio.Server, api: GameSessionApi, bound: dict[str, str] |
     server.start = start  # type: ignore[method-assign]
     server.stop = stop  # type: ignore[method-assign]
 
-
-def _ends_stream(event: game_session_pb2.TableEvent) -> bool:
-    """The last event a table's stream carries: the match is over, or the table was cancelled."""
-    return event.HasField("match_ended") or event.HasField("table_cancelled")

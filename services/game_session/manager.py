@@ -31,7 +31,7 @@ from services.common.errors import (
     NotOwnerError,
     ResourceExhaustedError,
 )
-from services.game_session import store
+from services.game_session import store, wire
 from services.game_session.clock import Clock, TimerHandle
 from services.game_session.settings import GameSessionSettings
 from services.game_session.table import (
@@ -68,6 +68,20 @@ class Subscriber:
     #: that they keep their place among the changes.
     queue: asyncio.Queue[Entry | game_session_pb2.PlayUpdate | StreamFailure | None] = field(
         default_factory=asyncio.Queue)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a new stream sends first (`Manager.subscribe`): the snapshot, or the events after the
+    caller's `after_seq`, framed (`wire.frame`)."""
+
+    frames: list[bytes]
+    #: the sequence number of the last event included
+    last_seq: int
+    snapshot: bool
+    #: nothing follows: the replay reached the table's final event, or the snapshot is of a
+    #: table that changes no more
+    final: bool
 
 
 @dataclass(frozen=True)
@@ -487,21 +501,22 @@ class Manager:
             for entry in out:
                 sub.queue.put_nowait(entry)
 
-    def event_for(self, table: LiveTable, entry: Entry, sub: Subscriber) -> TableEvent:
+    def event_for(self, table: LiveTable, entry: Entry, sub: Subscriber) -> bytes:
+        """The entry's event as the subscriber may see it, framed (`wire.frame`)."""
         if entry.type == "chat" and sub.player is not None:
             runtime = self.runtime.get(table.table_id)
             sender = entry.data["x"]["sender"]
             if runtime is not None and (sub.player, sender) in runtime.mutes:
                 return muted_chat(entry)
-        return entry.proto(sub.viewer)
+        return entry.framed(sub.viewer)
 
     # -- streams ----------------------------------------------------------------------------------
     async def subscribe(
         self, table: LiveTable, viewer: int | None, player: str | None, after_seq: int
-    ) -> tuple[Subscriber, list[TableEvent]]:
+    ) -> tuple[Subscriber, Opening]:
         """Register a stream; returns it with what comes first: a snapshot (after_seq 0) or the
-        events after after_seq. Later events arrive on the subscriber's queue (deduplicated by
-        the caller by seq)."""
+        events after after_seq, up to the table's final event. Later events arrive on the
+        subscriber's queue (deduplicated by the caller by seq)."""
         runtime = self.runtime.get(table.table_id)
         if runtime is None:
             if table.lost:
@@ -513,12 +528,20 @@ class Manager:
             if after_seq > table.seq:
                 raise OutOfRangeError(f"after_seq {after_seq} is past the table's last event ({table.seq})")
             sub = Subscriber(viewer, player)
-            first: list[TableEvent]
             if after_seq == 0:
-                first = [TableEvent(seq=table.seq, time=timestamp(self.now_ms()),
-                                    snapshot=table.snapshot(viewer, self.address))]
+                snapshot = TableEvent(seq=table.seq, time=timestamp(self.now_ms()),
+                                      snapshot=table.snapshot(viewer, self.address))
+                opening = Opening([wire.frame(snapshot.SerializeToString())], table.seq, True, not table.live)
             else:
-                first = [self.event_for(table, e, sub) for e in table.entries[after_seq:]]
+                frames: list[bytes] = []
+                last, final = after_seq, False
+                for entry in table.entries[after_seq:]:
+                    frames.append(self.event_for(table, entry, sub))
+                    last = entry.seq
+                    if entry.type in FINAL_TYPES:
+                        final = True
+                        break
+                opening = Opening(frames, last, False, final)
             if table.live or after_seq < table.seq:
                 runtime.subscribers.append(sub)
             if viewer is not None and table.live:
@@ -528,7 +551,7 @@ class Manager:
                     grace.cancel()
         if viewer is not None and table.live:
             self.spawn(self._connected(table, viewer))
-        return sub, first
+        return sub, opening
 
     def unsubscribe(self, table: LiveTable, sub: Subscriber) -> None:
         runtime = self.runtime.get(table.table_id)

@@ -45,6 +45,7 @@ from engine.events import Event
 from engine.match import MatchState
 from engine.rules import Ruleset, ruleset_from_spec
 from engine.state import side_of
+from services.game_session import wire
 
 TableEvent = game_session_pb2.TableEvent
 State = game_session_pb2.Table
@@ -177,7 +178,7 @@ class Entry:
     the engine event, the protos built per viewer); older ones are compacted to their JSON text
     and parsed again on the rare reads (an old replay, an export, an old retry)."""
 
-    __slots__ = ("_data", "_event", "protos", "raw", "request", "seq", "type")
+    __slots__ = ("_data", "_event", "frames", "raw", "request", "seq", "type")
 
     def __init__(self, seq: int, data: dict[str, Any], event: Event | None = None) -> None:
         self.seq = seq
@@ -188,8 +189,9 @@ class Entry:
         #: (scope, request_id) of the request that made this change, on its first entry, while the
         #: table is live in this process (`Play` streams answer requests with it)
         self.request: tuple[str, str] | None = None
-        #: TableEvent per viewer class (seat number, -1 spectators, -2 everyone), built once.
-        self.protos: dict[int, TableEvent] = {}
+        #: The TableEvent per viewer class (seat number, -1 spectators, -2 everyone), built,
+        #: serialized and framed for the streams once (`wire.frame`).
+        self.frames: dict[int, bytes] = {}
 
     @property
     def data(self) -> dict[str, Any]:
@@ -214,10 +216,10 @@ class Entry:
     def compact(self) -> None:
         """Keep only the JSON text (old hands)."""
         self.seal()
-        self.protos = {}
+        self.frames = {}
 
     def seal(self, players: int = 0, spectators: bool = True) -> None:
-        """Once written and published: build every viewer's proto now, then drop the dicts and the
+        """Once written and published: encode every viewer's form now, then drop the dicts and the
         engine event (the JSON text stays). A live table then holds a few objects per event
         instead of dozens, which keeps the garbage collector's passes short. A private event's
         spectator form is built only when `spectators` (someone watches now); a spectator who
@@ -228,25 +230,30 @@ class Entry:
             private = self.type in PRIVATE_TYPES
             if private:
                 for viewer in range(players):
-                    self.proto(viewer)
+                    self.framed(viewer)
             if spectators or not private:
-                self.proto(None)
+                self.framed(None)
         if self.raw is None:
             self.raw = to_json(self._data)
         self._data = None
         self._event = None
 
-    def proto(self, viewer: int | None) -> TableEvent:
-        """The event as `viewer` (a seat, None for a spectator) may see it."""
+    def framed(self, viewer: int | None) -> bytes:
+        """The event as `viewer` (a seat, None for a spectator) may see it, serialized and framed
+        as an element of `TableChanges.events` (`wire.frame`)."""
         key = -1 if viewer is None else viewer
         if self.type not in PRIVATE_TYPES:
             key = -2  # one form for everyone
-        cached = self.protos.get(key)
+        cached = self.frames.get(key)
         if cached is None:
-            cached = build_proto(self, viewer)
-            if self._data is not None:  # a sealed entry keeps the protos it had
-                self.protos[key] = cached
+            cached = wire.frame(build_proto(self, viewer).SerializeToString())
+            if self._data is not None:  # a sealed entry keeps the forms it had
+                self.frames[key] = cached
         return cached
+
+    def proto(self, viewer: int | None) -> TableEvent:
+        """The event as `viewer` may see it, as a message (a unary call's answer)."""
+        return TableEvent.FromString(wire.unframe(self.framed(viewer)))
 
 
 @dataclass
@@ -726,9 +733,8 @@ def build_proto(entry: Entry, viewer: int | None) -> TableEvent:
     return out
 
 
-def muted_chat(entry: Entry) -> TableEvent:
-    """A chat event from a sender the viewer muted: the sequence number without the text."""
-    out = TableEvent()
-    out.CopyFrom(entry.proto(None))
+def muted_chat(entry: Entry) -> bytes:
+    """A chat event from a sender the viewer muted: the sequence number without the text (framed)."""
+    out = entry.proto(None)
     out.chat_message.text = ""
-    return out
+    return wire.frame(out.SerializeToString())

@@ -49,7 +49,7 @@ def test_old_hands_are_compacted_and_read_back_the_same() -> None:
     table = _bot_table("compact")
     seen = _play_hands(table, 3)
     assert table.compacted > 0
-    assert all(e.raw is not None and not e.protos for e in table.entries[: table.compacted])
+    assert all(e.raw is not None and not e.frames for e in table.entries[: table.compacted])
     for entry in table.entries:
         data, *views = seen[entry.seq]
         assert entry.data == data
@@ -85,7 +85,7 @@ def test_a_finished_match_is_compacted_but_its_last_change_and_reads_back_the_sa
     last = 3  # the final change's entries keep their protos: the streams are sending them
     table.compact_finished(keep=last)
     assert table.compacted == len(table.entries) - last
-    assert all(e.raw is not None and not e.protos for e in table.entries[:-last])
+    assert all(e.raw is not None and not e.frames for e in table.entries[:-last])
     for entry in table.entries:
         data, *views = seen[entry.seq]
         assert entry.data == data
@@ -94,6 +94,6 @@ def test_a_finished_match_is_compacted_but_its_last_change_and_reads_back_the_sa
     copy = _bot_table("finished", express=True)
     copy.restore([e.data for e in table.entries])
     assert not copy.live and copy.compacted == len(copy.entries)
-    assert all(not e.protos for e in copy.entries)
+    assert all(not e.frames for e in copy.entries)
     assert [[e.proto(v) for v in (0, 1, None)] for e in copy.entries] == \
         [list(seen[e.seq][1:]) for e in table.entries]
