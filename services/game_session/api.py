@@ -394,11 +394,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 reader.start(self._play_requests(requests, table, seat, sub, scope, reader))
             queue, event_for = sub.queue, self.manager.event_for
             while True:
-                items = [await queue.get()]
-                # A change's entries are queued together, synchronously (Manager._publish): what is
-                # queued now is one or more whole changes.
-                while not queue.empty() and items[-1] is not None:
-                    items.append(queue.get_nowait())
+                items = await queue.get_all()  # one or more whole changes
                 frames: list[bytes] = []
                 answered: list[str] = []
                 for item in items:

@@ -598,8 +598,8 @@ async def ramp_step(driver: Any, pid: int, offered: float, args: argparse.Namesp
         rate, p50, p99 = summarise("ramp", result)
         seconds = max(result["seconds"], 1e-9)
         print(f"bench-step: offered {offered:.0f}/s achieved {rate:.0f}/s p50 {p50:.1f} ms "
-              f"p99 {p99:.1f} ms server cpu {cpu_used / seconds:.2f} "
-              f"driver cpu {result['driver_cpu'] / seconds:.2f} "
+              f"p99 {p99:.1f} ms server cpu {cpu_used / seconds:.3f} "
+              f"driver cpu {result['driver_cpu'] / seconds:.3f} "
               f"driver loop lag p99 {result['driver_lag_p99'] * 1000:.0f} ms "
               f"health check p99 {result['health_p99'] * 1000:.0f} ms"
               + (f" (window {attempt + 1})" if attempt else ""), flush=True)
