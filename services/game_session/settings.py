@@ -59,9 +59,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("BURACO_GAME_SESSION_BATCH_MAX", "256", "most actions one group-commit transaction carries"),
     Setting(
         "BURACO_GAME_SESSION_BATCH_WAIT_MS",
-        "2",
-        "how long the log writer, once a change is waiting, waits for others to commit with it "
-        "(fewer, larger transactions under load; 0: commit at once)",
+        "5",
+        "how long the log writer, under load, once a change is waiting, waits for others to commit "
+        "with it (fewer, larger transactions; a lone change at a quiet moment commits at once; 0: never wait)",
     ),
     Setting(
         "BURACO_GAME_SESSION_WRITERS",
@@ -89,7 +89,7 @@ class GameSessionSettings:
     outbox_max_retry_seconds: float = 60.0
     batch_max: int = 256
     writers: int = 1
-    batch_wait_seconds: float = 0.002
+    batch_wait_seconds: float = 0.005
 
 
 def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> GameSessionSettings:
@@ -160,7 +160,7 @@ def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> G
         ),
         writers=int(number_setting("BURACO_GAME_SESSION_WRITERS", raw("BURACO_GAME_SESSION_WRITERS", "1"), 1, 64)),
         batch_wait_seconds=number_setting(
-            "BURACO_GAME_SESSION_BATCH_WAIT_MS", raw("BURACO_GAME_SESSION_BATCH_WAIT_MS", "2"), 0, 1000
+            "BURACO_GAME_SESSION_BATCH_WAIT_MS", raw("BURACO_GAME_SESSION_BATCH_WAIT_MS", "5"), 0, 1000
         )
         / 1000.0,
     )

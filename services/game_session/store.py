@@ -16,11 +16,14 @@ busy replica makes few, large transactions (measured with `make bench-sessions` 
 service and in PostgreSQL, and sustained about 12% less). More workers commit side by side (each
 on its own connection), for a database whose commit latency rather than its CPU is the limit; a
 table has at most one change in flight (its lock), so two batches never hold the same lease row,
-and they lock their rows in table id order: no deadlock. A worker that finds a write waits
-`BURACO_GAME_SESSION_BATCH_WAIT_MS` (2 ms) for others to join it before it commits, as
-PostgreSQL's own `commit_delay` does: at 2,000 actions/s on the bench machine that halved the
-commits (574/s to 307/s), took PostgreSQL's CPU from 0.19 to 0.11 of a core and the service's
-CPU per action down 15%, for 0.3 ms more median latency.
+and they lock their rows in table id order: no deadlock. Under load (the worker's last batch
+carried more than one write), a worker that finds a write waits `BURACO_GAME_SESSION_BATCH_WAIT_MS`
+(5 ms) for others to join it before it commits, as PostgreSQL's own `commit_delay` does only
+while other transactions are active; a lone write at a quiet moment commits at once. Measured on
+the bench machine at 2,000 actions/s: a 2 ms wait halved the commits (574/s to 307/s), took
+PostgreSQL's CPU from 0.19 to 0.11 of a core and the service's CPU per action down 15%; 5 ms took
+another 6-9% off the service's CPU per action (and 4-8% off the bench client's: the streams'
+messages leave in larger bursts) for 2.5 ms more median latency; 10 ms gained nothing more.
 Leases are renewed through one heartbeat row per replica (`game_session_replicas`), never by
 touching the lease rows, so renewals and appends do not wait for each other. SQLite has one writer.
 """
@@ -111,6 +114,8 @@ class Writer:
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: list[Any] = [None] * self.workers
         self.committed_batches = 0
+        #: writes in the worker's last batch: more than one means load, and the next batch waits
+        self.last_batch = 0
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -139,10 +144,11 @@ class Writer:
         while True:
             batch = [await self._queue.get()]
             try:
-                if self.batch_wait > 0:
-                    await asyncio.sleep(self.batch_wait)  # let the batch grow: fewer, larger commits
+                if self.batch_wait > 0 and (self.last_batch > 1 or not self._queue.empty()):
+                    await asyncio.sleep(self.batch_wait)  # under load, let the batch grow: fewer, larger commits
                 while len(batch) < self.batch_max and not self._queue.empty():
                     batch.append(self._queue.get_nowait())
+                self.last_batch = len(batch)
                 # A match end (outbox rows, the lease no longer live) takes the ORM's path, a
                 # statement per write: it commits on its own, so that the batch's plain appends
                 # still take the one-statement path. (Together, every match end held the whole

@@ -147,12 +147,16 @@ async def test_a_takeover_committed_while_a_batch_waits_for_its_lease_row_refuse
     assert (await _table_rows(database))["t1"] == (1, 0, "[0,0]", 0)
 
 
-@pytest.mark.parametrize(("wait", "batches"), [(0.0, 2), (0.5, 1)])
-async def test_a_write_arriving_within_the_batch_wait_joins_the_batch(
-    database: Database, wait: float, batches: int
+@pytest.mark.parametrize(("wait", "busy", "batches"), [(0.0, True, 2), (0.5, True, 1), (0.5, False, 2)])
+async def test_under_load_a_write_arriving_within_the_batch_wait_joins_the_batch(
+    database: Database, wait: float, busy: bool, batches: int
 ) -> None:
+    """Under load (the last batch carried more than one write) the worker waits for more writes
+    before it commits; a lone write at a quiet moment commits at once, and so does every write
+    without a wait."""
     await _tables(database, ("t1", 1), ("t2", 1))
     writer = store.Writer(database, batch_wait=wait)
+    writer.last_batch = 2 if busy else 1
     writer.start()
     try:
         first = asyncio.ensure_future(writer.submit(_write("t1", 1, range(1, 3))))
