@@ -141,7 +141,8 @@ class TableConnection:
         self.on_message: Callable[[str, Any], None] | None = None
         self.reconnects = 0
         self.stream_error: BaseException | None = None
-        self._changed = asyncio.Condition()
+        #: futures of the tasks waiting for the model's next change (`wait_until`), all woken by it
+        self._waiters: list[asyncio.Future[None]] = []
         self._channel: grpc.aio.Channel | None = None
         self._channel_address = ""
         self._stub: game_session_pb2_grpc.GameSessionServiceAsyncStub | None = None
@@ -193,6 +194,13 @@ class TableConnection:
             raise ConnectionError(f"the stream of {self.table} ended before its first event")
 
     async def _follow(self) -> None:
+        try:
+            await self._follow_stream()
+        finally:  # the stream has ended for good (or the connection closed)
+            self._notify()
+            self._fail_pending()
+
+    async def _follow_stream(self) -> None:
         delay = 0.05
         give_up = time.monotonic() + self.retry_seconds
         while not self._closed:
@@ -215,8 +223,6 @@ class TableConnection:
                     return
                 if error.code() not in RETRYABLE or time.monotonic() > give_up:
                     self.stream_error = error
-                    async with self._changed:
-                        self._changed.notify_all()
                     raise
                 self._redirect(error)
             if self.model.finished or self.closed:
@@ -224,8 +230,6 @@ class TableConnection:
             self.reconnects += 1
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
-        async with self._changed:
-            self._changed.notify_all()
 
     async def _messages(self) -> AsyncIterator[
             tuple[str, Sequence[game_session_pb2.TableEvent], game_session_pb2.PlayUpdate | None]]:
@@ -292,21 +296,34 @@ class TableConnection:
     async def _applied(self) -> None:
         """A whole change is in the model: wake whoever waits on it."""
         self._ready.set()
-        async with self._changed:
-            self._changed.notify_all()
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake every task waiting for the model to change (or the stream to end)."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def wait_until(self, predicate: Callable[[TableModel], bool], timeout: float | None = None) -> None:
         """Wait until the model satisfies `predicate` (or the stream fails for good)."""
-        async def wait() -> None:
-            async with self._changed:
-                while not predicate(self.model):
-                    if self.stream_error is not None:
-                        raise self.stream_error
-                    if self._follower is not None and self._follower.done() and not predicate(self.model):
-                        raise ConnectionError(f"the stream of {self.table} ended")
-                    await self._changed.wait()
+        if timeout is None:
+            await self._wait_until(predicate)
+        else:
+            await asyncio.wait_for(self._wait_until(predicate), timeout)
 
-        await asyncio.wait_for(wait(), timeout)
+    async def _wait_until(self, predicate: Callable[[TableModel], bool]) -> None:
+        # a future of its own per waiter and change (a cancelled waiter cancels no other), woken
+        # by `_notify`: an asyncio.Condition's lock and bookkeeping cost a busy client more
+        loop = asyncio.get_running_loop()
+        while not predicate(self.model):
+            if self.stream_error is not None:
+                raise self.stream_error
+            if self._follower is not None and self._follower.done() and not predicate(self.model):
+                raise ConnectionError(f"the stream of {self.table} ended")
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            await waiter
 
     async def close(self) -> None:
         self._closed = True
@@ -398,18 +415,36 @@ class TableConnection:
                 with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
                     await call.write(message)  # a failed write is sent again on the resumed stream
                     pending.sent_on = call
-        follower = self._follower
-        waited: set[asyncio.Future[Any]] = {pending.answer, follower}
-        done, _ = await asyncio.wait(waited, timeout=self.retry_seconds + 10, return_when=asyncio.FIRST_COMPLETED)
-        if pending.answer not in done:
+        if self._follower.done():  # it ended meanwhile, and failed what was pending then
+            self._fail_pending()
+        # answered by the stream (`_answered`), failed when the stream ends for good
+        # (`_fail_pending`), or timed out here: one future, no asyncio.wait per action
+        timer = asyncio.get_running_loop().call_later(
+            self.retry_seconds + 10, self._time_out, request.request_id, method)
+        try:
+            return await pending.answer
+        finally:
+            timer.cancel()
             self._pending.pop(request.request_id, None)
-            if follower in done and self.stream_error is not None:
-                raise self.stream_error
-            if self.model.finished:  # the stream ended with the match, before this action's answer
-                raise ActionRefused(grpc.StatusCode.FAILED_PRECONDITION, f"{self.table}: the match is over",
-                                    self.model.seq)
-            raise TimeoutError(f"{method} on {self.table}: no answer on the Play stream")
-        return pending.answer.result()
+
+    def _time_out(self, request_id: str, method: str) -> None:
+        pending = self._pending.pop(request_id, None)
+        if pending is not None and not pending.answer.done():
+            pending.answer.set_exception(TimeoutError(f"{method} on {self.table}: no answer on the Play stream"))
+
+    def _fail_pending(self) -> None:
+        """The stream has ended for good: the actions still waiting for an answer get none."""
+        for request_id, pending in list(self._pending.items()):
+            if pending.answer.done():
+                continue
+            del self._pending[request_id]
+            if self.stream_error is not None:
+                pending.answer.set_exception(self.stream_error)
+            elif self.model.finished:  # the stream ended with the match, before this action's answer
+                pending.answer.set_exception(ActionRefused(
+                    grpc.StatusCode.FAILED_PRECONDITION, f"{self.table}: the match is over", self.model.seq))
+            else:
+                pending.answer.set_exception(ConnectionError(f"the Play stream of {self.table} ended"))
 
     async def hints(self) -> game_session_pb2.GetLegalMovesResponse:
         reply: game_session_pb2.GetLegalMovesResponse = await self._unary(
