@@ -484,6 +484,9 @@ async def play_seat(
         seat = model.viewer_seat
         assert seat is not None
         action = bot.choose(state.view(seat), state.legal_actions())
+        # not kept alive across the waits below: the shadow state is hundreds of objects, which
+        # a client of many seats otherwise keeps for every seat, for its collector to scan
+        del state
         if pace is not None:
             await pace()
         seq = model.seq
