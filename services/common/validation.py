@@ -34,6 +34,8 @@ def require(condition: bool, field: str, problem: str) -> None:
 
 def request_id(value: str, field: str = "request_id") -> str:
     """The idempotency key of a mutating call: 1 to 64 printable ASCII characters."""
+    if 0 < len(value) <= MAX_REQUEST_ID and value.isascii() and value.isprintable():
+        return value  # the common case, checked without building the messages below
     require(value != "", field, "required")
     require(len(value) <= MAX_REQUEST_ID, field, f"at most {MAX_REQUEST_ID} characters")
     require(value.isascii() and value.isprintable(), field, "printable ASCII only")

@@ -454,7 +454,8 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 started, code = time.perf_counter(), "OK"
                 reader.busy = True
                 try:
-                    check.require(request.table == table.name, f"{kind}.table", f"must be the joined {table.name}")
+                    if request.table != table.name:
+                        raise InvalidArgumentError(f"{kind}.table", f"must be the joined {table.name}")
                     retry = (scope, request.request_id) in table.requests
                     await self._apply(method, request, make, joined)  # the stream carries its change
                     if retry:  # its change was delivered already: answer the request alone
@@ -471,7 +472,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 finally:
                     reader.busy = False
                     if metrics is not None:  # each action as its own call: latency and code by action
-                        metrics.observe(f"{SERVICE_PATH}Play/{method}", code, time.perf_counter() - started)
+                        metrics.observe(PLAY_METRIC_NAMES[method], code, time.perf_counter() - started)
                 if reader.stopped():  # the stream ended during the change
                     return
         except asyncio.CancelledError:
@@ -515,7 +516,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         else:
             table, seat, scope = joined
         action = make(request) if make is not None else None
-        digest = request_hash(f"{SERVICE}/{method}", request)
+        digest = request_hash(METHOD_NAMES[method], request)
         expected = getattr(request, "expected_seq", None)
 
         def work(out: list[Entry]) -> None:
@@ -724,6 +725,10 @@ PLAY_ACTIONS: dict[str, tuple[str, Callable[[Any], Action] | None]] = {
     "discard": ("Discard", _discard),
     "leave": ("LeaveTable", None),
 }
+#: The action methods' full names (their requests' digests), and a Play stream's action as a call
+#: in the metrics, written once rather than at every action.
+METHOD_NAMES = {method: f"{SERVICE}/{method}" for method, _ in PLAY_ACTIONS.values()}
+PLAY_METRIC_NAMES = {method: f"{SERVICE_PATH}Play/{method}" for method, _ in PLAY_ACTIONS.values()}
 
 
 class PlayReader:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -170,3 +171,17 @@ def test_the_hash_ignores_the_request_id_only() -> None:
     assert request_hash("Grant", grant("a")) == request_hash("Grant", grant("b"))
     assert request_hash("Grant", grant("a")) != request_hash("Grant", grant("a", amount=1))
     assert request_hash("Grant", grant("a")) != request_hash("Other", grant("a"))
+
+
+def test_the_hash_leaves_the_request_as_it_was_and_keeps_its_stored_values() -> None:
+    """Digests are stored (game-session logs, idempotency rows) and compared after a restart or an
+    upgrade: the value is the SHA-256 of the method, a zero byte and the request serialized
+    deterministically without its request_id, as it always was."""
+    request = grant("a", amount=7)
+    before = request.SerializeToString()
+    copy = type(request)()
+    copy.CopyFrom(request)
+    copy.ClearField("request_id")
+    expected = hashlib.sha256(b"Grant\0" + copy.SerializeToString(deterministic=True)).hexdigest()
+    assert request_hash("Grant", request) == expected
+    assert request.SerializeToString() == before and request.request_id == "a"
