@@ -7,9 +7,12 @@ epoch and owner still on record (fencing: a replica that lost a table can never 
 log), and inserts their entries, table-row updates and outbox rows. Each change's caller waits for
 its batch to commit before anyone is told about its events.
 
-On PostgreSQL the common batch (appends and table-row updates, no match end) is one statement
-(`_APPEND_SQL`): one round trip, one implicit transaction; the match ends of a batch (outbox rows,
-the lease no longer live) commit apart, through the ORM, after it. One worker is the default
+On PostgreSQL a batch is one statement (`_APPEND_SQL`): one round trip, one implicit transaction,
+its match ends (outbox rows, the lease no longer live) included; SQLite's goes through the ORM,
+a statement per row. (Match ends used to take the ORM's path on PostgreSQL too, apart from their
+batch's plain appends: about 1.5% of a busy replica's CPU in the bench's steady state of matches
+ending, and in one transaction with the appends it held every action of the batch for tens of
+milliseconds.) One worker is the default
 (`BURACO_GAME_SESSION_WRITERS`): the batch grows with the load while a commit is in flight, so a
 busy replica makes few, large transactions (measured with `make bench-sessions` on a shared
 2-core machine: 4 workers cost about 10% more CPU per action than 1 at 2,000 actions/s, in the
@@ -66,12 +69,6 @@ class Write:
     finished: bool = False
     future: asyncio.Future[None] | None = None
 
-    @property
-    def plain(self) -> bool:
-        """An append (and table-row update) only: no outbox rows, the table still live. Plain
-        writes take the one-statement path on PostgreSQL; a match end takes the ORM's."""
-        return not self.outbox and not self.finished
-
 
 #: `Writer._commit_asyncpg`'s statement. The lease rows are locked (FOR UPDATE, in table id
 #: order, so two batches never deadlock) only where epoch and owner still match; a lease taken over
@@ -96,6 +93,18 @@ WITH ok AS (
     FROM unnest($7::text[], $8::int[], $9::bigint[], $10::text[], $11::bigint[])
         AS u(id, state, seq, match_scores, updated_ms)
     WHERE t.id = u.id AND u.id IN (SELECT table_id FROM ok)
+), queued AS (
+    INSERT INTO game_session_outbox
+        (table_id, target, request, state, attempts, next_attempt_ms, created_ms, last_error)
+    SELECT o.table_id, o.target, o.request, 'pending', 0, 0, o.created_ms, ''
+    FROM unnest($12::text[], $13::text[], $14::bytea[], $15::bigint[])
+        AS o(table_id, target, request, created_ms)
+    WHERE o.table_id IN (SELECT table_id FROM ok)
+), ended AS (
+    UPDATE game_session_leases AS l
+    SET live = 0
+    FROM unnest($16::text[]) AS f(table_id)
+    WHERE l.table_id = f.table_id AND f.table_id IN (SELECT table_id FROM ok)
 )
 SELECT table_id FROM ok
 """
@@ -149,15 +158,7 @@ class Writer:
                 while len(batch) < self.batch_max and not self._queue.empty():
                     batch.append(self._queue.get_nowait())
                 self.last_batch = len(batch)
-                # A match end (outbox rows, the lease no longer live) takes the ORM's path, a
-                # statement per write: it commits on its own, so that the batch's plain appends
-                # still take the one-statement path. (Together, every match end held the whole
-                # batch's commit for tens of milliseconds: the steady-state ramp's p99.)
-                plain = [w for w in batch if w.plain]
-                if plain:
-                    await self._settle(plain, index)
-                if len(plain) < len(batch):
-                    await self._settle([w for w in batch if not w.plain], index)
+                await self._settle(batch, index)
             except asyncio.CancelledError:
                 for write in batch:
                     if write.future is not None and not write.future.done():
@@ -190,7 +191,7 @@ class Writer:
                 write.future.set_result(None)
 
     async def _commit(self, batch: Sequence[Write], index: int) -> set[str]:
-        if self.db.dialect == "postgresql" and all(w.plain for w in batch):
+        if self.db.dialect == "postgresql":
             return await self._commit_asyncpg(batch, index)
         for attempt in range(20):
             try:
@@ -214,12 +215,15 @@ class Writer:
         return connection
 
     async def _commit_asyncpg(self, batch: Sequence[Write], index: int) -> set[str]:
-        """The common case (appends and table-row updates, no match end) in one statement, so one
-        round trip and one implicit transaction: lock the lease rows that still carry the writes'
-        epochs and owner (in table id order), insert the events and update the table rows of
-        those tables only. A table whose lease moved is left out: it is refused."""
+        """A batch in one statement, so one round trip and one implicit transaction: lock the lease
+        rows that still carry the writes' epochs and owner (in table id order); for those tables
+        only, insert the events, update the table rows, queue the outbox rows of the match ends
+        and mark their leases no longer live. A table whose lease moved is left out: it is
+        refused."""
         connection = await self._connection(index)
         updates = [(w.table_id, u) for w in batch if (u := w.table_update) is not None]
+        owed = [(w.table_id, target, request, int(w.table_update["updated_ms"]) if w.table_update else 0)
+                for w in batch for target, request in w.outbox]
         try:
             rows = await connection.fetch(
                 _APPEND_SQL,
@@ -234,6 +238,11 @@ class Writer:
                 [int(u["seq"]) for _, u in updates],
                 [str(u["match_scores"]) for _, u in updates],
                 [int(u["updated_ms"]) for _, u in updates],
+                [table_id for table_id, _, _, _ in owed],
+                [target for _, target, _, _ in owed],
+                [request for _, _, request, _ in owed],
+                [created for _, _, _, created in owed],
+                [w.table_id for w in batch if w.finished],
             )
         except BaseException:
             await self._close_connection(index)

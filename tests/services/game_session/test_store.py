@@ -55,10 +55,13 @@ async def test_a_batch_writes_the_tables_whose_lease_holds_and_refuses_the_other
     await _tables(database, ("t1", 1), ("t2", 2), ("t3", 1))
     writer = store.Writer(database)
     writer.start()
+    ended = _write("t2", 1, range(1, 3), state=3)  # a match end, refused like any write of t2
+    ended.finished = True
+    ended.outbox = [("wallet.Settle", b"settle t2")]
     try:
         results = await asyncio.gather(
             writer.submit(_write("t1", 1, range(1, 4))),
-            writer.submit(_write("t2", 1, range(1, 3))),
+            writer.submit(ended),
             writer.submit(_write("t3", 1, range(1, 2))),
             return_exceptions=True,
         )
@@ -70,6 +73,9 @@ async def test_a_batch_writes_the_tables_whose_lease_holds_and_refuses_the_other
     assert await _table_rows(database) == {
         "t1": (2, 3, "[5,7]", 1003), "t2": (1, 0, "[0,0]", 0), "t3": (2, 1, "[5,7]", 1001)}
     assert writer.committed_batches >= 1
+    async with database.transaction() as session:
+        assert (await session.execute(select(models.outbox.c.id))).all() == []
+    assert (await store.held(database, OWNER)).get("t2") == 2  # still live, under its new epoch
 
 
 async def test_a_bad_write_fails_only_its_caller(database: Database) -> None:
@@ -186,9 +192,11 @@ async def test_the_lease_scan_reads_the_live_tables_only(database: Database) -> 
     assert await store.held(database, "replica-b") == {}
 
 
-async def test_a_match_end_commits_apart_from_the_plain_appends_of_its_batch(database: Database) -> None:
-    """A match end (here: its entries clash with the log) takes the ORM's path on its own; the
-    batch's plain appends commit without it, once, and are not held by its failure."""
+async def test_a_failing_match_end_fails_alone_and_a_match_end_commits_its_outbox_and_lease(
+        database: Database) -> None:
+    """A match end (here: its entries clash with the log) that fails fails alone: the batch's other
+    writes commit without it. One that ends well commits its entries, its outbox rows and its
+    lease no longer live, in one transaction."""
     await _tables(database, ("t1", 1), ("t2", 1), ("t3", 1))
     writer = store.Writer(database)
     writer.start()
@@ -205,11 +213,20 @@ async def test_a_match_end_commits_apart_from_the_plain_appends_of_its_batch(dat
         )
         ok = _write("t3", 1, range(3, 5), state=3)
         ok.finished = True
+        ok.outbox = [("wallet.Settle", b"settle t3"), ("ranking.RecordMatch", b"record t3")]
         await writer.submit(ok)
     finally:
         await writer.stop()
     assert results[0] is None and results[2] is None
     assert isinstance(results[1], Exception) and not isinstance(results[1], store.LeaseLostError)
-    assert writer.committed_batches - before == 2  # the plain appends, then the match end that ended well
+    assert writer.committed_batches > before
     assert await _logged(database) == {"t1": [1, 2], "t2": [1], "t3": [1, 2, 3, 4]}
     assert await store.held(database, OWNER) == {"t1": 1, "t2": 1}  # t3's lease is no longer live
+    async with database.transaction() as session:
+        queued = (await session.execute(
+            select(models.outbox.c.table_id, models.outbox.c.target, models.outbox.c.request,
+                   models.outbox.c.state, models.outbox.c.attempts).order_by(models.outbox.c.id)
+        )).all()
+    assert [tuple(row) for row in queued] == [
+        ("t3", "wallet.Settle", b"settle t3", "pending", 0), ("t3", "ranking.RecordMatch", b"record t3", "pending", 0)]
+    assert (await _table_rows(database))["t3"][0] == 3  # the table row's state moved with it
