@@ -663,7 +663,9 @@ async def orchestrate(args: argparse.Namespace) -> int:
 
             # (a) human pace
             rss_before = rss_bytes(pid)
+            cpu_before_setup = cpu_seconds(pid)
             setup = await driver.ask({"cmd": "setup", "tables": args.tables, **common})
+            setup_cpu = cpu_seconds(pid) - cpu_before_setup
             rate_offered = args.tables / args.pace
             result, cpu_used = await driver.run_window(
                 {"cmd": "run", "rate": rate_offered, "warmup": args.warmup, "seconds": args.seconds}, pid)
@@ -671,6 +673,8 @@ async def orchestrate(args: argparse.Namespace) -> int:
             rate, p50, p99 = summarise("human", result)
             report("sessions_human_concurrent_tables", result["tables"], "tables")
             report("sessions_human_setup_seconds", setup["seconds"], "s")
+            # a table's start: CreateTable, its players' streams joined, the first deal
+            report("sessions_server_cpu_per_table_start", setup_cpu / max(1, setup["tables"]) * 1000, "ms")
             report("sessions_human_offered_actions_per_s", rate_offered, "actions/s")
             report("sessions_human_actions_per_s", rate, "actions/s")
             report("sessions_human_latency_p50", p50, "ms")
