@@ -90,6 +90,12 @@ class IdempotencyStore:
         self.retention = retention
         self._clock = clock or (lambda: datetime.now(UTC))
 
+    def window(self) -> tuple[datetime, datetime]:
+        """(now, when an answer stored now expires): for a service that stores a key itself, in a
+        statement of its own (the game sessions' CreateTable on PostgreSQL)."""
+        now = self._clock()
+        return now, now + self.retention
+
     async def _stored(
         self,
         session: AsyncSession,

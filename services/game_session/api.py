@@ -138,6 +138,22 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         description.create_time.FromMilliseconds(now)
         table = LiveTable(table_id, description, now)
         created: list[LiveTable] = []
+        method = f"{SERVICE}/CreateTable"
+        if self.manager.direct is not None:  # PostgreSQL: a new table in one statement
+            reply = table.table_proto(self.manager.address)
+            stored_at, expires_at = self.idempotency.window()
+            if await self.manager.direct.create_table(
+                scope=identity.principal, request_id=request.request_id, method=method,
+                digest=request_hash(method, request), table_id=table_id, match_id=description.match_id,
+                description=description.SerializeToString(), state=State.STATE_WAITING, now_ms=now,
+                seats=[(s.seat, s.player) for s in table.seats if s.player is not None],
+                owner_address=self.manager.address, owner_id=self.manager.owner_id,
+                response=reply.SerializeToString(deterministic=True), created_at=stored_at, expires_at=expires_at,
+            ):
+                if table_id not in self.manager.tables:
+                    self.manager.adopt(table)
+                return reply
+            # a retry, a clash, or an expired key: the general path below tells them apart
 
         async def work(session: Any) -> game_session_pb2.Table:
             exists = (await session.execute(
@@ -166,7 +182,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
 
         try:
             reply = await self.idempotency.run(
-                self.deps.db, scope=identity.principal, method=f"{SERVICE}/CreateTable", request=request,
+                self.deps.db, scope=identity.principal, method=method, request=request,
                 response_type=game_session_pb2.Table, work=work,
             )
         except IntegrityError:

@@ -176,6 +176,8 @@ class Manager:
         self.runtime: dict[str, Runtime] = {}
         self._loading: dict[str, asyncio.Future[LiveTable]] = {}
         self.writer = store.Writer(db, settings.batch_max, settings.writers, settings.batch_wait_seconds)
+        #: the API's own statements on PostgreSQL (None on SQLite: the ORM's path)
+        self.direct = store.Direct(db) if db.dialect == "postgresql" else None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._settle_task: asyncio.Task[None] | None = None
@@ -234,6 +236,8 @@ class Manager:
         for task in list(self._tasks):
             task.cancel()
         await self.writer.stop()
+        if self.direct is not None:
+            await self.direct.close()
         if not self.release_on_stop:
             return
         try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from sqlalchemy import select
 
 from buraco.v1 import common_pb2, game_session_pb2
 from engine.cards import parse
@@ -20,6 +21,7 @@ from engine.deal import deal_from_seed
 from engine.replay import parse_record, replay
 from engine.rules import preset
 from services.common.auth import Kind
+from services.game_session import models
 from tests.services.game_session.conftest import (
     Cluster,
     Stream,
@@ -113,6 +115,71 @@ async def test_create_get_list_cancel(cluster: Cluster) -> None:
     await started(cluster, "t7", "alice", "bob")
     late = stub.CancelTable(game_session_pb2.CancelTableRequest(name="tables/t7", request_id="c2"), metadata=svc)
     assert (await _code(late)).code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_a_table_created_in_one_statement_is_the_one_the_general_path_writes(cluster: Cluster) -> None:
+    """On PostgreSQL CreateTable writes a new table in one statement (`store.Direct`); it leaves the
+    same rows as the general path (the ORM's, SQLite's), and a retry, a reused request_id and a
+    clash of ids are told apart by the general path as before."""
+    node = await cluster.start()
+    stub = cluster.stub()
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
+    direct = node.api.manager.direct
+    assert (direct is not None) == (cluster.target.url.startswith("postgresql"))
+    wrote: list[bool] = []
+    if direct is not None:
+        create = direct.create_table
+
+        async def watched(**kwargs: Any) -> bool:
+            wrote.append(await create(**kwargs))
+            return wrote[-1]
+
+        direct.create_table = watched  # type: ignore[method-assign]
+    fast = await stub.CreateTable(table_request("fast", "alice", "bob"), metadata=svc)
+    assert wrote == ([True] if direct is not None else [])  # the one statement wrote it
+    node.api.manager.direct = None
+    general = await stub.CreateTable(table_request("general", "carol", "dave"), metadata=svc)
+    node.api.manager.direct = direct
+    db = node.api.deps.db
+
+    # what may differ between two tables: ids, names, players, times, and what is made of them
+    varying = {"id", "table_id", "match_id", "description", "request_id", "response", "request_hash",
+               "created_at", "expires_at", "player", "created_ms", "updated_ms"}
+
+    def rows_of(got: dict[str, list[Any]]) -> dict[str, list[dict[str, Any]]]:
+        return {name: [{k: v for k, v in row._asdict().items() if k not in varying} for row in rows]
+                for name, rows in got.items()}
+
+    async def stored(table_id: str) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {}
+        async with db.transaction() as session:
+            for name, table, column in (("tables", models.tables, models.tables.c.id),
+                                        ("seats", models.seats, models.seats.c.table_id),
+                                        ("leases", models.leases, models.leases.c.table_id)):
+                out[name] = list((await session.execute(select(table).where(column == table_id))).all())
+            keys = models.idempotency_keys
+            out["keys"] = list((await session.execute(
+                select(keys).where(keys.c.request_id == f"create-{table_id}"))).all())
+        return out
+
+    fast_rows, general_rows = await stored("fast"), await stored("general")
+    assert rows_of(fast_rows) == rows_of(general_rows)
+    assert [len(rows) for rows in fast_rows.values()] == [1, 2, 1, 1]
+    assert [r.player for r in fast_rows["seats"]] == ["alice", "bob"]
+    assert game_session_pb2.Table.FromString(fast_rows["keys"][0].response) == fast
+    assert game_session_pb2.Table.FromString(general_rows["keys"][0].response) == general
+    described = game_session_pb2.Table.FromString(fast_rows["tables"][0].description)
+    assert (described.name, described.match_id, described.create_time) == (fast.name, fast.match_id, fast.create_time)
+
+    assert await stub.CreateTable(table_request("fast", "alice", "bob"), metadata=svc) == fast  # a retry
+    reused = table_request("fast", "alice", "erin")  # the same request_id, another request
+    assert (await _code(stub.CreateTable(reused, metadata=svc))).code() == grpc.StatusCode.ALREADY_EXISTS
+    clash = table_request("other", "alice", "bob", match_id="m-fast")  # a new key, a match that exists
+    error = await _code(stub.CreateTable(clash, metadata=svc))
+    assert error.code() == grpc.StatusCode.ALREADY_EXISTS and "m-fast" in (error.details() or "")
+    assert (await stored("other"))["tables"] == []
+    assert wrote == ([True, False, False, False] if direct is not None else [])  # the rest: the general path
+    await started(cluster, "fast", "alice", "bob")  # the table created in one statement plays
 
 
 async def test_actions_errors_retries_and_stale_views(cluster: Cluster) -> None:
