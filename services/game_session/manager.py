@@ -83,12 +83,6 @@ class Inbox:
     def qsize(self) -> int:
         return len(self._items)
 
-    def empty(self) -> bool:
-        return not self._items
-
-    def get_nowait(self) -> Any:
-        return self._items.popleft()
-
     async def get(self) -> Any:
         """The next item, waiting for one."""
         while not self._items:
@@ -125,7 +119,6 @@ class Opening:
     frames: list[bytes]
     #: the sequence number of the last event included
     last_seq: int
-    snapshot: bool
     #: nothing follows: the replay reached the table's final event, or the snapshot is of a
     #: table that changes no more
     final: bool
@@ -582,7 +575,7 @@ class Manager:
             if after_seq == 0:
                 snapshot = TableEvent(seq=table.seq, time=timestamp(self.now_ms()),
                                       snapshot=table.snapshot(viewer, self.address))
-                opening = Opening([wire.frame(snapshot.SerializeToString())], table.seq, True, not table.live)
+                opening = Opening([wire.frame(snapshot.SerializeToString())], table.seq, not table.live)
             else:
                 frames: list[bytes] = []
                 last, final = after_seq, False
@@ -592,7 +585,7 @@ class Manager:
                     if entry.type in FINAL_TYPES:
                         final = True
                         break
-                opening = Opening(frames, last, False, final)
+                opening = Opening(frames, last, final)
             if table.live or after_seq < table.seq:
                 runtime.subscribers.append(sub)
             if viewer is not None and table.live:
