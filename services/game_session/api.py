@@ -756,19 +756,19 @@ class PlayReader:
         self.task: asyncio.Task[None] | None = None
         #: an action is being applied: the task may not be cancelled now
         self.busy = False
-        #: the stream has ended: the task ends once its change (if any) is done
-        self.stopping = False
+        #: the stream has ended: the task ends once its change (if any) is done (`stopped()`)
+        self._stopping = False
 
     def start(self, reading: Coroutine[Any, Any, None]) -> None:
         self.task = asyncio.get_running_loop().create_task(reading)
 
     def stop(self) -> None:
-        self.stopping = True
+        self._stopping = True
         if self.task is not None and not self.busy:
             self.task.cancel()
 
     def stopped(self) -> bool:
-        return self.stopping
+        return self._stopping
 
 
 async def _join(requests: AsyncIterator[Any]) -> game_session_pb2.SubscribeChangesRequest:

@@ -83,19 +83,21 @@ class Inbox:
     def qsize(self) -> int:
         return len(self._items)
 
-    async def get(self) -> Any:
-        """The next item, waiting for one."""
+    async def _wait(self) -> None:
+        """Until an item is queued."""
         while not self._items:
             waiter = self._waiter = self._loop.create_future()
             await waiter
+
+    async def get(self) -> Any:
+        """The next item, waiting for one."""
+        await self._wait()
         return self._items.popleft()
 
     async def get_all(self) -> list[Any]:
         """Every item queued, at least one (waiting for it): a change's entries are put together,
         synchronously (`Manager._publish`), so these are one or more whole changes."""
-        while not self._items:
-            waiter = self._waiter = self._loop.create_future()
-            await waiter
+        await self._wait()
         items = list(self._items)
         self._items.clear()
         return items
