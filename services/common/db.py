@@ -11,6 +11,7 @@ several services may share one PostgreSQL database or schema without reading eac
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,6 +39,24 @@ def new_metadata() -> MetaData:
     return MetaData(naming_convention=NAMING_CONVENTION)
 
 
+class _RollbackOnClose(sqlite3.Connection):
+    """A SQLite connection that rolls its open transaction back when it is closed.
+
+    A call cancelled in the middle of a statement (its deadline passed) makes SQLAlchemy
+    invalidate the connection and close it without a rollback. If a cursor of the cancelled
+    statement is still referenced (its traceback keeps it), SQLite's close only marks the
+    connection a zombie, and the zombie keeps the transaction and its write lock until the garbage
+    collector frees the cursor: every later write of the process, and of any other process on the
+    file, then waits in the busy handler. Rolling back first releases the lock at the close."""
+
+    def close(self) -> None:
+        try:
+            if self.in_transaction:
+                self.rollback()
+        finally:
+            super().close()
+
+
 def engine_for(url: str, *, schema: str | None = None, **kwargs: Any) -> AsyncEngine:
     """An async engine: SQLite with foreign keys, WAL and a busy timeout; PostgreSQL with
     `search_path` set to `schema` when given."""
@@ -50,7 +69,7 @@ def engine_for(url: str, *, schema: str | None = None, **kwargs: Any) -> AsyncEn
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         if memory:  # one shared connection, or every session would see a new empty database
             kwargs.setdefault("poolclass", StaticPool)
-        engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
+        engine = create_async_engine(url, connect_args={"timeout": 30, "factory": _RollbackOnClose}, **kwargs)
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
