@@ -150,8 +150,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 owner_address=self.manager.address, owner_id=self.manager.owner_id,
                 response=reply.SerializeToString(deterministic=True), created_at=stored_at, expires_at=expires_at,
             ):
-                if table_id not in self.manager.tables:
-                    self.manager.adopt(table)
+                self.manager.adopt(table)
                 return reply
             # a retry, a clash, or an expired key: the general path below tells them apart
 
@@ -187,7 +186,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             )
         except IntegrityError:
             raise AlreadyExistsError(f"tables/{table_id} or match_id {description.match_id!r} exists already") from None
-        if created and reply.name == description.name and table_id not in self.manager.tables:
+        if created and reply.name == description.name:
             self.manager.adopt(created[0])
         return reply
 
@@ -248,7 +247,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         identity = current_identity()
         table = await self._table(request.name, "name")
         self._viewer(table, identity)
-        return self._table_proto(table)
+        return await self.manager.read(table, self._table_proto)
 
     async def ListTables(
         self, request: game_session_pb2.ListTablesRequest, context: Context
@@ -290,8 +289,8 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         reply = game_session_pb2.ListTablesResponse()
         for row in rows[:size]:
             live = self.manager.tables.get(row.id)
-            if live is not None and not live.lost:
-                reply.tables.append(self._table_proto(live))
+            if live is not None:
+                reply.tables.append(await self.manager.read(live, self._table_proto))
                 continue
             table = game_session_pb2.Table.FromString(row.description)
             table.state = row.state
@@ -333,8 +332,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         check.require(request.after_seq >= 0, "after_seq", "must not be negative")
         table = await self._table(request.table)
         viewer, player = self._viewer(table, identity)
-        sub, opening = await self.manager.subscribe(table, viewer, player, request.after_seq)
-        return table, sub, opening
+        return await self.manager.subscribe(table, viewer, player, request.after_seq)
 
     # The stream handlers yield the messages' encodings (`wire`; the pipeline sends bytes as they
     # are), written from each event's form encoded once for its viewer class.
@@ -356,7 +354,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                 entry = await queue.get()
                 if not isinstance(entry, Entry):  # None: the end (the rest is for Play streams only)
                     if table.lost:
-                        raise self.manager._not_owner(table)
+                        raise self.manager.not_owner(table)
                     raise UnavailableError("stream ended (too far behind); resume with after_seq")
                 if entry.seq <= last:
                     continue
@@ -424,7 +422,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
                         if isinstance(item, StreamFailure):
                             raise item.error
                         if table.lost:
-                            raise self.manager._not_owner(table)
+                            raise self.manager.not_owner(table)
                         raise UnavailableError("stream ended (too far behind); resume with after_seq")
                     if item.seq <= last:
                         continue
@@ -502,11 +500,8 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         identity = current_identity()
         table = await self._table(request.table)
         viewer, _ = self._viewer(table, identity)
-        runtime = self.manager.runtime.get(table.table_id)
-        if runtime is None:
-            return table.snapshot(viewer, "")
-        async with runtime.lock:  # never a state whose events are not committed yet
-            return table.snapshot(viewer, self._table_proto(table).owner_address)
+        return await self.manager.read(
+            table, lambda live: live.snapshot(viewer, self.manager.address if live.live else ""))
 
     # -- actions ----------------------------------------------------------------------------------
     async def _act(self, method: str, request: Any, make: Callable[[Any], Action] | None) -> \
@@ -591,23 +586,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         identity = current_identity()
         table = await self._table(request.table)
         seat = self._seat(table, identity)
-        reply = game_session_pb2.GetLegalMovesResponse(seq=table.seq)
-        hand = table.match.hand
-        if hand is None or table.to_act() != seat or table.seats[seat].bot_controlled:
-            return reply
-        legal = hand.legal_actions()
-        melds = sorted((a for a in legal if isinstance(a, MeldCards)), key=lambda a: (a.cards, a.wild_as or -1))
-        adds = sorted((a for a in legal if isinstance(a, AddCards)), key=lambda a: (a.meld, a.cards))
-        reply.can_draw = DRAW in legal
-        reply.can_take_discard = TAKE_PILE in legal
-        for meld in melds[:MAX_HINTS]:
-            option = reply.melds.add(cards=format_many(meld.cards))
-            if meld.wild_as is not None:
-                option.wild_as = format_many([meld.wild_as])[0]
-        for add in adds[:MAX_HINTS]:
-            reply.additions.add(meld=add.meld, cards=format_many(add.cards))
-        reply.discards[:] = format_many(sorted(a.card for a in legal if isinstance(a, Discard)))
-        return reply
+        return await self.manager.read(table, lambda live: _legal_moves(live, seat))
 
     async def ExportRecords(
         self, request: game_session_pb2.ExportRecordsRequest, context: Context
@@ -707,6 +686,27 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             self._viewer(table, identity)
         await self.manager.mute(table, viewer, target, request.muted)
         return game_session_pb2.MuteChatResponse()
+
+
+def _legal_moves(table: LiveTable, seat: int) -> game_session_pb2.GetLegalMovesResponse:
+    """The seat's legal moves now, as hints (none when it is not the seat's turn)."""
+    reply = game_session_pb2.GetLegalMovesResponse(seq=table.seq)
+    hand = table.match.hand
+    if hand is None or table.to_act() != seat or table.seats[seat].bot_controlled:
+        return reply
+    legal = hand.legal_actions()
+    melds = sorted((a for a in legal if isinstance(a, MeldCards)), key=lambda a: (a.cards, a.wild_as or -1))
+    adds = sorted((a for a in legal if isinstance(a, AddCards)), key=lambda a: (a.meld, a.cards))
+    reply.can_draw = DRAW in legal
+    reply.can_take_discard = TAKE_PILE in legal
+    for meld in melds[:MAX_HINTS]:
+        option = reply.melds.add(cards=format_many(meld.cards))
+        if meld.wild_as is not None:
+            option.wild_as = format_many([meld.wild_as])[0]
+    for add in adds[:MAX_HINTS]:
+        reply.additions.add(meld=add.meld, cards=format_many(add.cards))
+    reply.discards[:] = format_many(sorted(a.card for a in legal if isinstance(a, Discard)))
+    return reply
 
 
 def _draw(request: Any) -> Action:

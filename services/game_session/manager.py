@@ -18,7 +18,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -50,6 +50,7 @@ from services.game_session.table import (
 )
 
 log = logging.getLogger("buraco.game_session")
+T = TypeVar("T")
 
 #: How long a finished table stays in memory after its last event, once no stream follows it
 #: (then any replica reads it from the log when asked). Ten minutes held every table that finished
@@ -139,6 +140,8 @@ class Runtime:
     """What a live table has besides its state: lock, streams, timers."""
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: a change holds the lock (`Manager._change`), its write perhaps in flight
+    changing: bool = False
     subscribers: list[Subscriber] = field(default_factory=list)
     #: the one timer of the table (`Manager.schedule`): it fires at `timer_at`; what is then due,
     #: and when, is `due` and `due_at` (later than `timer_at` when the turn moved on meanwhile)
@@ -169,7 +172,13 @@ class Manager:
         self.owner_id = uuid.uuid4().hex
         self.tables: dict[str, LiveTable] = {}
         self.runtime: dict[str, Runtime] = {}
-        self._loading: dict[str, asyncio.Future[LiveTable]] = {}
+        #: the load of each table under way (`_load_once`): joined by every other request for it
+        self._loading: dict[str, asyncio.Future[LiveTable | None]] = {}
+        #: the runtime of a table's copy dropped while one of its changes was in flight: a new copy
+        #: is read from the log only once that change has resolved (its lock is free)
+        self._retired: dict[str, Runtime] = {}
+        #: clock time of the last heartbeat that was renewed (`_maintain` fences itself after a lease)
+        self._renewed_at = clock.now()
         self.writer = store.Writer(db, settings.batch_max, settings.writers, settings.batch_wait_seconds)
         #: the API's own statements on PostgreSQL (None on SQLite: the ORM's path)
         self.direct = store.Direct(db) if db.dialect == "postgresql" else None
@@ -216,7 +225,9 @@ class Manager:
 
     async def heartbeat(self) -> None:
         ttl = int(self.settings.lease_seconds * 1000)
+        started = self.clock.now()
         await store.heartbeat(self.db, self.owner_id, self.address, self.now_ms(), ttl)
+        self._renewed_at = started
 
     async def stop(self) -> None:
         """Graceful stop: no more changes, streams told to resume elsewhere, leases released."""
@@ -263,7 +274,23 @@ class Manager:
                 raise
             except Exception:
                 log.exception("lease maintenance failed")
+                self.fence_if_stale()
             await asyncio.sleep(self.settings.scan_seconds)
+
+    def fence_if_stale(self) -> None:
+        """A replica whose heartbeat has not been renewed for a lease (the database unreachable,
+        or the process starved) may have lost its tables to another replica: it drops its live
+        copies rather than answer from them. They are loaded again, from the log and under the
+        lease then on record, when next asked for."""
+        stale = self.clock.now() - self._renewed_at
+        if stale <= self.settings.lease_seconds:
+            return
+        live = [table_id for table_id, table in self.tables.items() if table.live]
+        if live:
+            log.error("heartbeat not renewed for a lease: live tables dropped",
+                      extra={"fields": {"tables": len(live), "seconds": round(stale, 1)}})
+        for table_id in live:
+            self._evict(table_id)
 
     async def _settle(self) -> None:
         """The service's process: the young generations collected and frozen, often (below)."""
@@ -286,12 +313,26 @@ class Manager:
             if self._finished_and_quiet(table_id, now):
                 self._evict(table_id)
             await asyncio.sleep(0)
-        expired = await store.expired_live(self.db, now, address=self.address, owner_id=self.owner_id)
-        for table_id, epoch, force in expired:
-            if table_id in self.tables or self.stopping:
+        # Held but not in memory (dropped after a write failed, or a load that failed): loaded
+        # now, so that its timers and bots go on without waiting for a player to ask for it.
+        for table_id, epoch in held.items():
+            if self.stopping:
+                return
+            if table_id in self.tables or table_id in self._loading:
                 continue
             try:
-                await self._take_over(table_id, epoch, force=force)
+                await self._load_once(table_id, lambda t, e=epoch: self._load(t, epoch=e))  # type: ignore[misc]
+            except Exception:
+                log.exception("loading a held table failed", extra={"fields": {"table": table_id}})
+        expired = await store.expired_live(self.db, now, address=self.address, owner_id=self.owner_id)
+        for table_id, epoch, force in expired:
+            if self.stopping:
+                return
+            if table_id in self.tables or table_id in self._loading:
+                continue
+            try:
+                await self._load_once(
+                    table_id, lambda t, e=epoch, f=force: self._take_over(t, e, force=f))  # type: ignore[misc]
             except Exception:
                 log.exception("takeover failed", extra={"fields": {"table": table_id}})
 
@@ -313,7 +354,7 @@ class Manager:
         table = self.tables.get(table_id)
         if table is None or table.live:
             return False
-        runtime = self.runtime.get(table_id)
+        runtime = self.runtime_of(table)
         return (runtime is None or not runtime.subscribers) and now - table.last_event_ms > FINISHED_KEPT_MS
 
     # -- metrics --------------------------------------------------------------------------------
@@ -325,26 +366,65 @@ class Manager:
         return max(0.0, (self.now_ms() - min(live)) / 1000.0) if live else 0.0
 
     # -- finding tables -------------------------------------------------------------------------
+    # The rule (docs/game-session.md, "Loading a table"): at most one copy of a table is installed
+    # in this process. A copy is made only by a load from the log (`_load`, always through
+    # `_load_once`, which a request for a table being loaded joins) or by `adopt` (a table this
+    # replica has just created, when no load of it is under way); it is installed in one step
+    # (`_install`: no await between dropping an older copy and installing the new one); a copy
+    # is dropped only by `_evict`, which ends its streams. Everything that touches a table's
+    # runtime (streams, timers, changes) goes through `runtime_of`, which answers only for the
+    # installed copy.
+
     async def get(self, table_id: str) -> LiveTable:
-        """The table, loaded when needed; NotOwnerError when another replica owns it."""
-        table = self.tables.get(table_id)
-        if table is not None and not table.lost:
-            return table
+        """The table's installed copy, loaded when needed; NotOwnerError when another replica owns it."""
+        for _ in range(3):
+            table = self.tables.get(table_id)
+            if table is not None:
+                return table
+            found = await self._load_once(table_id, self._find)
+            if found is not None:  # None: it joined a takeover that another replica won
+                return found
+        raise NotOwnerError(f"tables/{table_id}", "", retry_after_ms=200)
+
+    def runtime_of(self, table: LiveTable) -> Runtime | None:
+        """The runtime of `table` if it is the installed copy of its table (None otherwise)."""
+        if self.tables.get(table.table_id) is not table:
+            return None
+        return self.runtime.get(table.table_id)
+
+    def not_owner(self, table: LiveTable) -> NotOwnerError:
+        """The error for a call about a copy that is no longer installed here (retry: it is loaded
+        again, or the call is redirected to the replica that took it over)."""
+        return NotOwnerError(table.name, "", retry_after_ms=200)
+
+    async def _load_once(
+        self, table_id: str, load: Callable[[str], Awaitable[LiveTable | None]]
+    ) -> LiveTable | None:
+        """Run `load` for the table, unless a load of it is under way (then its outcome) or a copy
+        is installed (then that copy). The load runs in a task of its own: a caller that goes away
+        never leaves a lease taken over and its table half loaded."""
         pending = self._loading.get(table_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[LiveTable] = asyncio.get_running_loop().create_future()
-        self._loading[table_id] = future
+        if pending is None:
+            installed = self.tables.get(table_id)
+            if installed is not None:
+                return installed
+            pending = self._loading[table_id] = asyncio.ensure_future(self._loading_task(table_id, load))
+            self._tasks.add(pending)
+            pending.add_done_callback(self._load_done)
+        return await asyncio.shield(pending)
+
+    async def _loading_task(
+        self, table_id: str, load: Callable[[str], Awaitable[LiveTable | None]]
+    ) -> LiveTable | None:
         try:
-            table = await self._find(table_id)
-            future.set_result(table)
-            return table
-        except BaseException as error:
-            future.set_exception(error)
-            future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
-            raise
+            return await load(table_id)
         finally:
-            del self._loading[table_id]
+            del self._loading[table_id]  # in the step that installed the copy, if any
+
+    def _load_done(self, task: asyncio.Future[LiveTable | None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the callers that waited have it; none may be left
 
     async def _find(self, table_id: str) -> LiveTable:
         lease = await store.lease_of(self.db, table_id)
@@ -378,23 +458,35 @@ class Manager:
         return await self._load(table_id, epoch=new_epoch)
 
     async def _load(self, table_id: str, *, epoch: int) -> LiveTable:
+        """A copy from the log, installed (only ever run by `_load_once`)."""
+        retired = self._retired.get(table_id)
+        if retired is not None:  # the dropped copy's last change: committed or refused first
+            async with retired.lock:
+                pass
         stored = await store.load(self.db, table_id)
         if stored is None:
             raise NotFoundError(f"tables/{table_id} does not exist")
+        mutes = await store.mutes_of(self.db, table_id)
         description = game_session_pb2.Table.FromString(stored.description)
         table = LiveTable(table_id, description, stored.created_ms)
         table.restore(stored.entries)
-        if table_id in self.tables:  # an older copy (from before a lost lease) must never write again
-            self._evict(table_id)
         if stored.state == State.STATE_CANCELLED:
             table.state = State.STATE_CANCELLED
         table.epoch = epoch
-        runtime = Runtime(mutes=await store.mutes_of(self.db, table_id))
-        self.tables[table_id] = table
-        self.runtime[table_id] = runtime
+        runtime = Runtime(mutes=mutes)
+        self._install(table, runtime)
         if table.live and epoch > 0:
             self._resume_timers(table, runtime)
         return table
+
+    def _install(self, table: LiveTable, runtime: Runtime) -> None:
+        """Make `table` the installed copy of its table, in one step."""
+        if table.table_id in self.tables:  # not reached by construction; never two copies all the same
+            log.error("a second copy of a table was about to be installed", extra={"fields": {"table": table.table_id}})
+            self._evict(table.table_id)
+        self._retired.pop(table.table_id, None)
+        self.tables[table.table_id] = table
+        self.runtime[table.table_id] = runtime
 
     def _resume_timers(self, table: LiveTable, runtime: Runtime) -> None:
         """After a takeover or a restart: a turn whose time ran out meanwhile gets its full time
@@ -416,21 +508,29 @@ class Manager:
         self.schedule(table)
 
     def adopt(self, table: LiveTable) -> None:
-        """A table this replica just created (its lease is ours, epoch 1)."""
+        """A table this replica has just created (its lease is ours, epoch 1), committed. When a
+        copy is installed already, or a load of it is under way (a request came first), that copy
+        is the table: `table` is not installed."""
+        if table.table_id in self.tables or table.table_id in self._loading:
+            return
         table.epoch = 1
-        self.tables[table.table_id] = table
-        self.runtime[table.table_id] = Runtime()
+        self._install(table, Runtime())
         self.schedule(table)
 
     def _evict(self, table_id: str) -> None:
+        """Drop the installed copy: it never writes again, its timers stop, its streams end (their
+        clients resume on the copy loaded next, here or at the replica that took it over)."""
         table = self.tables.pop(table_id, None)
         runtime = self.runtime.pop(table_id, None)
         if table is not None:
             table.lost = True
         if runtime is not None:
+            if runtime.changing:
+                self._retired[table_id] = runtime
             self._cancel_timers(runtime)
             for sub in runtime.subscribers:
                 sub.queue.put_nowait(None)
+            runtime.subscribers.clear()
 
     def _cancel_timers(self, runtime: Runtime) -> None:
         for handle in (runtime.timer, runtime.proposal_timer, *runtime.grace.values()):
@@ -467,53 +567,63 @@ class Manager:
     async def _change(
         self, table: LiveTable, work: Callable[[list[Entry]], Any], request: tuple[str, str, str] | None
     ) -> tuple[Any, list[Entry]]:
-        runtime = self.runtime.get(table.table_id)
-        if runtime is None or table.lost or self.tables.get(table.table_id) is not table:
-            raise self._not_owner(table)
+        runtime = self.runtime_of(table)
+        if runtime is None:
+            raise self.not_owner(table)
         async with runtime.lock:
-            if table.lost:
-                raise self._not_owner(table)
-            if request is not None:
-                done = table.requests.get((request[0], request[1]))
-                if done is not None:
-                    if done.digest != request[2]:
-                        from services.common.errors import AlreadyExistsError
-
-                        raise AlreadyExistsError(
-                            f"request_id {request[1]!r} was already used for a different request"
-                        )
-                    return None, table.entries[done.first_seq - 1 : done.last_seq]
-            if not table.live:
-                state_name = State.State.Name(table.state)  # type: ignore[arg-type]
-                raise FailedPreconditionError(f"{table.name} is {state_name}; nothing can change")
-            was_state = table.state
-            out: list[Entry] = []
+            if self.runtime_of(table) is not runtime:
+                raise self.not_owner(table)
+            runtime.changing = True
             try:
-                result = work(out)
-                if table.live:
-                    table.after_change(self.now_ms(), self.settings.deal_seed, out)
-            except BaseException:
-                if out:  # memory changed but nothing was written: rebuild from the log next time
-                    self._evict(table.table_id)
-                raise
-            if not out:
-                return result, out
-            if request is not None:
-                out[0].data["rq"] = [request[0], request[1], request[2], len(out)]
-                out[0].request = (request[0], request[1])
-                table.requests[(request[0], request[1])] = store_request(request[2], out)
-            await self._persist(table, out, state_changed=table.state != was_state)
-            self._publish(table, runtime, out)
-            watched = any(sub.viewer is None for sub in runtime.subscribers)
-            for entry in out:
-                entry.seal(table.players, watched)
-            if any(e.type in FINAL_TYPES for e in out):  # the match is over
-                table.compact_finished(keep=len(out))
+                return await self._change_locked(table, runtime, work, request)
+            finally:
+                runtime.changing = False
+                if self._retired.get(table.table_id) is runtime:
+                    del self._retired[table.table_id]  # a load waiting for this change holds it still
+
+    async def _change_locked(
+        self, table: LiveTable, runtime: Runtime, work: Callable[[list[Entry]], Any],
+        request: tuple[str, str, str] | None,
+    ) -> tuple[Any, list[Entry]]:
+        """The change itself, under the table's lock (`_change`)."""
+        if request is not None:
+            done = table.requests.get((request[0], request[1]))
+            if done is not None:
+                if done.digest != request[2]:
+                    from services.common.errors import AlreadyExistsError
+
+                    raise AlreadyExistsError(
+                        f"request_id {request[1]!r} was already used for a different request"
+                    )
+                return None, table.entries[done.first_seq - 1 : done.last_seq]
+        if not table.live:
+            state_name = State.State.Name(table.state)  # type: ignore[arg-type]
+            raise FailedPreconditionError(f"{table.name} is {state_name}; nothing can change")
+        was_state = table.state
+        out: list[Entry] = []
+        try:
+            result = work(out)
+            if table.live:
+                table.after_change(self.now_ms(), self.settings.deal_seed, out)
+        except BaseException:
+            if out:  # memory changed but nothing was written: rebuild from the log next time
+                self._evict(table.table_id)
+            raise
+        if not out:
+            return result, out
+        if request is not None:
+            out[0].data["rq"] = [request[0], request[1], request[2], len(out)]
+            out[0].request = (request[0], request[1])
+            table.requests[(request[0], request[1])] = store_request(request[2], out)
+        await self._persist(table, out, state_changed=table.state != was_state)
+        self._publish(table, runtime, out)
+        watched = any(sub.viewer is None for sub in runtime.subscribers)
+        for entry in out:
+            entry.seal(table.players, watched)
+        if any(e.type in FINAL_TYPES for e in out):  # the match is over
+            table.compact_finished(keep=len(out))
         self.schedule(table)
         return result, out
-
-    def _not_owner(self, table: LiveTable) -> NotOwnerError:
-        return NotOwnerError(table.name, "", retry_after_ms=200)
 
     async def _persist(self, table: LiveTable, out: list[Entry], *, state_changed: bool) -> None:
         now = self.now_ms()
@@ -530,7 +640,7 @@ class Manager:
             await self.writer.submit(write)
         except store.LeaseLostError:
             self._evict(table.table_id)
-            raise self._not_owner(table) from None
+            raise self.not_owner(table) from None
         except BaseException:
             self._evict(table.table_id)
             raise
@@ -550,7 +660,7 @@ class Manager:
     def event_for(self, table: LiveTable, entry: Entry, sub: Subscriber) -> bytes:
         """The entry's event as the subscriber may see it, framed (`wire.frame`)."""
         if entry.type == "chat" and sub.player is not None:
-            runtime = self.runtime.get(table.table_id)
+            runtime = self.runtime_of(table)
             sender = entry.data["x"]["sender"]
             if runtime is not None and (sub.player, sender) in runtime.mutes:
                 return muted_chat(entry)
@@ -559,48 +669,66 @@ class Manager:
     # -- streams ----------------------------------------------------------------------------------
     async def subscribe(
         self, table: LiveTable, viewer: int | None, player: str | None, after_seq: int
-    ) -> tuple[Subscriber, Opening]:
-        """Register a stream; returns it with what comes first: a snapshot (after_seq 0) or the
-        events after after_seq, up to the table's final event. Later events arrive on the
-        subscriber's queue (deduplicated by the caller by seq)."""
-        runtime = self.runtime.get(table.table_id)
-        if runtime is None:
-            if table.lost:
-                raise self._not_owner(table)
-            runtime = self.runtime.setdefault(table.table_id, Runtime())
-        async with runtime.lock:
-            from services.common.errors import OutOfRangeError
+    ) -> tuple[LiveTable, Subscriber, Opening]:
+        """Register a stream on the table's installed copy (`table`, or the copy that replaced it);
+        returns that copy, the stream and what comes first: a snapshot (after_seq 0) or the events
+        after after_seq, up to the table's final event. Later events arrive on the subscriber's
+        queue (deduplicated by the caller by seq), until the copy is dropped (None: resume)."""
+        from services.common.errors import OutOfRangeError
 
-            if after_seq > table.seq:
-                raise OutOfRangeError(f"after_seq {after_seq} is past the table's last event ({table.seq})")
-            sub = Subscriber(viewer, player)
-            if after_seq == 0:
-                snapshot = TableEvent(seq=table.seq, time=timestamp(self.now_ms()),
-                                      snapshot=table.snapshot(viewer, self.address))
-                opening = Opening([wire.frame(snapshot.SerializeToString())], table.seq, not table.live)
-            else:
-                frames: list[bytes] = []
-                last, final = after_seq, False
-                for entry in table.entries[after_seq:]:
-                    frames.append(self.event_for(table, entry, sub))
-                    last = entry.seq
-                    if entry.type in FINAL_TYPES:
-                        final = True
-                        break
-                opening = Opening(frames, last, final)
-            if table.live or after_seq < table.seq:
-                runtime.subscribers.append(sub)
+        for _ in range(3):
+            runtime = self.runtime_of(table)
+            if runtime is None:
+                table = await self.get(table.table_id)
+                continue
+            async with runtime.lock:
+                if self.runtime_of(table) is not runtime:  # dropped while this waited
+                    continue
+                if after_seq > table.seq:
+                    raise OutOfRangeError(f"after_seq {after_seq} is past the table's last event ({table.seq})")
+                sub = Subscriber(viewer, player)
+                if after_seq == 0:
+                    snapshot = TableEvent(seq=table.seq, time=timestamp(self.now_ms()),
+                                          snapshot=table.snapshot(viewer, self.address))
+                    opening = Opening([wire.frame(snapshot.SerializeToString())], table.seq, not table.live)
+                else:
+                    frames: list[bytes] = []
+                    last, final = after_seq, False
+                    for entry in table.entries[after_seq:]:
+                        frames.append(self.event_for(table, entry, sub))
+                        last = entry.seq
+                        if entry.type in FINAL_TYPES:
+                            final = True
+                            break
+                    opening = Opening(frames, last, final)
+                if table.live or after_seq < table.seq:
+                    runtime.subscribers.append(sub)
+                if viewer is not None and table.live:
+                    table.seats[viewer].streams += 1
+                    grace = runtime.grace.pop(viewer, None)
+                    if grace is not None:
+                        grace.cancel()
             if viewer is not None and table.live:
-                table.seats[viewer].streams += 1
-                grace = runtime.grace.pop(viewer, None)
-                if grace is not None:
-                    grace.cancel()
-        if viewer is not None and table.live:
-            self.spawn(self._connected(table, viewer))
-        return sub, opening
+                self.spawn(self._connected(table, viewer))
+            return table, sub, opening
+        raise self.not_owner(table)
+
+    async def read(self, table: LiveTable, view: Callable[[LiveTable], T]) -> T:
+        """`view` of the table's installed copy (`table`, or the copy that replaced it), taken
+        under its lock: never a state whose events are not committed yet (a change holds the lock
+        from its first move in memory to its commit)."""
+        for _ in range(3):
+            runtime = self.runtime_of(table)
+            if runtime is None:
+                table = await self.get(table.table_id)
+                continue
+            async with runtime.lock:
+                if self.runtime_of(table) is runtime:
+                    return view(table)
+        raise self.not_owner(table)
 
     def unsubscribe(self, table: LiveTable, sub: Subscriber) -> None:
-        runtime = self.runtime.get(table.table_id)
+        runtime = self.runtime_of(table)
         if runtime is None or sub not in runtime.subscribers:
             return
         runtime.subscribers.remove(sub)
@@ -632,9 +760,10 @@ class Manager:
 
     async def _disconnected(self, table: LiveTable, seat_number: int) -> None:
         seat = table.seats[seat_number]
-        runtime = self.runtime.get(table.table_id)
-        if runtime is not None:
-            runtime.grace.pop(seat_number, None)
+        runtime = self.runtime_of(table)
+        if runtime is None:
+            return  # the copy was dropped; the copy loaded next starts its own graces
+        runtime.grace.pop(seat_number, None)
         if seat.streams > 0 or seat.bot_controlled or table.state != State.STATE_PLAYING:
             return
 
@@ -664,8 +793,8 @@ class Manager:
         """Set what the table's one timer does next, and when: the first deal, a bot's turn, or the
         turn timer. Called after every change; the timer itself is re-armed only when it must fire
         sooner (`_arm`), so a turn's many changes cost one loop timer, not one each."""
-        runtime = self.runtime.get(table.table_id)
-        if runtime is None or table.lost or self.stopping:
+        runtime = self.runtime_of(table)
+        if runtime is None or self.stopping:
             return
         now = self.clock.now()
         runtime.due = None  # until set below: a timer that fires now finds nothing to do
@@ -824,7 +953,7 @@ class Manager:
         proposal = table.proposal
         assert proposal is not None
         table.proposal = None
-        runtime = self.runtime.get(table.table_id)
+        runtime = self.runtime_of(table)
         if runtime is not None and runtime.proposal_timer is not None:
             runtime.proposal_timer.cancel()
             runtime.proposal_timer = None
@@ -850,15 +979,16 @@ class Manager:
                 return
             self._resolve(table, False, self.now_ms(), out)
 
-        runtime = self.runtime.get(table.table_id)
+        runtime = self.runtime_of(table)
         if runtime is not None:
             runtime.proposal_timer = None
         await self.change(table, work)
 
     # -- chat -----------------------------------------------------------------------------------
     def chat(self, table: LiveTable, sender: str, seat: int | None, text: str, out: list[Entry]) -> None:
-        runtime = self.runtime.get(table.table_id)
-        assert runtime is not None
+        runtime = self.runtime_of(table)
+        if runtime is None:
+            raise self.not_owner(table)
         if ("*", sender) in runtime.mutes:
             from services.common.errors import PermissionDeniedError
 
@@ -879,11 +1009,9 @@ class Manager:
 
     async def mute(self, table: LiveTable, viewer: str, player: str, muted: bool) -> None:
         await store.set_mute(self.db, table.table_id, viewer, player, muted)
-        runtime = self.runtime.get(table.table_id)
-        if runtime is not None:
+        runtime = self.runtime_of(table)
+        if runtime is not None:  # a copy loaded later reads the mutes from the database
             (runtime.mutes.add if muted else runtime.mutes.discard)((viewer, player))
-            if viewer == "*":  # table-wide: every viewer
-                pass
 
     # -- leaving ----------------------------------------------------------------------------------
     def leave(self, table: LiveTable, seat_number: int, out: list[Entry]) -> None:
