@@ -36,6 +36,9 @@ from services.cli.tableview import TableModel, actions_from_hints, shadow_state
 OWNER_HEADER = "buraco-owner-address"
 CURRENT_SEQ_HEADER = "buraco-current-seq"
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: the statuses gRPC gives a call whose connection broke under a write (not a server's answer)
+TRANSPORT_FAILURES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE,
+                      grpc.StatusCode.CANCELLED)
 
 
 class ActionRefused(Exception):
@@ -124,6 +127,10 @@ class TableConnection:
         self.model = TableModel(table)
         self.on_event = on_event
         self.retry_seconds = retry_seconds
+        #: the longest pause between two attempts to reconnect or retry (they start at 50 ms and
+        #: double): a client of many seats keeps it long, so that a restarted replica is not met
+        #: by all of them at once
+        self.retry_delay_max = 1.0
         self.channels = channels
         #: follow SubscribeChanges (a whole change per message); False: Subscribe, an event at a
         #: time (its waiters may then see a table mid-change: benchmarks and comparisons only)
@@ -131,6 +138,10 @@ class TableConnection:
         #: follow the Play stream and send the actions on it (a seated player only)
         self.play = play
         self._play_call: Any = None  # the Play stream's call, once joined
+        #: a Play call a write failed on: its connection broke (the server died), and gRPC ends
+        #: such a call with a status of its own making (INTERNAL), which is a reason to resume
+        self._broken_call: Any = None
+        self._last_call: Any = None  # the Play call made last (that an error then came from)
         self._pending: dict[str, _PendingAction] = {}
         self._write_lock = asyncio.Lock()
         self.timing: Timing | None = None
@@ -201,7 +212,7 @@ class TableConnection:
             self._fail_pending()
 
     async def _follow_stream(self) -> None:
-        delay = 0.05
+        delay = min(0.05, self.retry_delay_max)
         give_up = time.monotonic() + self.retry_seconds
         while not self._closed:
             try:
@@ -213,7 +224,7 @@ class TableConnection:
                     await self._applied()
                     if update is not None:
                         self._answered(update)
-                    delay = 0.05
+                    delay = min(0.05, self.retry_delay_max)
                     give_up = time.monotonic() + self.retry_seconds
                 if self.model.finished:
                     break
@@ -221,7 +232,9 @@ class TableConnection:
             except grpc.aio.AioRpcError as error:
                 if self.closed:
                     return
-                if error.code() not in RETRYABLE or time.monotonic() > give_up:
+                broken = self._broken_call is not None and self._broken_call is self._last_call
+                self._broken_call = None
+                if (error.code() not in RETRYABLE and not broken) or time.monotonic() > give_up:
                     self.stream_error = error
                     raise
                 self._redirect(error)
@@ -229,20 +242,24 @@ class TableConnection:
                 break
             self.reconnects += 1
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, self.retry_delay_max)
 
     async def _messages(self) -> AsyncIterator[
             tuple[str, Sequence[game_session_pb2.TableEvent], game_session_pb2.PlayUpdate | None]]:
         """The stream's messages from the last applied event on, as (method, their events, the
         Play update they came in)."""
         if self.play:
-            call = self.stub.Play(None, metadata=self.metadata)
+            call = self._last_call = self.stub.Play(None, metadata=self.metadata)
             async with self._write_lock:
                 join = game_session_pb2.SubscribeChangesRequest(table=self.table, after_seq=self.model.seq)
-                await call.write(game_session_pb2.PlayRequest(join=join))
-                for pending in list(self._pending.values()):  # in flight when the last stream dropped
-                    await call.write(pending.message)
-                    pending.sent_on = call
+                try:
+                    await call.write(game_session_pb2.PlayRequest(join=join))
+                    for pending in list(self._pending.values()):  # in flight when the last stream dropped
+                        await call.write(pending.message)
+                        pending.sent_on = call
+                except grpc.aio.AioRpcError as error:
+                    self._write_failed(call, error)
+                    raise
                 self._play_call = call
             try:
                 async for update in call:
@@ -339,7 +356,7 @@ class TableConnection:
     # --- calls ------------------------------------------------------------------------------------
     async def _unary(self, method: str, request: Any) -> Any:
         """Call with retries on UNAVAILABLE/ABORTED (the same request, so the same request_id)."""
-        delay = 0.05
+        delay = min(0.05, self.retry_delay_max)
         give_up = time.monotonic() + self.retry_seconds
         while True:
             try:
@@ -352,7 +369,7 @@ class TableConnection:
                     raise
                 self._redirect(error)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, self.retry_delay_max)
 
     def request_for(self, action: Action, request_id: str | None = None) -> tuple[str, Any]:
         """The RPC name and request that make `action`, based on the model's sequence number."""
@@ -412,9 +429,11 @@ class TableConnection:
         async with self._write_lock:
             call = self._play_call
             if call is not None and pending.sent_on is not call:
-                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                    await call.write(message)  # a failed write is sent again on the resumed stream
+                try:
+                    await call.write(message)
                     pending.sent_on = call
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as error:
+                    self._write_failed(call, error)  # sent again on the resumed stream
         if self._follower.done():  # it ended meanwhile, and failed what was pending then
             self._fail_pending()
         # answered by the stream (`_answered`), failed when the stream ends for good
@@ -426,6 +445,12 @@ class TableConnection:
         finally:
             timer.cancel()
             self._pending.pop(request.request_id, None)
+
+    def _write_failed(self, call: Any, error: BaseException) -> None:
+        """A write on the Play call failed: unless the server ended the call with a status of its
+        own, the connection broke, and the call's status (made up by gRPC itself) means resume."""
+        if not isinstance(error, grpc.aio.AioRpcError) or error.code() in TRANSPORT_FAILURES:
+            self._broken_call = call
 
     def _time_out(self, request_id: str, method: str) -> None:
         pending = self._pending.pop(request_id, None)
