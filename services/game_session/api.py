@@ -80,7 +80,8 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             address=(lambda: advertised) if advertised else fallback,
         )
         self.deliverer = Deliverer(
-            deps.db, calls if calls is not None else grpc_calls(deps.clients), self.settings, self.clock, deps.registry
+            deps.db, calls if calls is not None else grpc_calls(deps.clients), self.settings, self.clock, deps.registry,
+            owner_id=self.manager.owner_id, address=lambda: self.manager.address,
         )
         self.manager.on_outbox = self.deliverer.wake
         self.idempotency = IdempotencyStore(

@@ -91,6 +91,8 @@ outbox = Table(
     Column("next_attempt_ms", BigInteger, nullable=False),
     Column("created_ms", BigInteger, nullable=False),
     Column("last_error", String(500), nullable=False),
+    #: the owner id of the replica whose deliverer claimed the row last ('' never claimed)
+    Column("claimed_by", String(64), nullable=False, server_default=""),
     Index("ix_game_session_outbox_state_next", "state", "next_attempt_ms"),
 )
 

@@ -8,6 +8,11 @@ delivered; a transient failure is retried with exponential backoff; a permanent 
 request, failed precondition, ...) marks the row failed for a person to look at
 (`buraco_outbox_failed`). A crash between the call and the mark only means the call is made again,
 and the target answers a repeated request id with its first answer: delivered exactly once.
+
+A claim holds a row for `CLAIM_MS` and names its replica (`claimed_by`): a row claimed by a
+replica that is gone (its heartbeat ran out, or another process now serves its address, as after
+a restart) is taken at once rather than when the claim runs out, so a crash right after a match
+ends does not hold up its settlement.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import grpc
 from prometheus_client import CollectorRegistry, Gauge
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 
 from buraco.v1 import ranking_pb2, tournament_pb2, wallet_pb2
 from services.common.client import Clients
@@ -73,9 +78,15 @@ class Deliverer:
         settings: GameSessionSettings,
         clock: Clock,
         registry: CollectorRegistry,
+        *,
+        owner_id: str = "",
+        address: Callable[[], str] = lambda: "",
     ) -> None:
         self.db = db
         self.calls = calls
+        #: this replica (its claims), and its address (a claimant at it before it is gone)
+        self.owner_id = owner_id
+        self._address = address
         self.settings = settings
         self.clock = clock
         self._wake = asyncio.Event()
@@ -123,13 +134,22 @@ class Deliverer:
 
     async def deliver_due(self) -> int:
         """Deliver every due row once; returns how many were delivered."""
-        outbox = models.outbox
+        outbox, replicas = models.outbox, models.replicas
         now = self._now_ms()
+        # the claimant still serves: its heartbeat holds, at an address no other process has taken
+        claimant_serves = (
+            select(replicas.c.owner_id)
+            .where(replicas.c.owner_id == outbox.c.claimed_by, replicas.c.expires_ms >= now,
+                   replicas.c.address != self._address())
+            .exists()
+        )
+        abandoned = and_(outbox.c.claimed_by != "", outbox.c.claimed_by != self.owner_id, ~claimant_serves)
         async with self.db.transaction() as session:
             rows = (
                 await session.execute(
-                    select(outbox.c.id, outbox.c.target, outbox.c.request, outbox.c.attempts, outbox.c.next_attempt_ms)
-                    .where(outbox.c.state == "pending", outbox.c.next_attempt_ms <= now)
+                    select(outbox.c.id, outbox.c.target, outbox.c.request, outbox.c.attempts, outbox.c.next_attempt_ms,
+                           outbox.c.claimed_by)
+                    .where(outbox.c.state == "pending", or_(outbox.c.next_attempt_ms <= now, abandoned))
                     .order_by(outbox.c.id)
                     .limit(100)
                 )
@@ -141,8 +161,8 @@ class Deliverer:
                 claimed = await session.execute(
                     update(outbox)
                     .where(outbox.c.id == row.id, outbox.c.state == "pending",
-                           outbox.c.next_attempt_ms == row.next_attempt_ms)
-                    .values(next_attempt_ms=now + CLAIM_MS)
+                           outbox.c.next_attempt_ms == row.next_attempt_ms, outbox.c.claimed_by == row.claimed_by)
+                    .values(next_attempt_ms=now + CLAIM_MS, claimed_by=self.owner_id)
                 )
             if getattr(claimed, "rowcount", 0) != 1:
                 continue

@@ -496,7 +496,9 @@ async def settled_once(
             grpc.aio.insecure_channel(ranking_address) as ranking_channel:
         wallet: Any = wallet_pb2_grpc.WalletServiceStub(wallet_channel)
         ranking: Any = ranking_pb2_grpc.RankingServiceStub(ranking_channel)
-        async with asyncio.timeout(60):  # the outbox delivers in the background
+        # the outbox delivers in the background; well before a claim of the killed process would
+        # run out (30 s): the restarted process takes its predecessor's claims at once
+        async with asyncio.timeout(15):
             while True:
                 now = {p: await _balance(wallet, admin, p) for p in expected}
                 for player, (balance, held) in now.items():  # never paid twice, never half

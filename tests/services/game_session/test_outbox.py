@@ -200,3 +200,30 @@ def _bot_table() -> LiveTable:
         options=options(mode=common_pb2.TABLE_MODE_COMPETITIVE, bet_chips=100),
     )
     return LiveTable("real", description, 1_000)
+
+
+async def test_a_claim_of_a_replica_that_is_gone_is_taken_at_once(cluster: Cluster) -> None:
+    """A row claimed by a replica whose heartbeat ran out, or by an earlier process at this
+    replica's own address (a restart), is delivered now; one claimed by a replica that serves is
+    left to it until its claim runs out."""
+    node = await cluster.start()
+    now = int(cluster.clock.now() * 1000)
+    request = wallet_pb2.VoidRequest(request_id="m", match_id="m").SerializeToString()
+    claimants = {
+        "gone": ("10.0.0.9:50052", now - 1),  # heartbeat ran out
+        "restarted": (node.address, now + 60_000),  # the previous process at this address
+        "serving": ("10.0.0.8:50052", now + 60_000),
+    }
+    async with node.api.deps.db.transaction() as session:
+        for owner, (address, expires) in claimants.items():
+            await session.execute(models.replicas.insert().values(owner_id=owner, address=address, expires_ms=expires))
+            await session.execute(models.outbox.insert().values(
+                table_id=f"t-{owner}", target="wallet.Void", request=request, state="pending", attempts=1,
+                next_attempt_ms=now + 30_000, created_ms=now, last_error="", claimed_by=owner))
+    assert await node.api.deliverer.deliver_due() == 2
+    rows = {row.table_id: row for row in await _rows(node)}
+    assert {t: r.state for t, r in rows.items()} == {"t-gone": "delivered", "t-restarted": "delivered",
+                                                     "t-serving": "pending"}
+    assert rows["t-gone"].claimed_by == node.api.manager.owner_id
+    assert rows["t-serving"].claimed_by == "serving"
+    assert [target for target, _ in cluster.outbound.calls] == ["wallet.Void", "wallet.Void"]
