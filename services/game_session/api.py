@@ -42,10 +42,12 @@ from services.common.server import Deps
 from services.game_session import models, wire
 from services.game_session import settings as settings_module
 from services.game_session.clock import Clock, RealClock
+from services.game_session.events import FINAL_TYPES
+from services.game_session.log import Entry
 from services.game_session.manager import Manager, Opening, StreamFailure, Subscriber
 from services.game_session.outbox import Call, Deliverer, grpc_calls
 from services.game_session.settings import GameSessionSettings
-from services.game_session.table import FINAL_TYPES, Entry, LiveTable, State, ruleset_for, ruleset_spec
+from services.game_session.table import LiveTable, State, ruleset_for, ruleset_spec
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 SERVICE = "buraco.v1.GameSessionService"

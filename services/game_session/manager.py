@@ -34,20 +34,11 @@ from services.common.errors import (
 )
 from services.game_session import store, wire
 from services.game_session.clock import Clock, TimerHandle
+from services.game_session.events import FINAL_TYPES, TableEvent, muted_chat, timestamp
+from services.game_session.log import Entry, Request
 from services.game_session.settings import GameSessionSettings
-from services.game_session.table import (
-    FINAL_TYPES,
-    MAX_BOT_TURN_ACTIONS,
-    Entry,
-    LiveTable,
-    Proposal,
-    Request,
-    State,
-    TableEvent,
-    muted_chat,
-    timestamp,
-    to_json,
-)
+from services.game_session.table import MAX_TURN_ACTIONS as MAX_BOT_TURN_ACTIONS
+from services.game_session.table import LiveTable, Proposal, State
 
 log = logging.getLogger("buraco.game_session")
 T = TypeVar("T")
@@ -612,8 +603,7 @@ class Manager:
         if not out:
             return result, out
         if request is not None:
-            out[0].data["rq"] = [request[0], request[1], request[2], len(out)]
-            out[0].request = (request[0], request[1])
+            out[0].mark_request(request[0], request[1], request[2], len(out))
             table.requests[(request[0], request[1])] = store_request(request[2], out)
         await self._persist(table, out, state_changed=table.state != was_state)
         self._publish(table, runtime, out)
@@ -627,9 +617,7 @@ class Manager:
 
     async def _persist(self, table: LiveTable, out: list[Entry], *, state_changed: bool) -> None:
         now = self.now_ms()
-        for entry in out:
-            entry.raw = to_json(entry.data)
-        write = store.Write(table.table_id, table.epoch, self.owner_id, [(e.seq, e.raw or "") for e in out])
+        write = store.Write(table.table_id, table.epoch, self.owner_id, [(e.seq, e.text()) for e in out])
         if state_changed or any(e.type in ("hand_ended", "match_ended") for e in out):
             write.table_update = {"state": table.state, "seq": table.seq, "updated_ms": now,
                                   "match_scores": json.dumps(table.match.totals)}

@@ -47,7 +47,6 @@ from sqlalchemy.exc import OperationalError
 
 from services.common.db import Database
 from services.game_session import models
-from services.game_session.table import from_json
 
 log = logging.getLogger("buraco.game_session.store")
 
@@ -517,7 +516,8 @@ class StoredTable:
     description: bytes
     created_ms: int
     state: int
-    entries: list[dict[str, Any]]
+    #: the log's entries, as JSON texts, in order
+    entries: list[str]
 
 
 async def load(db: Database, table_id: str) -> StoredTable | None:
@@ -531,7 +531,7 @@ async def load(db: Database, table_id: str) -> StoredTable | None:
             )
         ).all()
     return StoredTable(
-        row.id, row.description, int(row.created_ms), int(row.state), [from_json(e.data) for e in events]
+        row.id, row.description, int(row.created_ms), int(row.state), [str(e.data) for e in events]
     )
 
 

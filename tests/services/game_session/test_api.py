@@ -348,7 +348,7 @@ async def test_a_finished_table_is_compacted_then_evicted_and_replays_the_same(c
     table = manager.tables["done"]
     final = next(i for i, e in enumerate(table.entries) if e.type == "match_ended")
     assert 0 < table.compacted <= final  # the final change kept its protos, nothing before it
-    assert not [e.seq for e in table.entries[: table.compacted] if e.frames or e.raw is None]
+    assert not [e.seq for e in table.entries[: table.compacted] if e.encoded or not e.sealed]
 
     async def replayed() -> dict[int, game_session_pb2.TableEvent]:
         late = subscribe(stub, alice, "tables/done", after_seq=1)
@@ -364,7 +364,7 @@ async def test_a_finished_table_is_compacted_then_evicted_and_replays_the_same(c
     assert "done" not in manager.tables
     assert await replayed() == live  # from the log
     reloaded = manager.tables["done"]
-    assert reloaded.compacted == len(reloaded.entries) and not any(e.frames for e in reloaded.entries)
+    assert reloaded.compacted == len(reloaded.entries) and not any(e.encoded for e in reloaded.entries)
     got = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/done"), metadata=alice)
     assert got.state == game_session_pb2.Table.STATE_FINISHED and got.seq == max(live)
 

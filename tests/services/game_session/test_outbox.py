@@ -24,7 +24,8 @@ from buraco.v1 import (
 )
 from services.common.auth import Kind
 from services.game_session import models
-from services.game_session.table import Entry, LiveTable
+from services.game_session.log import Entry
+from services.game_session.table import LiveTable
 from tests.conftest import DatabaseTarget
 from tests.services.game_session.conftest import Cluster, Node, options, seats, settings, subscribe, table_request
 from tests.services.harness import bearer, dev_minter, make_config, running

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from buraco.v1 import common_pb2, game_session_pb2
-from services.game_session.table import Entry, LiveTable
+from services.game_session.log import Entry, SealedEntryError
+from services.game_session.table import LiveTable
 from tests.services.game_session.conftest import options, seats
 
 
@@ -49,7 +50,7 @@ def test_old_hands_are_compacted_and_read_back_the_same() -> None:
     table = _bot_table("compact")
     seen = _play_hands(table, 3)
     assert table.compacted > 0
-    assert all(e.raw is not None and not e.frames for e in table.entries[: table.compacted])
+    assert all(e.sealed and not e.encoded for e in table.entries[: table.compacted])
     for entry in table.entries:
         data, *views = seen[entry.seq]
         assert entry.data == data
@@ -60,7 +61,7 @@ def test_a_rebuilt_table_equals_the_one_that_wrote_the_log() -> None:
     table = _bot_table("rebuild")
     _play_hands(table, 2)
     copy = _bot_table("rebuild")
-    copy.restore([e.data for e in table.entries])
+    copy.restore([e.text() for e in table.entries])
     assert copy.match == table.match and copy.seq == table.seq
     assert copy.snapshot(0, "") == table.snapshot(0, "")
     # the bots' memory was rebuilt too: they go on making the same moves
@@ -85,15 +86,35 @@ def test_a_finished_match_is_compacted_but_its_last_change_and_reads_back_the_sa
     last = 3  # the final change's entries keep their protos: the streams are sending them
     table.compact_finished(keep=last)
     assert table.compacted == len(table.entries) - last
-    assert all(e.raw is not None and not e.frames for e in table.entries[:-last])
+    assert all(e.sealed and not e.encoded for e in table.entries[:-last])
     for entry in table.entries:
         data, *views = seen[entry.seq]
         assert entry.data == data
         assert [entry.proto(v) for v in (0, 1, None)] == views
     # read back from its log, a finished table keeps only the JSON text
     copy = _bot_table("finished", express=True)
-    copy.restore([e.data for e in table.entries])
+    copy.restore([e.text() for e in table.entries])
     assert not copy.live and copy.compacted == len(copy.entries)
-    assert all(not e.frames for e in copy.entries)
+    assert all(not e.encoded for e in copy.entries)
     assert [[e.proto(v) for v in (0, 1, None)] for e in copy.entries] == \
         [list(seen[e.seq][1:]) for e in table.entries]
+
+
+def test_a_sealed_entry_never_changes() -> None:
+    """Once sealed (written and published), an entry's content is fixed: marking a request on it
+    is refused, and a form it was not encoded for is built each time, never kept."""
+    table = _bot_table("sealed")
+    out: list[Entry] = []
+    table.start_hand(1_000, "seed", out)
+    entry = out[0]
+    entry.seal(table.players, spectators=False)
+    text = entry.text()
+    try:
+        entry.mark_request("scope", "r1", "digest", 1)
+        raise AssertionError("a sealed entry took a request")
+    except SealedEntryError:
+        pass
+    assert entry.text() == text and "rq" not in entry.data
+    spectator = entry.framed(None)  # not encoded at the seal (nobody watched): built, not kept
+    assert entry.framed(None) == spectator and entry.framed(None) is not spectator
+    assert entry.framed(0) is entry.framed(0)  # a seat's form was encoded at the seal
