@@ -9,7 +9,7 @@ import asyncio
 import gc
 
 from services.common.server import main
-from services.game_session import manager
+from services.game_session import collector
 from services.game_session.service import SPEC
 
 try:
@@ -19,10 +19,10 @@ except ImportError:  # pragma: no cover - the plain asyncio loop works too
 else:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
-# What was loaded at start lives as long as the process: out of the collector's sight. (The
-# manager does the same for tables as they age: manager.settle_garbage_collector.)
+# What was loaded at start lives as long as the process: out of the collector's sight (the
+# service does the same for tables as they age: `collector`).
 gc.freeze()
-manager.FREEZE_SURVIVORS = True
-gc.set_threshold(*manager.GC_THRESHOLDS)
+collector.FREEZE_SURVIVORS = True
+gc.set_threshold(*collector.GC_THRESHOLDS)
 
 raise SystemExit(main(SPEC))

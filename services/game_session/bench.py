@@ -75,7 +75,7 @@ from engine.selfplay import play_hand
 from services.cli.seat import ChannelPool, TableConnection, Timing, play_seat
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.measure import cpu_seconds, percentile
-from services.game_session.manager import GC_THRESHOLDS, collect_young_and_freeze
+from services.game_session.collector import GC_THRESHOLDS, collect_young_and_freeze
 
 ROOT = Path(__file__).resolve().parents[2]
 ECHO_METHOD = "/buraco.bench.Echo/Echo"
@@ -96,7 +96,7 @@ def rss_bytes(pid: int) -> int:
 
 
 async def settle_collector(interval: float, settled: Callable[[], None] | None = None) -> None:
-    """The driver's own collector, as the service's (manager.settle_garbage_collector): the young
+    """The driver's own collector, as the service's (`collector.Settler`): the young
     generations collected and frozen every `interval` seconds. Left to its thresholds, the driver's
     collector paused the driver for up to 240 ms at 1,000 tables (its loop lag max 208-243 ms), and
     every action in flight was counted that much late: the human-pace p99 was 94-145 ms, and

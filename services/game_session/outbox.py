@@ -21,17 +21,23 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 import grpc
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import and_, func, or_, select, update
 
-from buraco.v1 import ranking_pb2, tournament_pb2, wallet_pb2
+from buraco.v1 import common_pb2, ranking_pb2, tournament_pb2, wallet_pb2
 from services.common.client import Clients
 from services.common.db import Database
 from services.game_session import models
 from services.game_session.clock import Clock
+from services.game_session.events import timestamp
 from services.game_session.settings import GameSessionSettings
+
+if TYPE_CHECKING:
+    from services.game_session.log import Entry
+    from services.game_session.table import LiveTable
 
 log = logging.getLogger("buraco.game_session.outbox")
 
@@ -50,6 +56,85 @@ PERMANENT = frozenset({
 })
 #: How long a claimed row is left to its deliverer before another may try it.
 CLAIM_MS = 30_000
+
+
+def outbox_requests(table: LiveTable, out: list[Entry], now_ms: int) -> list[tuple[str, bytes]]:
+    """What a match end owes the other services: the tournament's ReportMatchResult for a
+    tournament's table; wallet Settle (or Void) for a competitive match with stakes, ranking
+    RecordMatch for a competitive match; nothing else for a practice table. The match id is every
+    call's idempotency key. Bots are never reported: a seat's result belongs to its player."""
+    ended = next((e for e in out if e.type == "match_ended"), None)
+    if ended is None:
+        return []
+    x = ended.data.get("x", {})
+    annulled = bool(x.get("annulled", False))
+    outcomes = x["outcomes"]
+    match_id = table.description.match_id
+    owed: list[tuple[str, bytes]] = []
+    player_outcomes = [
+        common_pb2.PlayerOutcome(player=f"players/{o['player']}", seat=o["seat"], outcome=_OUTCOME[o["outcome"]])
+        for o in outcomes
+    ]
+    if table.description.tournament:
+        report = tournament_pb2.ReportMatchResultRequest(
+            request_id=match_id, tournament=table.description.tournament, match_id=match_id,
+            outcomes=player_outcomes, match_scores=table.match.totals,
+        )
+        owed.append(("tournament.ReportMatchResult", report.SerializeToString()))
+    if not table.competitive:
+        return owed
+    won = any(o["outcome"] == "won" for o in outcomes)
+    if table.options.bet_chips > 0 and outcomes:
+        if annulled or not won:
+            # annulled, or every player of the winning side abandoned (a bot won for them): the
+            # stakes go back, except those of the players who abandoned, which go to the others
+            # (to the house when everyone abandoned): the wallet's Void with penalties
+            reason = (
+                "match annulled by its players"
+                if annulled
+                else "no winner left at the table: every player of the winning side abandoned"
+            )
+            void = wallet_pb2.VoidRequest(
+                request_id=match_id, match_id=match_id, reason=reason,
+                penalised_players=[f"players/{o['player']}" for o in outcomes if o["player"] in _abandoned(table)],
+            )
+            owed.append(("wallet.Void", void.SerializeToString()))
+        else:
+            settle = wallet_pb2.SettleRequest(
+                request_id=match_id, match_id=match_id, outcomes=player_outcomes,
+                first_seat=(table.match.first_dealer + 1) % table.players,
+            )
+            owed.append(("wallet.Settle", settle.SerializeToString()))
+    if outcomes:
+        totals = table.match.totals
+        record = ranking_pb2.RecordMatchRequest(
+            request_id=match_id, match_id=match_id, options=table.options, annulled=annulled,
+            end_time=timestamp(now_ms),
+            participants=[
+                ranking_pb2.RecordMatchRequest.Participant(
+                    player=f"players/{o['player']}", seat=o["seat"], outcome=_OUTCOME[o["outcome"]],
+                    score=totals[o["seat"] & 1],
+                )
+                for o in outcomes
+            ],
+        )
+        owed.append(("ranking.RecordMatch", record.SerializeToString()))
+    return owed
+
+
+def _abandoned(table: LiveTable) -> set[str]:
+    return {
+        s.player for s in table.seats
+        if s.player is not None and (s.abandoned or (s.bot_controlled and s.takeover_reason == "disconnected"))
+    }
+
+
+_OUTCOME = {
+    "won": common_pb2.OUTCOME_WON,
+    "lost": common_pb2.OUTCOME_LOST,
+    "abandoned": common_pb2.OUTCOME_ABANDONED,
+    "void": common_pb2.OUTCOME_VOID,
+}
 
 
 def grpc_calls(clients: Clients, timeout: float = 10.0) -> dict[str, Call]:

@@ -1,34 +1,10 @@
-"""The game-session service's database work: the group-committing log writer, leases, loading.
+"""The game-session service's database work besides the log writer (`writer`): creating a
+table, its lease and the replicas' heartbeats, loading a table back from its log, chat mutes.
 
-`Writer` appends to event logs. Changes of many tables queue up; a writer worker takes every
-change waiting (up to `batch_max`) and commits them in one transaction: it locks the lease rows of
-those tables (`SELECT ... FOR UPDATE`, in table id order), keeps only the changes made under the
-epoch and owner still on record (fencing: a replica that lost a table can never append to its
-log), and inserts their entries, table-row updates and outbox rows. Each change's caller waits for
-its batch to commit before anyone is told about its events.
-
-On PostgreSQL a batch is one statement (`_APPEND_SQL`): one round trip, one implicit transaction,
-its match ends (outbox rows, the lease no longer live) included; SQLite's goes through the ORM,
-a statement per row. (Match ends used to take the ORM's path on PostgreSQL too, apart from their
-batch's plain appends: about 1.5% of a busy replica's CPU in the bench's steady state of matches
-ending, and in one transaction with the appends it held every action of the batch for tens of
-milliseconds.) One worker is the default
-(`BURACO_GAME_SESSION_WRITERS`): the batch grows with the load while a commit is in flight, so a
-busy replica makes few, large transactions (measured with `make bench-sessions` on a shared
-2-core machine: 4 workers cost about 10% more CPU per action than 1 at 2,000 actions/s, in the
-service and in PostgreSQL, and sustained about 12% less). More workers commit side by side (each
-on its own connection), for a database whose commit latency rather than its CPU is the limit; a
-table has at most one change in flight (its lock), so two batches never hold the same lease row,
-and they lock their rows in table id order: no deadlock. Under load (the worker's last batch
-carried more than one write), a worker that finds a write waits `BURACO_GAME_SESSION_BATCH_WAIT_MS`
-(5 ms) for others to join it before it commits, as PostgreSQL's own `commit_delay` does only
-while other transactions are active; a lone write at a quiet moment commits at once. Measured on
-the bench machine at 2,000 actions/s: a 2 ms wait halved the commits (574/s to 307/s), took
-PostgreSQL's CPU from 0.19 to 0.11 of a core and the service's CPU per action down 15%; 5 ms took
-another 6-9% off the service's CPU per action (and 4-8% off the bench client's: the streams'
-messages leave in larger bursts) for 2.5 ms more median latency; 10 ms gained nothing more.
-Leases are renewed through one heartbeat row per replica (`game_session_replicas`), never by
-touching the lease rows, so renewals and appends do not wait for each other. SQLite has one writer.
+Each replica has a heartbeat row (`game_session_replicas`) that it renews at every lease scan;
+each table a lease row (`game_session_leases`: owner id and address, fencing epoch, live). A
+table's lease lasts as long as its owner's heartbeat. Taking a table over is one conditional
+UPDATE on the epoch seen, so two replicas never both win it.
 """
 
 from __future__ import annotations
@@ -37,291 +13,25 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, select, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy.exc import IntegrityError
 
+from buraco.v1 import game_session_pb2
 from services.common.db import Database
+from services.common.errors import AlreadyExistsError
+from services.common.idempotency import IdempotencyStore, request_hash
 from services.game_session import models
+from services.game_session.writer import asyncpg_target
+
+State = game_session_pb2.Table
 
 log = logging.getLogger("buraco.game_session.store")
 
 
-class LeaseLostError(Exception):
-    """The table's lease changed hands (or epochs): this replica may not append any more."""
-
-
-@dataclass
-class Write:
-    table_id: str
-    epoch: int
-    owner_id: str
-    rows: list[tuple[int, str]]
-    #: New values of the table row (state, seq, match_scores, updated_ms), when they changed.
-    table_update: dict[str, Any] | None = None
-    #: Outbox rows (target, serialised request) owed by this change (a match end).
-    outbox: list[tuple[str, bytes]] = field(default_factory=list)
-    #: Whether the table stops being live (its lease no longer needs to be taken over).
-    finished: bool = False
-    future: asyncio.Future[None] | None = None
-
-
-#: `Writer._commit_asyncpg`'s statement. The lease rows are locked (FOR UPDATE, in table id
-#: order, so two batches never deadlock) only where epoch and owner still match; a lease taken over
-#: meanwhile is re-read once its lock is free and then no longer matches (PostgreSQL re-checks a
-#: locked row's conditions on its newest version), so its table's rows are not written.
-_APPEND_SQL = """
-WITH ok AS (
-    SELECT l.table_id
-    FROM game_session_leases AS l
-    JOIN unnest($1::text[], $2::bigint[], $3::text[]) AS w(table_id, epoch, owner_id)
-        ON l.table_id = w.table_id AND l.epoch = w.epoch AND l.owner_id = w.owner_id
-    ORDER BY l.table_id
-    FOR UPDATE OF l
-), appended AS (
-    INSERT INTO game_session_events (table_id, seq, data)
-    SELECT e.table_id, e.seq, e.data
-    FROM unnest($4::text[], $5::bigint[], $6::text[]) AS e(table_id, seq, data)
-    WHERE e.table_id IN (SELECT table_id FROM ok)
-), updated AS (
-    UPDATE game_session_tables AS t
-    SET state = u.state, seq = u.seq, match_scores = u.match_scores, updated_ms = u.updated_ms
-    FROM unnest($7::text[], $8::int[], $9::bigint[], $10::text[], $11::bigint[])
-        AS u(id, state, seq, match_scores, updated_ms)
-    WHERE t.id = u.id AND u.id IN (SELECT table_id FROM ok)
-), queued AS (
-    INSERT INTO game_session_outbox
-        (table_id, target, request, state, attempts, next_attempt_ms, created_ms, last_error)
-    SELECT o.table_id, o.target, o.request, 'pending', 0, 0, o.created_ms, ''
-    FROM unnest($12::text[], $13::text[], $14::bytea[], $15::bigint[])
-        AS o(table_id, target, request, created_ms)
-    WHERE o.table_id IN (SELECT table_id FROM ok)
-), ended AS (
-    UPDATE game_session_leases AS l
-    SET live = 0
-    FROM unnest($16::text[]) AS f(table_id)
-    WHERE l.table_id = f.table_id AND f.table_id IN (SELECT table_id FROM ok)
-)
-SELECT table_id FROM ok
-"""
-
-
-class Writer:
-    """Group commit of log appends (see the module docstring)."""
-
-    def __init__(self, db: Database, batch_max: int = 256, workers: int = 1, batch_wait: float = 0.0) -> None:
-        self.db = db
-        self.batch_max = batch_max
-        #: seconds a worker waits, once a write is waiting, for more to join its batch
-        self.batch_wait = batch_wait
-        self.workers = workers if db.dialect == "postgresql" else 1  # SQLite has one writer
-        self._queue: asyncio.Queue[Write] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._connections: list[Any] = [None] * self.workers
-        self.committed_batches = 0
-        #: writes in the worker's last batch: more than one means load, and the next batch waits
-        self.last_batch = 0
-
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._run(i), name=f"game-session-writer-{i}") for i in range(self.workers)]
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-        for index in range(self.workers):
-            await self._close_connection(index)
-        while not self._queue.empty():
-            write = self._queue.get_nowait()
-            if write.future is not None and not write.future.done():
-                write.future.set_exception(LeaseLostError("the replica is stopping"))
-
-    async def submit(self, write: Write) -> None:
-        write.future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(write)
-        await write.future
-
-    async def _run(self, index: int) -> None:
-        while True:
-            batch = [await self._queue.get()]
-            try:
-                if self.batch_wait > 0 and (self.last_batch > 1 or not self._queue.empty()):
-                    await asyncio.sleep(self.batch_wait)  # under load, let the batch grow: fewer, larger commits
-                while len(batch) < self.batch_max and not self._queue.empty():
-                    batch.append(self._queue.get_nowait())
-                self.last_batch = len(batch)
-                await self._settle(batch, index)
-            except asyncio.CancelledError:
-                for write in batch:
-                    if write.future is not None and not write.future.done():
-                        write.future.set_exception(LeaseLostError("the replica is stopping"))
-                raise
-
-    async def _settle(self, batch: list[Write], index: int) -> None:
-        """Commit a batch; when it fails as a whole, commit its writes one by one, so that one bad
-        write (or a transient error) fails only its own caller."""
-        try:
-            refused = await self._commit(batch, index)
-        except Exception as error:
-            if len(batch) > 1:
-                log.warning("batch append failed; retrying its writes one by one",
-                            extra={"fields": {"tables": len(batch), "error": repr(error)[:300]}})
-                for write in batch:
-                    await self._settle([write], index)
-                return
-            log.exception("log append failed", extra={"fields": {"table": batch[0].table_id}})
-            if batch[0].future is not None and not batch[0].future.done():
-                batch[0].future.set_exception(error)
-            return
-        self.committed_batches += 1
-        for write in batch:
-            if write.future is None or write.future.done():
-                continue
-            if write.table_id in refused:
-                write.future.set_exception(LeaseLostError(write.table_id))
-            else:
-                write.future.set_result(None)
-
-    async def _commit(self, batch: Sequence[Write], index: int) -> set[str]:
-        if self.db.dialect == "postgresql":
-            return await self._commit_asyncpg(batch, index)
-        for attempt in range(20):
-            try:
-                return await self._commit_once(batch)
-            except OperationalError:  # SQLite: another connection holds the write lock; try again
-                if self.db.dialect != "sqlite" or attempt == 19:
-                    raise
-                await asyncio.sleep(0.01 * (attempt + 1))
-        raise AssertionError("unreachable")
-
-    async def _connection(self, index: int) -> Any:
-        """A worker's own asyncpg connection (PostgreSQL): the hot path skips the ORM layers."""
-        connection = self._connections[index]
-        if connection is None or connection.is_closed():
-            connection = self._connections[index] = await _asyncpg_connect(self.db)
-        return connection
-
-    async def _commit_asyncpg(self, batch: Sequence[Write], index: int) -> set[str]:
-        """A batch in one statement, so one round trip and one implicit transaction: lock the lease
-        rows that still carry the writes' epochs and owner (in table id order); for those tables
-        only, insert the events, update the table rows, queue the outbox rows of the match ends
-        and mark their leases no longer live. A table whose lease moved is left out: it is
-        refused."""
-        connection = await self._connection(index)
-        updates = [(w.table_id, u) for w in batch if (u := w.table_update) is not None]
-        owed = [(w.table_id, target, request, int(w.table_update["updated_ms"]) if w.table_update else 0)
-                for w in batch for target, request in w.outbox]
-        try:
-            rows = await connection.fetch(
-                _APPEND_SQL,
-                [w.table_id for w in batch],
-                [w.epoch for w in batch],
-                [w.owner_id for w in batch],
-                [w.table_id for w in batch for _ in w.rows],
-                [seq for w in batch for seq, _ in w.rows],
-                [data for w in batch for _, data in w.rows],
-                [table_id for table_id, _ in updates],
-                [int(u["state"]) for _, u in updates],
-                [int(u["seq"]) for _, u in updates],
-                [str(u["match_scores"]) for _, u in updates],
-                [int(u["updated_ms"]) for _, u in updates],
-                [table_id for table_id, _, _, _ in owed],
-                [target for _, target, _, _ in owed],
-                [request for _, _, request, _ in owed],
-                [created for _, _, _, created in owed],
-                [w.table_id for w in batch if w.finished],
-            )
-        except BaseException:
-            await self._close_connection(index)
-            raise
-        accepted = {row["table_id"] for row in rows}
-        return {w.table_id for w in batch if w.table_id not in accepted}
-
-    async def _close_connection(self, index: int) -> None:
-        connection, self._connections[index] = self._connections[index], None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                await connection.close()
-
-    async def _commit_once(self, batch: Sequence[Write]) -> set[str]:
-        leases = models.leases
-        ids = sorted({w.table_id for w in batch})
-        async with self.db.transaction() as session:
-            query = (
-                select(leases.c.table_id, leases.c.epoch, leases.c.owner_id)
-                .where(leases.c.table_id.in_(ids))
-                .order_by(leases.c.table_id)
-            )
-            if self.db.dialect == "postgresql":
-                query = query.with_for_update()
-            current = {row.table_id: (row.epoch, row.owner_id) for row in (await session.execute(query)).all()}
-            refused = {w.table_id for w in batch if current.get(w.table_id) != (w.epoch, w.owner_id)}
-            rows = [
-                {"table_id": w.table_id, "seq": seq, "data": data}
-                for w in batch
-                if w.table_id not in refused
-                for seq, data in w.rows
-            ]
-            if rows:
-                await session.execute(models.events.insert(), rows)
-            for w in batch:
-                if w.table_id in refused:
-                    continue
-                if w.table_update is not None:
-                    await session.execute(
-                        update(models.tables).where(models.tables.c.id == w.table_id).values(**w.table_update)
-                    )
-                if w.outbox:
-                    now = int(w.table_update["updated_ms"]) if w.table_update else 0
-                    await session.execute(
-                        models.outbox.insert(),
-                        [
-                            {
-                                "table_id": w.table_id,
-                                "target": target,
-                                "request": request,
-                                "state": "pending",
-                                "attempts": 0,
-                                "next_attempt_ms": 0,
-                                "created_ms": now,
-                                "last_error": "",
-                            }
-                            for target, request in w.outbox
-                        ],
-                    )
-                if w.finished:
-                    await session.execute(
-                        update(models.leases).where(models.leases.c.table_id == w.table_id).values(live=0)
-                    )
-            return refused
-
-
-def _asyncpg_target(db: Database) -> tuple[str, dict[str, str] | None]:
-    """asyncpg's address (DSN) and session settings for the service's database and schema."""
-    url = make_url(db.url).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False), ({"search_path": db.schema} if db.schema else None)
-
-
-async def _asyncpg_connect(db: Database) -> Any:
-    """A plain asyncpg connection to the service's PostgreSQL database and schema."""
-    import asyncpg
-
-    dsn, settings = _asyncpg_target(db)
-    return await asyncpg.connect(dsn, server_settings=settings)
-
-
-#: `Direct.create_table`'s statement: the table row, its players' seats, its lease (this replica's,
-#: epoch 1) and the call's idempotency key, in one statement, when neither the key nor the table
-#: id nor the match id exists yet; otherwise it writes nothing (ON CONFLICT DO NOTHING, or the key
-#: found) and the caller takes the general path, which tells a retry from a conflict.
 _CREATE_TABLE_SQL = """
 WITH prior AS (
     SELECT 1 FROM game_session_idempotency_keys WHERE scope = $1 AND request_id = $2
@@ -346,17 +56,84 @@ SELECT count(*) AS created FROM created
 """
 
 
-class Direct:
-    """A few asyncpg connections of the API's own for its frequent statement on PostgreSQL
-    (`create_table`): the ORM's path took about 1.6 ms of a replica's CPU per CreateTable (a
-    third of a table's start: CreateTable, its players' streams joined, the first deal), and a
-    replica in steady use creates tables all the time (every match ended is replaced)."""
+@dataclass(frozen=True)
+class NewTable:
+    """A table to create: its row, its players' seats, and this replica's lease on it (epoch 1)."""
 
-    def __init__(self, db: Database, size: int = 4) -> None:
+    table_id: str
+    match_id: str
+    description: bytes
+    now_ms: int
+    seats: Sequence[tuple[int, str]]
+    owner_address: str
+    owner_id: str
+
+
+class Creator:
+    """Writes new tables, idempotently (`CreateTable`): the table row, its seats, its lease and
+    the call's idempotency key in one transaction. On PostgreSQL a new table is one statement on
+    asyncpg connections of the creator's own (a replica in steady use creates tables all the
+    time: every match ended is replaced); a call that statement does not write (a retry, a reused
+    request id, an expired key, a clash) and every call on SQLite take the general path through
+    the ORM and the idempotency store, which tells them apart."""
+
+    def __init__(self, db: Database, idempotency: IdempotencyStore, size: int = 4) -> None:
         self.db = db
+        self.idempotency = idempotency
+        #: new tables in one statement (PostgreSQL)
+        self.at_once = db.dialect == "postgresql"
         self.size = size
         self._pool: Any = None
         self._opening = asyncio.Lock()
+
+    async def create(self, *, scope: str, method: str, request: game_session_pb2.CreateTableRequest, table: NewTable,
+                     reply: game_session_pb2.Table) -> tuple[game_session_pb2.Table, bool]:
+        """The call's answer, and whether this call created the table (False: the answer of an
+        earlier call with the same request id); ALREADY_EXISTS when the table id or the match id
+        is taken, by another request."""
+        if self.at_once:
+            stored_at, expires_at = self.idempotency.window()
+            if await self._create_at_once(
+                scope=scope, request_id=request.request_id, method=method,
+                digest=request_hash(method, request), table=table,
+                response=reply.SerializeToString(deterministic=True), created_at=stored_at, expires_at=expires_at,
+            ):
+                return reply, True
+        created: list[bool] = []
+
+        async def work(session: Any) -> game_session_pb2.Table:
+            tables = models.tables
+            exists = (await session.execute(
+                select(tables.c.id, tables.c.match_id).where(
+                    (tables.c.id == table.table_id) | (tables.c.match_id == table.match_id))
+            )).first()
+            if exists is not None:
+                what = f"tables/{table.table_id}" if exists.id == table.table_id else f"match_id {table.match_id!r}"
+                raise AlreadyExistsError(f"{what} exists already")
+            await session.execute(tables.insert().values(
+                id=table.table_id, match_id=table.match_id, description=table.description,
+                state=State.STATE_WAITING, seq=0, match_scores="[0, 0]", created_ms=table.now_ms,
+                updated_ms=table.now_ms,
+            ))
+            if table.seats:
+                await session.execute(models.seats.insert(), [
+                    {"table_id": table.table_id, "seat": seat, "player": player} for seat, player in table.seats
+                ])
+            await session.execute(models.leases.insert().values(
+                table_id=table.table_id, owner_address=table.owner_address, owner_id=table.owner_id, epoch=1, live=1,
+            ))
+            created.append(True)
+            return reply
+
+        try:
+            answer = await self.idempotency.run(
+                self.db, scope=scope, method=method, request=request, response_type=game_session_pb2.Table,
+                work=work,
+            )
+        except IntegrityError:
+            raise AlreadyExistsError(
+                f"tables/{table.table_id} or match_id {table.match_id!r} exists already") from None
+        return answer, bool(created) and answer.name == reply.name
 
     async def _get_pool(self) -> Any:
         if self._pool is None:
@@ -364,7 +141,7 @@ class Direct:
                 if self._pool is None:
                     import asyncpg
 
-                    dsn, settings = _asyncpg_target(self.db)
+                    dsn, settings = asyncpg_target(self.db)
                     self._pool = await asyncpg.create_pool(
                         dsn, min_size=1, max_size=self.size, server_settings=settings)
         return self._pool
@@ -375,20 +152,20 @@ class Direct:
             with contextlib.suppress(Exception):
                 await pool.close()
 
-    async def create_table(
-        self, *, scope: str, request_id: str, method: str, digest: str, table_id: str, match_id: str,
-        description: bytes, state: int, now_ms: int, seats: Sequence[tuple[int, str]], owner_address: str,
-        owner_id: str, response: bytes, created_at: datetime, expires_at: datetime,
+    async def _create_at_once(
+        self, *, scope: str, request_id: str, method: str, digest: str, table: NewTable, response: bytes,
+        created_at: datetime, expires_at: datetime,
     ) -> bool:
         """Write a new table in one statement (`_CREATE_TABLE_SQL`); False when it wrote nothing
-        (the key is known, or the table or match exists: the caller's general path decides)."""
+        (the key is known, or the table or match exists: the general path decides)."""
         import asyncpg
 
         pool = await self._get_pool()
         try:
             created = await pool.fetchval(
-                _CREATE_TABLE_SQL, scope, request_id, table_id, match_id, description, state, now_ms,
-                [seat for seat, _ in seats], [player for _, player in seats], owner_address, owner_id,
+                _CREATE_TABLE_SQL, scope, request_id, table.table_id, table.match_id, table.description,
+                State.STATE_WAITING, table.now_ms, [seat for seat, _ in table.seats],
+                [player for _, player in table.seats], table.owner_address, table.owner_id,
                 method, digest, response, created_at, expires_at,
             )
         except asyncpg.UniqueViolationError:  # the same key, committed meanwhile by a concurrent call
@@ -512,6 +289,8 @@ async def release(db: Database, owner_id: str) -> None:
 
 @dataclass
 class StoredTable:
+    """A table as its rows hold it (`load`)."""
+
     table_id: str
     description: bytes
     created_ms: int
@@ -553,3 +332,46 @@ async def set_mute(db: Database, table_id: str, viewer: str, player: str, muted:
         )
         if muted:
             await session.execute(mutes.insert().values(table_id=table_id, viewer=viewer, player=player))
+
+
+@dataclass(frozen=True)
+class ListedTable:
+    """A table as `ListTables` reads it from its rows: its description, state and scores, and
+    the last event in its log (the table row's `seq` moves only with the table's state)."""
+
+    table_id: str
+    description: bytes
+    state: int
+    seq: int
+    match_scores: str
+
+
+async def list_tables(
+    db: Database, *, player: str | None, state: int, after: str | None, size: int
+) -> list[ListedTable]:
+    """Up to `size` tables in id order after `after`: those `player` sits at (any when None), in
+    `state` (any when 0)."""
+    tables, events = models.tables, models.events
+    query = select(tables.c.id, tables.c.description, tables.c.state, tables.c.seq, tables.c.match_scores)
+    if player is not None:
+        query = query.where(tables.c.id.in_(select(models.seats.c.table_id).where(models.seats.c.player == player)))
+    if state:
+        query = query.where(tables.c.state == state)
+    if after is not None:
+        query = query.where(tables.c.id > after)
+    query = query.order_by(tables.c.id).limit(size)
+    async with db.transaction() as session:
+        rows = (await session.execute(query)).all()
+        last_seq: dict[str, int] = {}
+        if rows:  # the primary key's index answers
+            found = await session.execute(
+                select(events.c.table_id, func.max(events.c.seq))
+                .where(events.c.table_id.in_([row.id for row in rows]))
+                .group_by(events.c.table_id)
+            )
+            last_seq = {table_id: int(seq) for table_id, seq in found.all()}
+    return [
+        ListedTable(row.id, row.description, int(row.state), max(int(row.seq), last_seq.get(row.id, 0)),
+                    row.match_scores)
+        for row in rows
+    ]

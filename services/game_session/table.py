@@ -111,6 +111,19 @@ class SeatState:
 
 
 @dataclass
+class ChatRoom:
+    """A table's chat rules besides the log: who muted whom (`*`: an admin's table-wide mute of
+    a sender) and each sender's recent messages (the rate limit)."""
+
+    mutes: set[tuple[str, str]] = field(default_factory=set)
+    recent: dict[str, list[float]] = field(default_factory=dict)
+
+    def hides(self, viewer: str, sender: str) -> bool:
+        """Whether `viewer` muted `sender` (their messages reach them without text)."""
+        return (viewer, sender) in self.mutes
+
+
+@dataclass
 class Proposal:
     proposal_id: str
     proposer_seat: int
@@ -154,7 +167,8 @@ class LiveTable:
         self.last_event_ms = created_ms
         #: the lease's fencing epoch this copy writes under (0: a finished table, read only)
         self.epoch = 0
-        self.lost = False  # set when the copy can no longer be trusted (lease lost, write failed)
+        #: chat mutes and each sender's recent messages (not in the log: mutes are rows of their own)
+        self.chat = ChatRoom()
         self._bots: dict[int, Bot] = {}
 
     # -- facts ----------------------------------------------------------------------------------

@@ -124,22 +124,23 @@ async def test_a_table_created_in_one_statement_is_the_one_the_general_path_writ
     node = await cluster.start()
     stub = cluster.stub()
     svc = cluster.token(Kind.SERVICE, "matchmaking")
-    direct = node.api.manager.direct
-    assert (direct is not None) == (cluster.target.url.startswith("postgresql"))
+    creator = node.api.creator
+    at_once = creator.at_once
+    assert at_once == (cluster.target.url.startswith("postgresql"))
     wrote: list[bool] = []
-    if direct is not None:
-        create = direct.create_table
+    if at_once:
+        create = creator._create_at_once
 
         async def watched(**kwargs: Any) -> bool:
             wrote.append(await create(**kwargs))
             return wrote[-1]
 
-        direct.create_table = watched  # type: ignore[method-assign]
+        creator._create_at_once = watched  # type: ignore[method-assign]
     fast = await stub.CreateTable(table_request("fast", "alice", "bob"), metadata=svc)
-    assert wrote == ([True] if direct is not None else [])  # the one statement wrote it
-    node.api.manager.direct = None
+    assert wrote == ([True] if at_once else [])  # the one statement wrote it
+    creator.at_once = False
     general = await stub.CreateTable(table_request("general", "carol", "dave"), metadata=svc)
-    node.api.manager.direct = direct
+    creator.at_once = at_once
     db = node.api.deps.db
 
     # what may differ between two tables: ids, names, players, times, and what is made of them
@@ -178,7 +179,7 @@ async def test_a_table_created_in_one_statement_is_the_one_the_general_path_writ
     error = await _code(stub.CreateTable(clash, metadata=svc))
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS and "m-fast" in (error.details() or "")
     assert (await stored("other"))["tables"] == []
-    assert wrote == ([True, False, False, False] if direct is not None else [])  # the rest: the general path
+    assert wrote == ([True, False, False, False] if at_once else [])  # the rest: the general path
     await started(cluster, "fast", "alice", "bob")  # the table created in one statement plays
 
 
@@ -332,7 +333,7 @@ async def test_a_finished_table_is_compacted_then_evicted_and_replays_the_same(c
     """At match end the table keeps only the JSON text of its entries (but the final change's,
     on its way to the streams); once finished and quiet past FINISHED_KEPT_MS the scan evicts it;
     a late replay gives the same events from the compacted table and from the log."""
-    from services.game_session.manager import FINISHED_KEPT_MS
+    from services.game_session.ownership import FINISHED_KEPT_MS
 
     node = await cluster.start()
     stub = cluster.stub()
@@ -344,8 +345,8 @@ async def test_a_finished_table_is_compacted_then_evicted_and_replays_the_same(c
     assert stream.events[-1].HasField("match_ended")
     live = {e.seq: e for e in stream.events if e.seq >= 2 and not e.HasField("snapshot")}
 
-    manager = node.api.manager
-    table = manager.tables["done"]
+    tables = node.api.tables
+    table = tables.actors["done"].table
     final = next(i for i, e in enumerate(table.entries) if e.type == "match_ended")
     assert 0 < table.compacted <= final  # the final change kept its protos, nothing before it
     assert not [e.seq for e in table.entries[: table.compacted] if e.encoded or not e.sealed]
@@ -357,13 +358,13 @@ async def test_a_finished_table_is_compacted_then_evicted_and_replays_the_same(c
         return {e.seq: e for e in late.events}
 
     assert await replayed() == live  # from the compacted table
-    await manager.renew_and_scan()
-    assert "done" in manager.tables  # finished, but not for long enough
+    await tables.renew_and_scan()
+    assert "done" in tables.actors  # finished, but not for long enough
     cluster.clock.advance(FINISHED_KEPT_MS / 1000 + 1)
-    await manager.renew_and_scan()
-    assert "done" not in manager.tables
+    await tables.renew_and_scan()
+    assert "done" not in tables.actors
     assert await replayed() == live  # from the log
-    reloaded = manager.tables["done"]
+    reloaded = tables.actors["done"].table
     assert reloaded.compacted == len(reloaded.entries) and not any(e.encoded for e in reloaded.entries)
     got = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/done"), metadata=alice)
     assert got.state == game_session_pb2.Table.STATE_FINISHED and got.seq == max(live)
@@ -400,9 +401,9 @@ async def test_an_action_whose_caller_cancels_mid_write_still_completes(cluster:
     streams = await started(cluster, "cancelled", "alice", "bob")
     alice = cluster.token(Kind.PLAYER, "alice")
     seq = streams["alice"].last_seq
-    manager = node.api.manager
+    tables = node.api.tables
     submitted, release, caller_left = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    submit, change = manager.writer.submit, manager.change
+    submit, change = tables.writer.submit, tables.change
 
     async def held_submit(write: Any) -> Any:
         submitted.set()
@@ -416,15 +417,15 @@ async def test_an_action_whose_caller_cancels_mid_write_still_completes(cluster:
             caller_left.set()
             raise
 
-    manager.writer.submit = held_submit  # type: ignore[method-assign]
-    manager.change = watched_change  # type: ignore[method-assign]
+    tables.writer.submit = held_submit  # type: ignore[method-assign]
+    tables.change = watched_change  # type: ignore[method-assign]
     draw = game_session_pb2.DrawRequest(table="tables/cancelled", request_id="d1", expected_seq=seq)
     call = stub.Draw(draw, metadata=alice)
     await submitted.wait()
     call.cancel()
     await caller_left.wait()
     release.set()
-    manager.writer.submit = submit  # type: ignore[method-assign]
+    tables.writer.submit = submit  # type: ignore[method-assign]
 
     await streams["alice"].wait_seq(seq + 1)
     again = await stub.Draw(draw, metadata=alice)  # the retry gets the first answer
@@ -594,41 +595,40 @@ async def test_a_play_stream_that_ends_mid_write_still_completes_its_action(clus
     seat = streams["alice"].of("turn_timer_started")[-1].turn_timer_started.seat
     actor, waiter = ("alice", "bob") if seat == 0 else ("bob", "alice")
     table = "tables/leaving"
-    manager = node.api.manager
-    live = manager.tables["leaving"]
+    tables = node.api.tables
+    live = tables.actors["leaving"]
     submitted, release = asyncio.Event(), asyncio.Event()
-    submit = manager.writer.submit
+    submit = tables.writer.submit
 
     async def held_submit(write: Any) -> Any:
         submitted.set()
         await release.wait()
         return await submit(write)
 
-    runtime = manager.runtime["leaving"]
-    before = list(runtime.subscribers)
+    before = list(live.subscribers)
     call = stub.Play(None, metadata=cluster.token(Kind.PLAYER, actor))
     await call.write(game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(table=table)))
     seq = (await _update(call)).changes.events[-1].seq
-    (play_sub,) = [sub for sub in runtime.subscribers if sub not in before]
-    ended, unsubscribe = asyncio.Event(), manager.unsubscribe
+    (play_sub,) = [sub for sub in live.subscribers if sub not in before]
+    ended, unsubscribe = asyncio.Event(), live.unsubscribe
 
-    def watched_unsubscribe(table: Any, sub: Any) -> None:
-        unsubscribe(table, sub)
+    def watched_unsubscribe(sub: Any) -> None:
+        unsubscribe(sub)
         if sub is play_sub:
             ended.set()
 
-    manager.unsubscribe = watched_unsubscribe  # type: ignore[method-assign]
-    manager.writer.submit = held_submit  # type: ignore[method-assign]
+    live.unsubscribe = watched_unsubscribe  # type: ignore[method-assign]
+    tables.writer.submit = held_submit  # type: ignore[method-assign]
     draw = game_session_pb2.DrawRequest(table=table, request_id="d1", expected_seq=seq)
     await call.write(game_session_pb2.PlayRequest(draw=draw))
     await submitted.wait()
     call.cancel()
     await asyncio.wait_for(ended.wait(), 10)  # the server saw the stream end, its reader mid-change
     release.set()
-    manager.writer.submit = submit  # type: ignore[method-assign]
+    tables.writer.submit = submit  # type: ignore[method-assign]
 
     await streams[waiter].wait_seq(seq + 1)
-    assert manager.tables.get("leaving") is live and not live.lost  # not dropped: memory and log agree
+    assert tables.actors.get("leaving") is live and not live.retired  # not dropped: memory and log agree
     again = stub.Play(None, metadata=cluster.token(Kind.PLAYER, actor))
     await again.write(game_session_pb2.PlayRequest(join=game_session_pb2.SubscribeChangesRequest(
         table=table, after_seq=seq)))

@@ -22,6 +22,7 @@ from services.cli.seat import trailer
 from services.common.auth import Kind
 from services.common.server import Server
 from services.game_session import store
+from services.game_session.writer import Write
 from tests.services.game_session.conftest import Cluster, Node, Stream, subscribe, table_request
 
 
@@ -82,7 +83,7 @@ async def test_a_request_during_a_takeover_load_joins_it(cluster: Cluster, monke
     a = await cluster.start()
     streams = await _dealt(cluster, a, "race")
     last = streams["alice"].last_seq
-    a.api.manager.release_on_stop = False  # a crash: its lease runs out
+    a.api.tables.release_on_stop = False  # a crash: its lease runs out
     await cluster.stop(a)
     for stream in streams.values():
         await stream.close()
@@ -90,7 +91,7 @@ async def test_a_request_during_a_takeover_load_joins_it(cluster: Cluster, monke
     cluster.clock.advance(6)
 
     held = HeldLoads(monkeypatch)
-    scan = asyncio.ensure_future(b.api.manager.renew_and_scan())  # takes the table over, loads it
+    scan = asyncio.ensure_future(b.api.tables.renew_and_scan())  # takes the table over, loads it
     await held.entered.wait()
     # a player resumes her stream and another asks for a snapshot while the load is held
     alice, bob = cluster.token(Kind.PLAYER, "alice"), cluster.token(Kind.PLAYER, "bob")
@@ -106,8 +107,8 @@ async def test_a_request_during_a_takeover_load_joins_it(cluster: Cluster, monke
     answered = await snapshot
 
     assert held.calls == 1, "the table was loaded again while a load of it was under way"
-    table = b.api.manager.tables["race"]
-    assert not table.lost and table.epoch == 2
+    actor = b.api.tables.actors["race"]
+    assert not actor.retired and actor.table.epoch == 2
     assert answered.table.seq == last and answered.viewer_seat == 1
     # the resumed stream follows the installed copy: a move arrives on it, in order
     player = _to_act(streams["alice"])
@@ -125,10 +126,10 @@ class HeldWrites:
     def __init__(self, node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
         self.waiting = asyncio.Event()
         self._gate = asyncio.Event()
-        writer = node.api.manager.writer
-        original: Callable[[store.Write], Awaitable[None]] = writer.submit
+        writer = node.api.tables.writer
+        original: Callable[[Write], Awaitable[None]] = writer.submit
 
-        async def submit(write: store.Write) -> None:
+        async def submit(write: Write) -> None:
             self.waiting.set()
             await self._gate.wait()
             await original(write)
@@ -158,9 +159,9 @@ async def test_a_stream_never_stays_on_a_copy_dropped_while_it_waited(
     late = subscribe(cluster.stub(a), cluster.token(Kind.PLAYER, "alice"), "tables/moving", after_seq=last)
     await _until(lambda: _gauge(a.server, "buraco_rpc_streams_open") == 3)
     cluster.clock.advance(6)  # A stops renewing; B takes the table over
-    await b.api.manager.renew_and_scan()
-    await a.api.manager.renew_and_scan()  # A learns it lost the lease: drops its copy
-    assert "moving" not in a.api.manager.tables
+    await b.api.tables.renew_and_scan()
+    await a.api.tables.renew_and_scan()  # A learns it lost the lease: drops its copy
+    assert "moving" not in a.api.tables.actors
     writes.release()
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await move
@@ -178,10 +179,10 @@ class FailingWrites:
 
     def __init__(self, node: Node, monkeypatch: pytest.MonkeyPatch, marker: str) -> None:
         self.failed = False
-        writer = node.api.manager.writer
-        original: Callable[[store.Write], Awaitable[None]] = writer.submit
+        writer = node.api.tables.writer
+        original: Callable[[Write], Awaitable[None]] = writer.submit
 
-        async def submit(write: store.Write) -> None:
+        async def submit(write: Write) -> None:
             if not self.failed and any(marker in data for _, data in write.rows):
                 self.failed = True
                 raise ConnectionResetError("the database went away")
@@ -202,7 +203,7 @@ async def test_the_scan_loads_a_held_table_dropped_after_a_failed_write(
     alice = cluster.token(Kind.PLAYER, "alice")
     watch = subscribe(cluster.stub(node), alice, "tables/dropped")
     await watch.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
-    manager = node.api.manager
+    tables = node.api.tables
     failing = FailingWrites(node, monkeypatch, '"by":"bot"')  # the bot's next move is not written
     if _to_act(watch) == "alice":  # alice draws and discards: the bot's turn comes
         stub = cluster.stub(node)
@@ -214,14 +215,14 @@ async def test_the_scan_loads_a_held_table_dropped_after_a_failed_write(
             table="tables/dropped", request_id="a2", expected_seq=drawn.result.seq, card=hints.discards[0]),
             metadata=alice)
     else:
-        manager.schedule(manager.tables["dropped"])
-    await _until(lambda: failing.failed and "dropped" not in manager.tables)
+        tables.actors["dropped"].schedule()
+    await _until(lambda: failing.failed and "dropped" not in tables.actors)
     await watch.wait(lambda events: watch.ended, timeout=10)
     assert watch.error is not None and watch.error.code() is grpc.StatusCode.UNAVAILABLE
     committed = watch.last_seq
 
-    await manager.renew_and_scan()
-    table = manager.tables["dropped"]
+    await tables.renew_and_scan()
+    table = tables.actors["dropped"].table
     assert table.epoch == 1 and table.seq >= committed  # (the bot may have moved already)
     await _until(lambda: any(e.type == "discarded" and e.seq > committed and e.data["s"] == 1
                              for e in table.entries))  # the bot played its turn, nobody asking
@@ -239,18 +240,18 @@ async def test_a_copy_dropped_during_its_write_is_loaded_after_the_write(
     last = streams["alice"].last_seq
     player = _to_act(streams["alice"])
     token = cluster.token(Kind.PLAYER, player)
-    manager = node.api.manager
+    tables = node.api.tables
     writes = HeldWrites(node, monkeypatch)
     move = asyncio.ensure_future(cluster.stub(node).Draw(
         game_session_pb2.DrawRequest(table="tables/fenced", request_id="in-flight", expected_seq=last),
         metadata=token))
     await writes.waiting.wait()
     cluster.clock.advance(6)  # longer than the lease since the last renewal
-    manager.fence_if_stale()
-    assert "fenced" not in manager.tables
+    tables.fence_if_stale()
+    assert "fenced" not in tables.actors
     snapshot = asyncio.ensure_future(cluster.stub(node).GetTableSnapshot(
         game_session_pb2.GetTableSnapshotRequest(table="tables/fenced"), metadata=token))
-    await _until(lambda: "fenced" in manager._loading)
+    await _until(lambda: tables.loading("fenced"))
     writes.release()
     drawn = await move  # committed: the lease was still this replica's
     answered = await snapshot

@@ -82,7 +82,7 @@ async def test_delivered_once_across_a_crash(cluster: Cluster) -> None:
     assert [(r.target, r.state) for r in rows] == [("wallet.Void", "pending"), ("ranking.RecordMatch", "pending")]
     await a.api.deliverer.refresh_gauges()
     assert _gauge(a.api.deps.registry, "buraco_outbox_pending", target="wallet.Void") == 1.0
-    a.api.manager.release_on_stop = False
+    a.api.tables.release_on_stop = False
     await cluster.stop(a)
     assert cluster.outbound.calls == []
 
@@ -143,7 +143,7 @@ async def test_the_real_wallet_and_ranking_accept_what_a_match_end_owes(
 ) -> None:
     """A competitive match played to its end (the players' moves chosen by engine bots, in the
     players' name): the outbox's Settle pays the real wallet's winner, RecordMatch records both."""
-    from services.game_session.manager import outbox_requests
+    from services.game_session.outbox import outbox_requests
     from services.ranking.service import SPEC as RANKING
     from services.wallet.service import SPEC as WALLET
 
@@ -225,6 +225,6 @@ async def test_a_claim_of_a_replica_that_is_gone_is_taken_at_once(cluster: Clust
     rows = {row.table_id: row for row in await _rows(node)}
     assert {t: r.state for t, r in rows.items()} == {"t-gone": "delivered", "t-restarted": "delivered",
                                                      "t-serving": "pending"}
-    assert rows["t-gone"].claimed_by == node.api.manager.owner_id
+    assert rows["t-gone"].claimed_by == node.api.tables.owner_id
     assert rows["t-serving"].claimed_by == "serving"
     assert [target for target, _ in cluster.outbound.calls] == ["wallet.Void", "wallet.Void"]

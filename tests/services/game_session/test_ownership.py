@@ -59,9 +59,9 @@ async def test_redirect_takeover_fencing_and_rebuild(cluster: Cluster) -> None:
 
     # A stops renewing (it hangs); its lease runs out; B takes the table over and rebuilds it
     cluster.clock.advance(6)
-    await b.api.manager.renew_and_scan()
-    assert "t1" in b.api.manager.tables and b.api.manager.tables["t1"].epoch == 2
-    assert b.api.manager.takeovers_total._value.get() == 1
+    await b.api.tables.renew_and_scan()
+    assert "t1" in b.api.tables.actors and b.api.tables.actors["t1"].table.epoch == 2
+    assert b.api.tables.takeovers_total._value.get() == 1
     after = await on_b.GetTableSnapshot(game_session_pb2.GetTableSnapshotRequest(table="tables/t1"), metadata=alice)
     before.table.owner_address = after.table.owner_address = ""
     for snap in (before, after):
@@ -188,13 +188,13 @@ async def test_a_crashed_replica_s_tables_are_taken_over_by_the_scan(cluster: Cl
     b = await cluster.start()
     svc = cluster.token(Kind.SERVICE, "matchmaking")
     await cluster.stub(a).CreateTable(table_request("t3", "alice", "bot"), metadata=svc)
-    a.api.manager.release_on_stop = False  # a crash: nobody releases anything
+    a.api.tables.release_on_stop = False  # a crash: nobody releases anything
     await cluster.stop(a)
-    await b.api.manager.renew_and_scan()
-    assert "t3" not in b.api.manager.tables  # the lease has not run out yet
+    await b.api.tables.renew_and_scan()
+    assert "t3" not in b.api.tables.actors  # the lease has not run out yet
     cluster.clock.advance(6)
-    await b.api.manager.renew_and_scan()
-    assert "t3" in b.api.manager.tables
+    await b.api.tables.renew_and_scan()
+    assert "t3" in b.api.tables.actors
 
 
 async def test_a_taken_over_turn_gets_its_time_again_and_absent_players_their_grace(cluster: Cluster) -> None:
@@ -206,11 +206,11 @@ async def test_a_taken_over_turn_gets_its_time_again_and_absent_players_their_gr
     streams = [subscribe(on_a, cluster.token(Kind.PLAYER, p), "tables/t4") for p in ("alice", "bob")]
     for stream in streams:
         await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
-    a.api.manager.release_on_stop = False
+    a.api.tables.release_on_stop = False
     await cluster.stop(a)
     cluster.clock.advance(40)  # past the lease and past alice's 30 s to draw
-    await b.api.manager.renew_and_scan()
-    table = b.api.manager.tables["t4"]
+    await b.api.tables.renew_and_scan()
+    table = b.api.tables.actors["t4"].table
     assert table.turn_deadline_ms == int(cluster.clock.now() * 1000) + 30_000  # her full time again
     cluster.clock.advance(11)  # nobody came back within the grace: bots take both seats
     async def taken() -> None:

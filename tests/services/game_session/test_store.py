@@ -11,6 +11,7 @@ from sqlalchemy import select
 from services.common import migrations
 from services.common.db import Database
 from services.game_session import models, store
+from services.game_session import writer as writer_module
 from services.game_session.service import SPEC
 
 OWNER = "replica-a"
@@ -27,10 +28,10 @@ async def _tables(db: Database, *epochs: tuple[str, int]) -> None:
                 table_id=table_id, owner_address="a:1", owner_id=OWNER, epoch=epoch, live=1))
 
 
-def _write(table_id: str, epoch: int, seqs: range, state: int = 2) -> store.Write:
+def _write(table_id: str, epoch: int, seqs: range, state: int = 2) -> writer_module.Write:
     rows = [(seq, f'{{"t":"x","n":{seq}}}') for seq in seqs]
     update = {"state": state, "seq": seqs[-1], "updated_ms": 1000 + seqs[-1], "match_scores": "[5,7]"}
-    return store.Write(table_id, epoch, OWNER, rows, table_update=update)
+    return writer_module.Write(table_id, epoch, OWNER, rows, table_update=update)
 
 
 async def _logged(db: Database) -> dict[str, list[int]]:
@@ -53,7 +54,7 @@ async def _table_rows(db: Database) -> dict[str, tuple[int, int, str, int]]:
 async def test_a_batch_writes_the_tables_whose_lease_holds_and_refuses_the_others(database: Database) -> None:
     # t2's lease was taken over (epoch 2) after this replica made its change under epoch 1
     await _tables(database, ("t1", 1), ("t2", 2), ("t3", 1))
-    writer = store.Writer(database)
+    writer = writer_module.Writer(database)
     writer.start()
     ended = _write("t2", 1, range(1, 3), state=3)  # a match end, refused like any write of t2
     ended.finished = True
@@ -68,7 +69,7 @@ async def test_a_batch_writes_the_tables_whose_lease_holds_and_refuses_the_other
     finally:
         await writer.stop()
     assert results[0] is None and results[2] is None
-    assert isinstance(results[1], store.LeaseLostError) and str(results[1]) == "t2"
+    assert isinstance(results[1], writer_module.LeaseLostError) and str(results[1]) == "t2"
     assert await _logged(database) == {"t1": [1, 2, 3], "t3": [1]}
     assert await _table_rows(database) == {
         "t1": (2, 3, "[5,7]", 1003), "t2": (1, 0, "[0,0]", 0), "t3": (2, 1, "[5,7]", 1001)}
@@ -80,7 +81,7 @@ async def test_a_batch_writes_the_tables_whose_lease_holds_and_refuses_the_other
 
 async def test_a_bad_write_fails_only_its_caller(database: Database) -> None:
     await _tables(database, ("t1", 1), ("t2", 1))
-    writer = store.Writer(database)
+    writer = writer_module.Writer(database)
     writer.start()
     try:
         await writer.submit(_write("t1", 1, range(1, 3)))
@@ -92,7 +93,7 @@ async def test_a_bad_write_fails_only_its_caller(database: Database) -> None:
         )
     finally:
         await writer.stop()
-    assert isinstance(results[0], Exception) and not isinstance(results[0], store.LeaseLostError)
+    assert isinstance(results[0], Exception) and not isinstance(results[0], writer_module.LeaseLostError)
     assert results[1] is None
     assert await _logged(database) == {"t1": [1, 2], "t2": [1, 2]}
     assert (await _table_rows(database))["t1"] == (2, 2, "[5,7]", 1002)
@@ -101,7 +102,7 @@ async def test_a_bad_write_fails_only_its_caller(database: Database) -> None:
 @pytest.mark.parametrize("workers", [1, 3])
 async def test_every_write_of_many_tables_is_logged_once(database: Database, workers: int) -> None:
     await _tables(database, *((f"t{i}", 1) for i in range(12)))
-    writer = store.Writer(database, batch_max=5, workers=workers)
+    writer = writer_module.Writer(database, batch_max=5, workers=workers)
     writer.start()
 
     async def table(i: int) -> None:
@@ -129,7 +130,7 @@ async def test_a_takeover_committed_while_a_batch_waits_for_its_lease_row_refuse
     await _tables(database, ("t1", 1), ("t2", 1))
     url = make_url(database.url).set(drivername="postgresql").render_as_string(hide_password=False)
     other = await asyncpg.connect(url, server_settings={"search_path": database.schema or "public"})
-    writer = store.Writer(database)
+    writer = writer_module.Writer(database)
     writer.start()
     try:
         takeover = other.transaction()
@@ -148,7 +149,7 @@ async def test_a_takeover_committed_while_a_batch_waits_for_its_lease_row_refuse
     finally:
         await writer.stop()
         await other.close()
-    assert isinstance(results[0], store.LeaseLostError) and results[1] is None
+    assert isinstance(results[0], writer_module.LeaseLostError) and results[1] is None
     assert await _logged(database) == {"t2": [1]}
     assert (await _table_rows(database))["t1"] == (1, 0, "[0,0]", 0)
 
@@ -161,7 +162,7 @@ async def test_under_load_a_write_arriving_within_the_batch_wait_joins_the_batch
     before it commits; a lone write at a quiet moment commits at once, and so does every write
     without a wait."""
     await _tables(database, ("t1", 1), ("t2", 1))
-    writer = store.Writer(database, batch_wait=wait)
+    writer = writer_module.Writer(database, batch_wait=wait)
     writer.last_batch = 2 if busy else 1
     writer.start()
     try:
@@ -180,7 +181,7 @@ async def test_the_lease_scan_reads_the_live_tables_only(database: Database) -> 
     """A finished table's lease row stays (live 0); the scan of held leases leaves it out, so the
     scan does not grow with every match a replica ever played."""
     await _tables(database, ("t1", 1), ("t2", 3), ("t3", 1))
-    writer = store.Writer(database)
+    writer = writer_module.Writer(database)
     writer.start()
     try:
         finished = _write("t3", 1, range(1, 3), state=3)
@@ -198,7 +199,7 @@ async def test_a_failing_match_end_fails_alone_and_a_match_end_commits_its_outbo
     writes commit without it. One that ends well commits its entries, its outbox rows and its
     lease no longer live, in one transaction."""
     await _tables(database, ("t1", 1), ("t2", 1), ("t3", 1))
-    writer = store.Writer(database)
+    writer = writer_module.Writer(database)
     writer.start()
     try:
         await writer.submit(_write("t3", 1, range(1, 3)))
@@ -218,7 +219,7 @@ async def test_a_failing_match_end_fails_alone_and_a_match_end_commits_its_outbo
     finally:
         await writer.stop()
     assert results[0] is None and results[2] is None
-    assert isinstance(results[1], Exception) and not isinstance(results[1], store.LeaseLostError)
+    assert isinstance(results[1], Exception) and not isinstance(results[1], writer_module.LeaseLostError)
     assert writer.committed_batches > before
     assert await _logged(database) == {"t1": [1, 2], "t2": [1], "t3": [1, 2, 3, 4]}
     assert await store.held(database, OWNER) == {"t1": 1, "t2": 1}  # t3's lease is no longer live

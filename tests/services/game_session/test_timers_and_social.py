@@ -81,9 +81,10 @@ async def test_timeouts_auto_play_then_a_bot_takes_the_seat(cluster: Cluster) ->
 async def test_a_dropped_player_is_replaced_and_gets_the_seat_back(cluster: Cluster) -> None:
     node = await cluster.start()
     streams = await _start(cluster, "flaky", "alice", "bob")
-    table = node.api.manager.tables["flaky"]
+    actor = node.api.tables.actors["flaky"]
+    table = actor.table
     await streams["bob"].close()
-    await _until(lambda: 1 in node.api.manager.runtime["flaky"].grace)
+    await _until(lambda: 1 in actor.grace)
     cluster.clock.advance(11)  # the grace period (10 s in the tests' settings)
     watch = streams["alice"]
     await watch.wait(lambda events: any(e.HasField("seat_taken_over") for e in events))
