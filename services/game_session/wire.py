@@ -1,8 +1,8 @@
 """The streams' messages written from events encoded once, not built and serialized per stream.
 
 A table's event reaches every stream that follows the table: a `Play` or `SubscribeChanges`
-stream sends it inside a `PlayUpdate` or `TableChanges`, and each recipient's message used to be
-built (every event copied in) and serialized again by grpc. Instead each log entry keeps its
+stream sends it inside a `PlayUpdate` or `TableChanges`. Rather than build every recipient's
+message (every event copied in) and have grpc serialize it again, each log entry keeps its
 `TableEvent` serialized once per viewer class, already framed as field 1 of `TableChanges`
 (`frame`), and a stream's message is those frames joined with the few bytes around them. The
 result is the message's ordinary protobuf encoding (fields in number order, as the generated
