@@ -20,8 +20,8 @@ from google.protobuf.duration_pb2 import Duration
 from google.rpc import status_pb2
 
 from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc, wallet_pb2
+from services.client.channels import Clients, ServiceTokens, channel
 from services.common.auth import Minter
-from services.common.client import Clients, ServiceTokens, channel
 from services.common.errors import OWNER_ADDRESS_HEADER
 from services.common.remote import TABLE_STATES, batch_ratings, classified
 from services.matchmaking.ports import Account, GameTable, Refused, SeatSpec, Unreachable

@@ -10,7 +10,7 @@ from typing import TypeVar
 from google.protobuf.duration_pb2 import Duration
 
 from buraco.v1 import common_pb2, game_session_pb2, wallet_pb2
-from services.common.client import Clients
+from services.client.channels import Clients
 from services.common.remote import TABLE_STATES, batch_ratings, classified
 from services.tournament.ports import (
     Payout,

@@ -27,9 +27,9 @@ from buraco.v1 import (
     wallet_pb2,
     wallet_pb2_grpc,
 )
+from services.client.channels import act_for
 from services.common import migrations
 from services.common.auth import Kind, Minter, current_identity
-from services.common.client import act_for
 from services.common.config import Config
 from services.common.db import Database
 from services.common.errors import (

@@ -1,0 +1,8 @@
+"""How code outside a service, and one service calling another, reach the suite's services.
+
+A library, not a service: every service, the terminal client, the load-test kit, the benchmarks
+and the tests import it, as they import `services.common`.
+
+Modules:
+    channels    channels carrying a token and the request id; `Clients`, the stubs of a service
+"""
