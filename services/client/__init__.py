@@ -5,4 +5,7 @@ and the tests import it, as they import `services.common`.
 
 Modules:
     channels    channels carrying a token and the request id; `Clients`, the stubs of a service
+    calls       a failed call classified: `Refused` (definitive) or `Unreachable` (retry)
+    ratings     players' ratings read from ranking in batches
+    tables      game-session tables as the other services see them
 """

@@ -20,10 +20,12 @@ from google.protobuf.duration_pb2 import Duration
 from google.rpc import status_pb2
 
 from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc, wallet_pb2
+from services.client.calls import classified
 from services.client.channels import Clients, ServiceTokens, channel
+from services.client.ratings import batch_ratings
+from services.client.tables import TABLE_STATES
 from services.common.auth import Minter
 from services.common.errors import OWNER_ADDRESS_HEADER
-from services.common.remote import TABLE_STATES, batch_ratings, classified
 from services.matchmaking.ports import Account, GameTable, Refused, SeatSpec, Unreachable
 
 T = TypeVar("T")

@@ -10,8 +10,10 @@ from typing import TypeVar
 from google.protobuf.duration_pb2 import Duration
 
 from buraco.v1 import common_pb2, game_session_pb2, wallet_pb2
+from services.client.calls import classified
 from services.client.channels import Clients
-from services.common.remote import TABLE_STATES, batch_ratings, classified
+from services.client.ratings import batch_ratings
+from services.client.tables import TABLE_STATES
 from services.tournament.ports import (
     Payout,
     PrizeShare,
