@@ -8,4 +8,6 @@ Modules:
     calls       a failed call classified: `Refused` (definitive) or `Unreachable` (retry)
     ratings     players' ratings read from ranking in batches
     tables      game-session tables as the other services see them
+    model       a seat's picture of a table kept from its stream; the shadow state bots play from
+    connection  one participant's connection to a table: stream resume, retried actions, play_seat
 """

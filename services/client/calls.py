@@ -5,12 +5,15 @@
   it again;
 - `Unreachable`: no answer, or a transient one (`TRANSIENT`); the outcome is unknown, and the
   caller retries later with the same request id, which makes the retry safe.
+
+`trailer(error, key)` reads one trailing-metadata value of a failed call (`retry-after-ms`,
+`buraco-current-seq`, ...), as text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -57,3 +60,12 @@ async def classified(service: str, call: Callable[[], Awaitable[T]]) -> T:
     except (OSError, TimeoutError) as error:  # a channel that cannot even start a call
         raise Unreachable(service, "UNAVAILABLE", str(error)) from None
 
+
+def trailer(error: grpc.aio.AioRpcError, key: str) -> str | None:
+    """The first value of trailing-metadata `key` on a failed call, as text (None when absent)."""
+    metadata: Any = error.trailing_metadata()
+    for item in metadata or ():
+        if item[0] == key:
+            value = item[1]
+            return value if isinstance(value, str) else bytes(value).decode()
+    return None

@@ -6,7 +6,8 @@ carries a fresh service token of this service and the `x-request-id` of the call
 To act for a player, add `metadata=act_for("alice")` to the call.
 
 Outside a service (tests, the CLI), `channel(address, token=...)` gives the same behaviour with a
-fixed token or a token function.
+fixed token or a token function. `ChannelPool` spreads many table connections (a load test's or a
+benchmark's seats) over a few channels per address.
 """
 
 from __future__ import annotations
@@ -83,6 +84,32 @@ def balancing(address: str) -> list[tuple[str, Any]] | None:
     Kubernetes) spreads calls over every address the name resolves to (round robin); any other
     target keeps gRPC's default (one connection)."""
     return [("grpc.lb_policy_name", "round_robin")] if address.startswith("dns:") else None
+
+
+class ChannelPool:
+    """Channels shared by many table connections: up to `size` HTTP/2 connections per address,
+    handed out round robin (one connection's flow control then never holds up every seat's
+    stream). The channels carry no token: each connection sends its own with every call."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._channels: dict[str, list[grpc.aio.Channel]] = {}
+        self._next = 0
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        channels = self._channels.setdefault(address, [])
+        if len(channels) < self.size:
+            # a distinct option keeps grpc from sharing one subchannel between them
+            channels.append(grpc.aio.insecure_channel(address, options=[("grpc.channel_pool_index", len(channels))]))
+            return channels[-1]
+        self._next += 1
+        return channels[self._next % len(channels)]
+
+    async def close(self) -> None:
+        for channels in self._channels.values():
+            for channel in channels:
+                await channel.close(None)
+        self._channels.clear()
 
 
 class ServiceTokens:
