@@ -34,8 +34,8 @@ from engine.rules import Ruleset
 from services.client.calls import trailer
 from services.client.channels import ChannelPool
 from services.client.model import TableModel, actions_from_hints, shadow_state
+from services.client.redirects import redirect_of
 
-OWNER_HEADER = "buraco-owner-address"
 CURRENT_SEQ_HEADER = "buraco-current-seq"
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: the statuses gRPC gives a call whose connection broke under a write (not a server's answer)
@@ -153,10 +153,11 @@ class TableConnection:
         self.home = self.address = address
 
     def _redirect(self, error: grpc.aio.AioRpcError) -> None:
-        """After UNAVAILABLE: to the owner the status names, else back to the entry address (an
-        owner named earlier may have died; the entry address reaches whoever takes over)."""
-        owner = trailer(error, OWNER_HEADER)
-        self.address = owner or self.home
+        """After UNAVAILABLE: to the owner the status names (`redirects.redirect_of`), else back to
+        the entry address (an owner named earlier may have died; the entry address reaches whoever
+        takes over)."""
+        redirect = redirect_of(error)
+        self.address = (redirect.owner_address if redirect is not None else "") or self.home
 
     @property
     def closed(self) -> bool:
