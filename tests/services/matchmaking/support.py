@@ -500,7 +500,7 @@ async def matchmaking_service(
     ready: list[Running] = []
 
     def make_platform(deps: Deps, chosen: MatchmakingSettings) -> FaultyPlatform:
-        inner = GrpcPlatform(deps.clients, deps.minter, deps.config.service, chosen.call_timeout_seconds)
+        inner = GrpcPlatform(deps.clients, chosen.call_timeout_seconds)
         return FaultyPlatform(inner, platform.faults)
 
     spec = build_spec(clock=clock, settings=settings, platform=make_platform, on_ready=ready.append)
