@@ -13,7 +13,7 @@ token per seat holds the seat's `Play` stream (its actions go up and the table's
 on it; `--stream changes`: unary action calls beside `SubscribeChanges`, a message per change;
 `--stream events`: beside `Subscribe`, a message per event, for comparison), and the seat is played
 by an engine bot (`engine.bots`, random-legal by default) deciding from what the stream told it
-(`services.client.connection.play_seat`). Latency is the time from sending an action to receiving its first
+(`services.cli.seat.play_seat`). Latency is the time from sending an action to receiving its first
 event on the acting seat's stream. A finished match is replaced by a new table, so the number of
 tables stays constant. The orchestrator steers the driver with JSON commands on its stdin.
 
