@@ -59,7 +59,7 @@ from loadtest.payouts import expected_deltas
 from loadtest.recorder import Recorder
 from loadtest.settings import Settings
 from loadtest.table import play_match, table_request
-from services.cli.seat import ChannelPool
+from services.client.channels import ChannelPool
 from services.common.auth import Kind
 
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """Playing a seat at a game-session table, every call timed into the run's recorder.
 
-The client is the suite's own (`services.cli.seat.TableConnection` and `play_seat`): it follows
+The client is the suite's own (`services.client.connection.TableConnection` and `play_seat`): it follows
 the table's `SubscribeChanges` stream into a model of what the seat knows, decides with an engine bot
 from that view, sends each action with a fresh `request_id` and the `expected_seq` it saw,
 retries an action after UNAVAILABLE or ABORTED with the same `request_id` (at the owner named by
@@ -28,8 +28,10 @@ from engine.bots import make_bot
 from loadtest.client import Calls, StepError
 from loadtest.payouts import expected_deltas
 from loadtest.settings import Settings
-from services.cli.seat import RETRYABLE, ActionRefused, ChannelPool, TableConnection, play_seat, trailer
-from services.cli.tableview import ruleset_of
+from services.client.calls import trailer
+from services.client.channels import ChannelPool
+from services.client.connection import RETRYABLE, ActionRefused, TableConnection, play_seat
+from services.client.model import ruleset_of
 
 
 class RecordedConnection(TableConnection):

@@ -1,4 +1,4 @@
-"""Commands typed at the terminal client (pure parsing, no I/O).
+"""Commands typed at the terminal client, and the command that makes an action (pure, no I/O).
 
     <number>            the legal move of that number in the hint list
     draw | d            draw from the stock
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.actions import DRAW, TAKE_PILE, Action, Discard, add_action, meld_action
+from engine.actions import DRAW, TAKE_PILE, Action, AddCards, Discard, MeldCards, add_action, meld_action
 from engine.cards import parse
 from engine.errors import MalformedError
 
@@ -147,3 +147,31 @@ def parse_command(line: str) -> Command | None:
 def _no_args(head: str, rest: list[str]) -> None:
     if rest:
         raise CommandError(f"`{head}` takes no arguments")
+
+
+def describe_action(action: Action) -> str:
+    """The command that does `action` (`draw`, `take`, `meld 4H 5H 6H`, `add 0 7H`, `discard KS`):
+    `parse_command` reads it back as the same action."""
+    data = action.to_json()
+    kind = data["do"]
+    if kind == "draw":
+        return "draw"
+    if kind == "take_discard":
+        return "take"
+    if kind == "meld":
+        text = "meld " + " ".join(data["cards"])
+        return text + (f" as {data['wild_as']}" if "wild_as" in data else "")
+    if kind == "add":
+        return f"add {data['meld']} " + " ".join(data["cards"])
+    return f"discard {data['card']}"
+
+
+def action_kind(action: Action) -> str:
+    """The command's word for the kind of `action`: draw, take, meld, add or discard."""
+    if isinstance(action, MeldCards):
+        return "meld"
+    if isinstance(action, AddCards):
+        return "add"
+    if isinstance(action, Discard):
+        return "discard"
+    return "draw" if action == DRAW else "take"

@@ -4,8 +4,8 @@
 token to play seat 0 (or joins `--table` as the player named). It shows the table whenever the
 turn comes back, the legal moves numbered (GetLegalMoves), reads commands (`services.cli.commands`:
 a number, or `meld 4H 5H 6H`, `add 0 7H`, `discard KS`, `draw`, `take`, ...) and prints the status
-message of a refused move. The stream is followed by `seat.TableConnection`, which resumes after a
-drop. `watch TABLE` follows a table as a spectator.
+message of a refused move. The stream is followed by `services.client.connection.TableConnection`,
+which resumes after a drop. `watch TABLE` follows a table as a spectator.
 
 The command loop reads lines from any async iterator and writes through a function, so tests
 drive it with scripted input.
@@ -25,8 +25,8 @@ from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
 from engine.actions import Action
 from services.cli.commands import HELP, Annul, CommandError, Hint, Play, Say, Simple, parse_command
 from services.cli.render import render_hints, render_table
-from services.cli.seat import ActionRefused, TableConnection
-from services.cli.tableview import TableModel, actions_from_hints
+from services.client.connection import ActionRefused, TableConnection
+from services.client.model import TableModel, actions_from_hints
 
 Write = Callable[[str], None]
 BOT_LEVELS = {"easy": common_pb2.BOT_LEVEL_EASY, "medium": common_pb2.BOT_LEVEL_MEDIUM,

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from buraco.v1 import common_pb2
 from engine.actions import Action
-from services.cli.tableview import TableModel, describe_action, sort_cards
+from services.cli.commands import describe_action
+from services.client.model import TableModel, sort_cards
 
 SUIT_SYMBOLS = {"S": "♠", "H": "♥", "D": "♦", "C": "♣"}
 RED = "\x1b[31m"

@@ -14,5 +14,6 @@ Modules (each small, each importable on its own):
     migrations   one Alembic history per service
     idempotency  request id + request hash -> stored response
     server       ServiceSpec, Server (boot, health, reflection, graceful stop) and main()
-    client       outbound channels carrying a service token and the request id
+
+Calls to other services go through the client library, `services.client`.
 """

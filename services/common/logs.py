@@ -3,7 +3,7 @@
 Every record has `time`, `level`, `service`, `logger`, `message`, and, inside a call, `request_id`,
 `method` and `caller`. Extra fields go in `extra={"fields": {...}}`. The request id comes from the
 caller's `x-request-id` metadata (a new one otherwise) and is sent on with every outbound call
-(`services.common.client`), so one id follows a call across services.
+(`services.client.channels`), so one id follows a call across services.
 """
 
 from __future__ import annotations

@@ -31,10 +31,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+from services.client.channels import Clients
 from services.common import config as config_module
 from services.common import logs, migrations, tracing
 from services.common.auth import Minter, Verifier, keys_from_config
-from services.common.client import Clients
 from services.common.config import Config, ConfigError
 from services.common.db import Database
 from services.common.interceptor import Limits, Pipeline

@@ -2,7 +2,7 @@
 
 With `BURACO_TRACING_ENABLED=true` a service traces every call it serves (one SERVER span per
 call, health checks and reflection excepted) and every call it makes on the channels of
-`services.common.client` (one CLIENT span, whose context travels to the callee in the W3C
+`services.client.channels` (one CLIENT span, whose context travels to the callee in the W3C
 `traceparent` metadata), so a gateway's call and everything it causes downstream form one trace.
 Spans go to an OpenTelemetry collector over OTLP/gRPC, in batches. Inside a span, every JSON log
 line also carries `trace_id` and `span_id`.

@@ -13,7 +13,7 @@ token per seat holds the seat's `Play` stream (its actions go up and the table's
 on it; `--stream changes`: unary action calls beside `SubscribeChanges`, a message per change;
 `--stream events`: beside `Subscribe`, a message per event, for comparison), and the seat is played
 by an engine bot (`engine.bots`, random-legal by default) deciding from what the stream told it
-(`services.cli.seat.play_seat`). Latency is the time from sending an action to receiving its first
+(`services.client.connection.play_seat`). Latency is the time from sending an action to receiving its first
 event on the acting seat's stream. A finished match is replaced by a new table, so the number of
 tables stays constant. The orchestrator steers the driver with JSON commands on its stdin.
 
@@ -72,7 +72,8 @@ from engine.bots import make_bot
 from engine.match import MatchState
 from engine.rules import preset
 from engine.selfplay import play_hand
-from services.cli.seat import ChannelPool, TableConnection, Timing, play_seat
+from services.client.channels import ChannelPool
+from services.client.connection import TableConnection, Timing, play_seat
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.measure import cpu_seconds, percentile
 from services.game_session.collector import GC_THRESHOLDS, collect_young_and_freeze

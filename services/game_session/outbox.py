@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import and_, func, or_, select, update
 
 from buraco.v1 import common_pb2, ranking_pb2, tournament_pb2, wallet_pb2
-from services.common.client import Clients
+from services.client.channels import Clients
 from services.common.db import Database
 from services.game_session import models
 from services.game_session.clock import Clock

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.common.remote import CallError as CallError
-from services.common.remote import Refused as Refused
-from services.common.remote import Unreachable as Unreachable
+from services.client.calls import CallError as CallError
+from services.client.calls import Refused as Refused
+from services.client.calls import Unreachable as Unreachable
 
 
 @dataclass(frozen=True)

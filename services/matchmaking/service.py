@@ -50,7 +50,7 @@ def registrar(
         remote: Platform = (
             platform(deps, chosen)
             if platform is not None
-            else GrpcPlatform(deps.clients, deps.minter, deps.config.service, chosen.call_timeout_seconds)
+            else GrpcPlatform(deps.clients, chosen.call_timeout_seconds)
         )
         store = IdempotencyStore(
             models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours), clock=now

@@ -37,7 +37,7 @@ MAX_PLAYERS = 1024
 MAX_CHIPS = 10**12
 MAX_SWISS_ROUNDS = 15
 DEFAULT_NO_SHOW_SECONDS = 300
-#: The identity whose reports of table results are accepted (services.common.client names the
+#: The identity whose reports of table results are accepted (services.client.channels names the
 #: game-session service `game-session`).
 RESULT_REPORTER = "game-session"
 

@@ -1,6 +1,13 @@
 """`ports.Services` over gRPC: the wallet, ranking and game-session stubs of `deps.clients`, called
 with this service's own token (`services/tournament`), a deadline, and the error mapping of
-`ports` (definitive answers raise `Refused`, transient ones `Unreachable`)."""
+`ports` (definitive answers raise `Refused`, transient ones `Unreachable`).
+
+Game tables are owned by one game-session replica at a time: the table calls go through
+`services.client.tables.Tables`, which follows the owner redirects (a channel per owner address,
+on `deps.clients`), waits while nobody owns the table, gives up as `Unreachable` after
+`redirects.MAX_REDIRECTS` hops (the scheduler retries later), and answers a retried CreateTable
+whose table exists (ALREADY_EXISTS) with that table when it carries the pairing's match id.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +17,14 @@ from typing import TypeVar
 from google.protobuf.duration_pb2 import Duration
 
 from buraco.v1 import common_pb2, game_session_pb2, wallet_pb2
-from services.common.client import Clients
-from services.common.remote import TABLE_STATES, batch_ratings, classified
+from services.client.calls import classified
+from services.client.channels import Clients
+from services.client.ratings import batch_ratings
+from services.client.redirects import Owners
+from services.client.tables import TABLE_STATES, Tables
 from services.tournament.ports import (
     Payout,
     PrizeShare,
-    Refused,
     TableSeat,
     TableState,
 )
@@ -35,6 +44,7 @@ class GrpcServices:
     def __init__(self, clients: Clients, timeout: float) -> None:
         self.clients = clients
         self.timeout = timeout
+        self.tables = Tables(Owners(clients), timeout)
 
     async def _call(self, service: str, call: Callable[[], Awaitable[T]]) -> T:
         return await classified(service, call)
@@ -106,31 +116,10 @@ class GrpcServices:
                 tournament=f"tournaments/{tournament}",
             ),
         )
-        try:
-            reply: game_session_pb2.Table = await self._call(
-                "game_session", lambda: self.clients.game_session.CreateTable(request, timeout=self.timeout)
-            )
-        except Refused as refused:
-            if refused.code != "ALREADY_EXISTS":
-                raise
-            # Made by an earlier attempt whose answer is gone (or forgotten): it is ours if it
-            # carries this match id.
-            existing = await self._get(f"tables/{table_id}")
-            if existing.match_id != match_id:
-                raise
-            return table_state(existing)
-        return table_state(reply)
-
-    async def _get(self, table: str) -> game_session_pb2.Table:
-        request = game_session_pb2.GetTableRequest(name=table)
-        reply: game_session_pb2.Table = await self._call(
-            "game_session", lambda: self.clients.game_session.GetTable(request, timeout=self.timeout)
-        )
-        return reply
+        return table_state(await self.tables.create(request))
 
     async def get_table(self, table: str) -> TableState:
-        return table_state(await self._get(table))
+        return table_state(await self.tables.get(table))
 
     async def cancel_table(self, request_id: str, table: str, reason: str) -> None:
-        request = game_session_pb2.CancelTableRequest(name=table, request_id=request_id, reason=reason)
-        await self._call("game_session", lambda: self.clients.game_session.CancelTable(request, timeout=self.timeout))
+        await self.tables.cancel(game_session_pb2.CancelTableRequest(name=table, request_id=request_id, reason=reason))

@@ -37,8 +37,10 @@ from loadtest.client import Calls
 from loadtest.payouts import expected_deltas
 from loadtest.recorder import Recorder
 from loadtest.table import RecordedConnection, table_request
-from services.cli.seat import ChannelPool, play_seat, trailer
-from services.cli.tableview import ruleset_of, shadow_state
+from services.client.calls import trailer
+from services.client.channels import ChannelPool
+from services.client.connection import play_seat
+from services.client.model import ruleset_of, shadow_state
 from services.common.auth import Kind, Minter
 from tests.services.harness import ServiceProcess, bearer, dev_minter, service_process
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from buraco.v1 import common_pb2, game_session_pb2, matchmaking_pb2
 from engine.bots.base import make_bot
-from services.cli.seat import TableConnection, play_seat
+from services.client.connection import TableConnection, play_seat
 from tests.conftest import DatabaseTarget
 from tests.e2e.suite import WAIT_SECONDS, Suite, suite
 

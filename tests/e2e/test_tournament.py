@@ -12,7 +12,7 @@ from pathlib import Path
 
 from buraco.v1 import common_pb2, tournament_pb2
 from engine.bots.base import make_bot
-from services.cli.seat import TableConnection, play_seat
+from services.client.connection import TableConnection, play_seat
 from services.game_session.table import ruleset_for
 from tests.conftest import DatabaseTarget
 from tests.e2e.suite import SERVICES, Suite, suite

@@ -13,7 +13,7 @@ from loadtest.client import Calls
 from loadtest.recorder import Recorder
 from loadtest.settings import Settings
 from loadtest.table import RecordedConnection, settlement
-from services.cli.seat import ChannelPool
+from services.client.channels import ChannelPool
 
 WON, LOST, VOID = common_pb2.OUTCOME_WON, common_pb2.OUTCOME_LOST, common_pb2.OUTCOME_VOID
 

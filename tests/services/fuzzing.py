@@ -23,8 +23,8 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from services.client.channels import act_for
 from services.common.auth import Kind, Minter
-from services.common.client import act_for
 from tests.services.harness import ServiceProcess, health_status
 
 FORBIDDEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}

@@ -1,10 +1,9 @@
-"""The terminal client's pure parts: the table model kept from the stream, the shadow state the
-bots play from, rendering, command parsing."""
+"""The terminal client: rendering, command parsing, and `play` and `watch` end to end against an
+in-process game-session server."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,163 +11,22 @@ import pytest
 
 from buraco.v1 import common_pb2, game_session_pb2
 from engine.actions import DRAW, TAKE_PILE, AddCards, Discard, MeldCards
-from engine.bots import make_bot
 from engine.cards import parse
-from engine.match import MatchState
-from engine.rules import preset
-from engine.state import HandState
 from services.cli.__main__ import build_parser
-from services.cli.commands import Annul, CommandError, Hint, Play, Say, Simple, parse_command
+from services.cli.commands import Annul, CommandError, Hint, Play, Say, Simple, describe_action, parse_command
 from services.cli.play import PracticeTable, play, practice_table_request, watch
 from services.cli.render import pretty_card, render_hints, render_table
-from services.cli.seat import TableConnection, play_seat
-from services.cli.tableview import (
-    MeldView,
-    SeatInfo,
-    TableModel,
-    actions_from_hints,
-    describe_action,
-    meld_from_cards,
-    ruleset_of,
-    shadow_state,
-)
+from services.client.connection import TableConnection
+from services.client.model import TableModel, actions_from_hints
 from services.common.auth import Kind
 from tests.conftest import DatabaseTarget
+from tests.services.client.events import snapshot
 from tests.services.game_session.conftest import Cluster
-
-KINDS = {"sequence": common_pb2.Meld.KIND_SEQUENCE, "group": common_pb2.Meld.KIND_GROUP}
-CANASTRAS = {
-    "none": common_pb2.Meld.CANASTRA_NONE,
-    "dirty": common_pb2.Meld.CANASTRA_DIRTY,
-    "clean": common_pb2.Meld.CANASTRA_CLEAN,
-    "royal": common_pb2.Meld.CANASTRA_ROYAL,
-    "ace_to_ace": common_pb2.Meld.CANASTRA_ACE_TO_ACE,
-}
-
-
-def model_of(state: HandState, seat: int) -> TableModel:
-    """What `seat` knows of `state` (its own hand and the public table), as the stream tells it."""
-    view = state.view(seat)
-    model = TableModel("tables/t", viewer_seat=seat, players=state.players)
-    model.seats = [SeatInfo(label=f"p{s}", hand_size=n) for s, n in enumerate(view["hand_sizes"])]
-    model.hand = list(view["hand"])
-    model.melds = [[MeldView(KINDS[m["kind"]], list(m["cards"]), CANASTRAS[m["canastra"]]) for m in side]
-                   for side in view["melds"]]
-    model.morto_taken = list(view["mortos_taken"])
-    model.mortos_in_stock = list(view["mortos_in_stock"])
-    model.morto_pending = list(state.morto_pending)
-    model.pile = list(view["discard"])
-    model.stock_count = view["stock_count"]
-    model.hand_number = view["hand_number"]
-    model.dealer = view["dealer"]
-    model.to_act = view["to_act"]
-    model.phase = view["phase"]
-    model.must_meld = view["must_meld"]
-    model.lone = view["lone_card"]
-    return model
-
-
-@pytest.mark.parametrize("name", ["aberto", "fechado", "buraco_2005", "classico_104"])
-@pytest.mark.parametrize("players", [2, 4])
-def test_the_shadow_state_allows_exactly_the_real_legal_actions(name: str, players: int) -> None:
-    """At every decision of random games, the state rebuilt from what the acting seat knows lists
-    the same legal actions as the real state, and its view of the table is the seat's view."""
-    rules = preset(name)
-    rng = random.Random(f"{name}{players}")
-    for game in range(2):
-        match = MatchState(rules, players)
-        match.start_hand(seed=f"shadow-{name}-{players}-{game}")
-        bots = [make_bot("random", seed=s + game) for s in range(players)]
-        state = match.hand
-        assert state is not None
-        steps = 0
-        while not state.is_terminal() and steps < 3000:
-            seat = state.current_player()
-            shadow = shadow_state(model_of(state, seat), rules)
-            legal = state.legal_actions()
-            assert shadow.legal_actions() == legal, (name, players, steps)
-            real_view, seen = state.view(seat).to_dict(), shadow.view(seat).to_dict()
-            assert seen == real_view
-            action = bots[seat].choose(state.view(seat), legal) if rng.random() < 0.95 else rng.choice(legal)
-            match.apply(action, seat)
-            steps += 1
-        assert steps > 10
-
-
-def test_melds_are_rebuilt_from_their_public_cards() -> None:
-    rules = preset("aberto")
-    for cards, wild_as in [
-        ("4H 5H 6H", None), ("4H JK 6H", None), ("2S 3S 4S", None), ("3S 4S 2D", None),
-        ("QH KH AH", None), ("AH 2H 3H", None), ("JK 5C 6C", "4C"), ("7D 7S 7C", None), ("7D 7S 2C", None),
-        ("AS 2S 3S 4S 5S 6S 7S 8S 9S 10S JS QS KS AS", None),
-    ]:
-        codes = [parse(c) for c in cards.split()]
-        from engine.melds import make_meld
-
-        try:
-            meld = make_meld(codes, rules, parse(wild_as) if wild_as else None)
-        except Exception:
-            continue
-        shown = meld.to_json(rules)
-        rebuilt = meld_from_cards(shown["cards"], KINDS[shown["kind"]], rules)
-        assert rebuilt == meld, cards
-        assert rebuilt.state_json() == meld.state_json(), cards
-
-
-def _event(seq: int, **kind: object) -> game_session_pb2.TableEvent:
-    return game_session_pb2.TableEvent(seq=seq, **kind)  # type: ignore[arg-type]
-
-
-def _snapshot(seq: int = 1) -> game_session_pb2.TableEvent:
-    table = game_session_pb2.Table(
-        name="tables/t1", seq=seq,
-        options=common_pb2.TableOptions(ruleset=common_pb2.RulesetRef(preset="aberto"), players=2),
-        state=game_session_pb2.Table.STATE_PLAYING,
-    )
-    snap = game_session_pb2.TableSnapshot(
-        table=table, viewer_seat=0, hand=["4H", "5H", "6H", "KS"],
-        seats=[
-            game_session_pb2.TableSnapshot.SeatView(
-                seat=0, participant=common_pb2.Participant(player="players/ann"), hand_size=4),
-            game_session_pb2.TableSnapshot.SeatView(
-                seat=1, participant=common_pb2.Participant(bot=common_pb2.BOT_LEVEL_EASY), hand_size=11),
-        ],
-        sides=[game_session_pb2.TableSnapshot.SideView(side=0), game_session_pb2.TableSnapshot.SideView(side=1)],
-        discard_pile=["9C"], stock_count=50, hand_number=1, dealer=1, to_act=0,
-        phase=game_session_pb2.TURN_PHASE_DRAW,
-    )
-    return _event(seq, snapshot=snap)
-
-
-def test_the_model_follows_the_stream_and_ignores_duplicates() -> None:
-    model = TableModel("tables/t1")
-    model.apply(_snapshot(7))
-    assert (model.seq, model.viewer_seat, model.players, model.my_turn) == (7, 0, 2, True)
-    assert model.seats[1].label == "bot-easy"
-    model.apply(_event(8, card_drawn=game_session_pb2.CardDrawn(seat=0, card="7H", stock_count=49)))
-    assert model.phase == "play" and "7H" in model.hand and model.seats[0].hand_size == 5
-    assert not model.apply(_event(8, card_drawn=game_session_pb2.CardDrawn(seat=0, card="7H", stock_count=49)))
-    assert model.hand.count("7H") == 1
-    meld = common_pb2.Meld(kind=common_pb2.Meld.KIND_SEQUENCE, cards=["4H", "5H", "6H", "7H"])
-    model.apply(_event(9, meld_laid=game_session_pb2.MeldLaid(seat=0, side=0, meld_index=0, meld=meld)))
-    assert model.hand == ["KS"] and model.seats[0].hand_size == 1
-    model.apply(_event(10, card_discarded=game_session_pb2.CardDiscarded(seat=0, card="KS")))
-    model.apply(_event(11, morto_taken=game_session_pb2.MortoTaken(
-        seat=0, side=0, kind=game_session_pb2.MortoTaken.KIND_INDIRECT, cards=["2C"] * 11)))
-    assert (model.to_act, model.phase, model.pile) == (1, "draw", ["9C", "KS"])
-    assert model.morto_taken == [True, False] and model.morto_pending == [0, -1] and len(model.hand) == 11
-    model.apply(_event(12, discard_taken=game_session_pb2.DiscardTaken(seat=1, cards=["9C", "KS"])))
-    assert model.pile == [] and model.seats[1].hand_size == 13 and not model.my_turn
-    model.apply(_event(13, hand_ended=game_session_pb2.HandEnded(
-        hand_number=1, reason=game_session_pb2.HandEnded.REASON_WENT_OUT, match_scores=[100, 200])))
-    model.apply(_event(14, match_ended=game_session_pb2.MatchEnded(match_scores=[100, 200], winning_side=1)))
-    assert model.finished and model.match_scores == [100, 200] and model.phase == "hand_over"
-    assert any("side 1 won" in line for line in model.messages)
 
 
 def test_the_table_renders_with_suit_symbols_and_a_sorted_hand() -> None:
     model = TableModel("tables/t1")
-    model.apply(_snapshot())
+    model.apply(snapshot())
     model.hand = ["KS", "4H", "JK", "10D", "AS"]
     text = "\n".join(render_table(model))
     assert "your hand (5): A♠ K♠ 4♥ 10♦ JK★" in text
@@ -180,7 +38,7 @@ def test_the_table_renders_with_suit_symbols_and_a_sorted_hand() -> None:
     assert hints[0].strip().startswith("1. draw") and "meld 4♥ 5♥ 6♥   (meld 4H 5H 6H)" in hints[1]
 
 
-def test_hints_become_engine_actions_and_commands() -> None:
+def test_hints_become_commands() -> None:
     hints = game_session_pb2.GetLegalMovesResponse(
         seq=3, can_draw=True, can_take_discard=True,
         melds=[game_session_pb2.GetLegalMovesResponse.MeldOption(cards=["4H", "JK", "6H"], wild_as="5H")],
@@ -189,7 +47,7 @@ def test_hints_become_engine_actions_and_commands() -> None:
     )
     actions = actions_from_hints(hints)
     assert [describe_action(a) for a in actions] == ["draw", "take", "meld 4H 6H JK as 5H", "add 1 7H", "discard KS"]
-    assert isinstance(actions[3], AddCards) and actions[1] == TAKE_PILE
+    assert [parse_command(describe_action(a)) for a in actions] == [Play(a) for a in actions]
 
 
 def test_commands_parse_and_explain_mistakes() -> None:
@@ -215,12 +73,6 @@ def test_commands_parse_and_explain_mistakes() -> None:
     ]:
         with pytest.raises(CommandError, match=fragment):
             parse_command(line)
-
-
-def test_ruleset_overrides_are_json_scalars() -> None:
-    ref = common_pb2.RulesetRef(preset="aberto", overrides={"target": "3000"})
-    assert ruleset_of(ref).target == 3000
-    assert ruleset_of(common_pb2.RulesetRef(preset="fechado")) == preset("fechado")
 
 
 # --- end to end: the command loop against an in-process game-session server --------------------------
@@ -305,44 +157,3 @@ def test_play_and_watch_parse_their_options() -> None:
         common_pb2.MATCH_LENGTH_POINTS, 1500, common_pb2.TABLE_MODE_PRACTICE)
     assert [s.participant.bot for s in request.table.seats[1:]] == [common_pb2.BOT_LEVEL_HARD] * 3
     assert build_parser().parse_args(["watch", "t1"]).table == "t1"
-
-
-def test_chat_and_timers_do_not_change_the_game_version() -> None:
-    model = TableModel("tables/t1")
-    model.apply(_snapshot(7))
-    version = model.version
-    model.apply(_event(8, chat_message=game_session_pb2.ChatMessage(sender="players/bob", text="hi")))
-    model.apply(_event(9, turn_timer_started=game_session_pb2.TurnTimerStarted(
-        seat=0, phase=game_session_pb2.TURN_PHASE_DRAW)))
-    assert (model.version, model.seq, model.messages[-1]) == (version, 9, "<bob> hi")
-    model.apply(_event(10, card_drawn=game_session_pb2.CardDrawn(seat=0, card="7H", stock_count=49)))
-    assert model.version == version + 1
-
-
-@pytest.mark.parametrize("stream", ["SubscribeChanges", "Subscribe", "Play"])
-async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: Path, stream: str) -> None:
-    """Connected through a replica that does not own the table, a client is redirected to the owner
-    (UNAVAILABLE + buraco-owner-address) for its stream and its actions, and plays on there, on
-    either stream."""
-    cluster = Cluster(DatabaseTarget("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'gs.db'}"), tmp_path)
-    owner = await cluster.start()
-    other = await cluster.start()
-    connections: list[TableConnection] = []
-    try:
-        request = practice_table_request(PracticeTable(player="ann", players=2), table_id="redirected")
-        request.table.seats[1].participant.player = "players/bob"
-        table = await cluster.stub(owner).CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
-        connections = [TableConnection(other.address, cluster.minter.mint(Kind.PLAYER, p), table.name,
-                                       by_change=stream != "Subscribe", play=stream == "Play") for p in ("ann", "bob")]
-        await asyncio.gather(*(c.start() for c in connections))
-        assert [c.address for c in connections] == [owner.address] * 2
-        assert all(c.home == other.address for c in connections)
-        rules = preset("aberto")
-        games = [play_seat(c, make_bot("random", seed=s), rules) for s, c in enumerate(connections)]
-        assert sum(await asyncio.wait_for(asyncio.gather(*games), 60)) > 20
-        assert all(c.model.finished and c.address == owner.address for c in connections)
-    finally:
-        for connection in connections:
-            await connection.close()
-        for node in list(cluster.nodes):
-            await cluster.stop(node)

@@ -19,9 +19,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from buraco.v1 import tournament_pb2, tournament_pb2_grpc
+from services.client.channels import act_for, channel
 from services.common import logs
 from services.common.auth import Kind, Minter, current_identity
-from services.common.client import act_for, channel
 from services.common.config import Config
 from services.common.errors import NotFoundError, NotOwnerError, not_built
 from services.common.server import Deps, Server, ServiceSpec

@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from buraco.v1 import ranking_pb2, ranking_pb2_grpc, wallet_pb2, wallet_pb2_grpc
+from services.client.channels import act_for
 from services.common import logs, tracing
 from services.common.auth import Kind
-from services.common.client import act_for
 from services.common.config import Config, ConfigError
 from services.common.server import Deps, Server, ServiceSpec
 from services.ranking.service import SPEC as RANKING

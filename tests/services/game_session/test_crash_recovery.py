@@ -26,7 +26,7 @@ from google.protobuf import json_format
 from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
 from engine.bots import make_bot
 from engine.rules import preset
-from services.cli.seat import TableConnection, play_seat
+from services.client.connection import TableConnection, play_seat
 from services.common.auth import Kind
 from tests.conftest import DatabaseTarget
 from tests.services.harness import ServiceProcess, bearer, dev_minter, service_process

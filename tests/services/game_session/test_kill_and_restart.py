@@ -57,8 +57,8 @@ from engine.bots import make_bot
 from engine.rules import Ruleset
 from loadtest.payouts import expected_deltas
 from loadtest.table import table_request
-from services.cli.seat import TableConnection, play_seat
-from services.cli.tableview import ruleset_of
+from services.client.connection import TableConnection, play_seat
+from services.client.model import ruleset_of
 from services.common.auth import Kind, Minter
 from services.common.db import Database
 from services.game_session import models as session_models

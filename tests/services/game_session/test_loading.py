@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from buraco.v1 import game_session_pb2
-from services.cli.seat import trailer
+from services.client.calls import trailer
 from services.common.auth import Kind
 from services.common.server import Server
 from services.game_session import store

@@ -46,7 +46,7 @@ from engine.events import Event
 from engine.replay import parse_record
 from engine.rules import Ruleset, preset
 from engine.state import HandState
-from services.cli.seat import TableConnection, play_seat
+from services.client.connection import TableConnection, play_seat
 from services.common.auth import Kind
 
 Viewer = int | None  # a seat, or None for a spectator

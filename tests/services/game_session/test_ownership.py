@@ -11,7 +11,7 @@ import pytest
 from google.rpc import status_pb2
 
 from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
-from services.cli.seat import trailer
+from services.client.calls import trailer
 from services.common.auth import Kind
 from tests.services.game_session.conftest import Cluster, subscribe, table_request
 

@@ -27,9 +27,9 @@ from buraco.v1 import (
     wallet_pb2,
     wallet_pb2_grpc,
 )
+from services.client.channels import act_for
 from services.common import migrations
 from services.common.auth import Kind, Minter, current_identity
-from services.common.client import act_for
 from services.common.config import Config
 from services.common.db import Database
 from services.common.errors import (
@@ -500,7 +500,7 @@ async def matchmaking_service(
     ready: list[Running] = []
 
     def make_platform(deps: Deps, chosen: MatchmakingSettings) -> FaultyPlatform:
-        inner = GrpcPlatform(deps.clients, deps.minter, deps.config.service, chosen.call_timeout_seconds)
+        inner = GrpcPlatform(deps.clients, chosen.call_timeout_seconds)
         return FaultyPlatform(inner, platform.faults)
 
     spec = build_spec(clock=clock, settings=settings, platform=make_platform, on_ready=ready.append)

@@ -40,8 +40,8 @@ from buraco.v1 import (
 from engine.bots import make_bot
 from engine.match import MatchState
 from engine.rules import ruleset_from_spec
+from services.client.channels import channel
 from services.common.auth import Kind, Minter, current_identity
-from services.common.client import channel
 from services.common.errors import (
     AlreadyExistsError,
     FailedPreconditionError,

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 import grpc
 
 from buraco.v1 import common_pb2, tournament_pb2, tournament_pb2_grpc, wallet_pb2, wallet_pb2_grpc
+from services.client.channels import act_for
 from services.common.auth import Kind, Minter
-from services.common.client import act_for
 from services.common.db import Database
 from services.common.server import Server
 from services.tournament.service import Running, build_spec

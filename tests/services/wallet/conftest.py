@@ -18,9 +18,9 @@ from google.protobuf.message import Message
 from sqlalchemy import select
 
 from buraco.v1 import common_pb2, wallet_pb2
+from services.client.channels import Clients
 from services.common import migrations
 from services.common.auth import Identity, Kind, reset_current_identity, set_current_identity
-from services.common.client import Clients
 from services.common.config import Config
 from services.common.db import Database
 from services.common.server import Deps

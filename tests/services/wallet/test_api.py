@@ -16,8 +16,8 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from buraco.v1 import common_pb2, wallet_pb2, wallet_pb2_grpc
+from services.client.channels import act_for
 from services.common.auth import Kind
-from services.common.client import act_for
 from services.common.config import ConfigError
 from services.common.db import Database
 from services.wallet import settings as wallet_settings

@@ -1,17 +1,24 @@
-"""`TableConnection`'s own bookkeeping on a Play stream: an action waiting for its answer when the
+"""`TableConnection`: its own bookkeeping on a Play stream (an action waiting for its answer when the
 stream ends for good, or when no answer comes, fails instead of waiting for ever; waiters of the
-model wake on every change, and one that is cancelled leaves the others waiting."""
+model wake on every change, and one that is cancelled leaves the others waiting), and its stream and
+actions following the redirect to the table's owner across two game-session servers."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
 from engine.actions import DRAW
-from services.cli.seat import TableConnection
+from engine.bots import make_bot
+from engine.rules import preset
+from services.client.connection import TableConnection, play_seat
+from services.common.auth import Kind
+from tests.conftest import DatabaseTarget
+from tests.services.game_session.conftest import Cluster, table_request
 
 
 class _Failed(grpc.aio.AioRpcError):
@@ -84,3 +91,31 @@ async def test_every_waiter_wakes_on_a_change_and_a_cancelled_one_leaves_the_oth
     fail.set()
     with pytest.raises(grpc.aio.AioRpcError):
         await connection._follower  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("stream", ["SubscribeChanges", "Subscribe", "Play"])
+async def test_a_connection_follows_the_redirect_to_the_tables_owner(tmp_path: Path, stream: str) -> None:
+    """Connected through a replica that does not own the table, a client is redirected to the owner
+    (UNAVAILABLE + buraco-owner-address) for its stream and its actions, and plays on there, on
+    either stream."""
+    cluster = Cluster(DatabaseTarget("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'gs.db'}"), tmp_path)
+    owner = await cluster.start()
+    other = await cluster.start()
+    connections: list[TableConnection] = []
+    try:
+        request = table_request("redirected", "ann", "bob")
+        table = await cluster.stub(owner).CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
+        connections = [TableConnection(other.address, cluster.minter.mint(Kind.PLAYER, p), table.name,
+                                       by_change=stream != "Subscribe", play=stream == "Play") for p in ("ann", "bob")]
+        await asyncio.gather(*(c.start() for c in connections))
+        assert [c.address for c in connections] == [owner.address] * 2
+        assert all(c.home == other.address for c in connections)
+        rules = preset("aberto")
+        games = [play_seat(c, make_bot("random", seed=s), rules) for s, c in enumerate(connections)]
+        assert sum(await asyncio.wait_for(asyncio.gather(*games), 60)) > 20
+        assert all(c.model.finished and c.address == owner.address for c in connections)
+    finally:
+        for connection in connections:
+            await connection.close()
+        for node in list(cluster.nodes):
+            await cluster.stop(node)

@@ -9,6 +9,9 @@ hand's end closes it. The model knows what its seat may know and nothing more.
 with the cards the viewer cannot see (other hands, the stock, the mortos) replaced by placeholders:
 enough for `legal_actions()` and `view(seat)`, which read only the viewer's hand and the public
 table, so the engine's bots can play a seat client side from what the seat received.
+
+`actions_from_hints` turns the server's legal-move hints (GetLegalMoves) into engine actions;
+`ruleset_of` gives the engine ruleset a table's options name.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from buraco.v1 import common_pb2, game_session_pb2
-from engine.actions import DRAW, TAKE_PILE, Action, AddCards, Discard, MeldCards, add_action, meld_action
+from engine.actions import DRAW, TAKE_PILE, Action, Discard, add_action, meld_action
 from engine.cards import JOKER, is_two, parse, rank_of, suit_of
 from engine.deal import Deal
 from engine.melds import Meld, make_meld, slot_card
@@ -468,7 +471,7 @@ def shadow_state(model: TableModel, rules: Ruleset) -> HandState:
     return state
 
 
-# --- actions <-> requests and hints ------------------------------------------------------------------
+# --- the server's hints --------------------------------------------------------------------------------
 
 def actions_from_hints(hints: game_session_pb2.GetLegalMovesResponse) -> list[Action]:
     """The server's legal-move hints as engine actions (draw, take, melds, additions, discards)."""
@@ -483,29 +486,3 @@ def actions_from_hints(hints: game_session_pb2.GetLegalMovesResponse) -> list[Ac
         out.append(add_action(addition.meld, [parse(c) for c in addition.cards]))
     out.extend(Discard(parse(c)) for c in hints.discards)
     return out
-
-
-def describe_action(action: Action) -> str:
-    """The command that does `action` (`draw`, `take`, `meld 4H 5H 6H`, `add 0 7H`, `discard KS`)."""
-    data = action.to_json()
-    kind = data["do"]
-    if kind == "draw":
-        return "draw"
-    if kind == "take_discard":
-        return "take"
-    if kind == "meld":
-        text = "meld " + " ".join(data["cards"])
-        return text + (f" as {data['wild_as']}" if "wild_as" in data else "")
-    if kind == "add":
-        return f"add {data['meld']} " + " ".join(data["cards"])
-    return f"discard {data['card']}"
-
-
-def action_kind(action: Action) -> str:
-    if isinstance(action, MeldCards):
-        return "meld"
-    if isinstance(action, AddCards):
-        return "add"
-    if isinstance(action, Discard):
-        return "discard"
-    return "draw" if action == DRAW else "take"

@@ -10,7 +10,7 @@ applied, so nothing is missed or applied twice. Actions carry a fresh idempotenc
 server applies it once. With `play=True` the connection follows the `Play` stream instead and sends
 its actions on it (no call per action); actions in flight when the stream drops are sent again,
 with the same keys, on the resumed stream. `play_seat` plays a seat with one of the engine's bots,
-deciding from what the stream told the seat (`tableview.shadow_state`).
+deciding from what the stream told the seat (`model.shadow_state`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from engine.actions import Action, AddCards, Discard, Draw, MeldCards, TakePile
 from engine.bots.base import Bot
 from engine.cards import to_str
 from engine.rules import Ruleset
-from services.cli.tableview import TableModel, actions_from_hints, shadow_state
+from services.client.calls import trailer
+from services.client.channels import ChannelPool
+from services.client.model import TableModel, actions_from_hints, shadow_state
+from services.client.redirects import redirect_of
 
-OWNER_HEADER = "buraco-owner-address"
 CURRENT_SEQ_HEADER = "buraco-current-seq"
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: the statuses gRPC gives a call whose connection broke under a write (not a server's answer)
@@ -49,15 +51,6 @@ class ActionRefused(Exception):
         self.code = code
         self.message = message
         self.current_seq = current_seq
-
-
-def trailer(error: grpc.aio.AioRpcError, key: str) -> str | None:
-    metadata: Any = error.trailing_metadata()
-    for item in metadata or ():
-        if item[0] == key:
-            value = item[1]
-            return value if isinstance(value, str) else bytes(value).decode()
-    return None
 
 
 @dataclass
@@ -80,30 +73,6 @@ class Timing:
 
     pending: dict[tuple[str, int], float] = field(default_factory=dict)  # (table, first event seq) -> sent
     samples: list[tuple[float, float]] = field(default_factory=list)  # (send time, latency), perf_counter
-
-
-class ChannelPool:
-    """Channels shared by many connections (a few HTTP/2 connections per address, round robin)."""
-
-    def __init__(self, size: int = 8) -> None:
-        self.size = size
-        self._channels: dict[str, list[grpc.aio.Channel]] = {}
-        self._next = 0
-
-    def get(self, address: str) -> grpc.aio.Channel:
-        channels = self._channels.setdefault(address, [])
-        if len(channels) < self.size:
-            # a distinct option keeps grpc from sharing one subchannel between them
-            channels.append(grpc.aio.insecure_channel(address, options=[("grpc.channel_pool_index", len(channels))]))
-            return channels[-1]
-        self._next += 1
-        return channels[self._next % len(channels)]
-
-    async def close(self) -> None:
-        for channels in self._channels.values():
-            for channel in channels:
-                await channel.close(None)
-        self._channels.clear()
 
 
 class TableConnection:
@@ -184,10 +153,11 @@ class TableConnection:
         self.home = self.address = address
 
     def _redirect(self, error: grpc.aio.AioRpcError) -> None:
-        """After UNAVAILABLE: to the owner the status names, else back to the entry address (an
-        owner named earlier may have died; the entry address reaches whoever takes over)."""
-        owner = trailer(error, OWNER_HEADER)
-        self.address = owner or self.home
+        """After UNAVAILABLE: to the owner the status names (`redirects.redirect_of`), else back to
+        the entry address (an owner named earlier may have died; the entry address reaches whoever
+        takes over)."""
+        redirect = redirect_of(error)
+        self.address = (redirect.owner_address if redirect is not None else "") or self.home
 
     @property
     def closed(self) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from buraco.v1 import wallet_pb2, wallet_pb2_grpc
-from services.common.client import Clients, balancing
+from services.client.channels import Clients, balancing
 from services.common.server import Deps
 from services.wallet.service import SPEC as WALLET
 from tests.services.harness import dev_minter, make_config, running

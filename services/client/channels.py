@@ -3,10 +3,12 @@
 Inside a service, `deps.clients.wallet` (and `.ranking`, `.game_session`, `.matchmaking`,
 `.tournament`) is a stub on a shared channel to that service's configured address; every call
 carries a fresh service token of this service and the `x-request-id` of the call being handled.
-To act for a player, add `metadata=act_for("alice")` to the call.
+To act for a player, add `metadata=act_for("alice")` to the call. `deps.clients.game_session_at(address)`
+reaches one game-session replica (a table's owner) the same way.
 
 Outside a service (tests, the CLI), `channel(address, token=...)` gives the same behaviour with a
-fixed token or a token function.
+fixed token or a token function. `ChannelPool` spreads many table connections (a load test's or a
+benchmark's seats) over a few channels per address.
 """
 
 from __future__ import annotations
@@ -85,6 +87,32 @@ def balancing(address: str) -> list[tuple[str, Any]] | None:
     return [("grpc.lb_policy_name", "round_robin")] if address.startswith("dns:") else None
 
 
+class ChannelPool:
+    """Channels shared by many table connections: up to `size` HTTP/2 connections per address,
+    handed out round robin (one connection's flow control then never holds up every seat's
+    stream). The channels carry no token: each connection sends its own with every call."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._channels: dict[str, list[grpc.aio.Channel]] = {}
+        self._next = 0
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        channels = self._channels.setdefault(address, [])
+        if len(channels) < self.size:
+            # a distinct option keeps grpc from sharing one subchannel between them
+            channels.append(grpc.aio.insecure_channel(address, options=[("grpc.channel_pool_index", len(channels))]))
+            return channels[-1]
+        self._next += 1
+        return channels[self._next % len(channels)]
+
+    async def close(self) -> None:
+        for channels in self._channels.values():
+            for channel in channels:
+                await channel.close(None)
+        self._channels.clear()
+
+
 class ServiceTokens:
     """This service's own token, re-minted a minute before it expires."""
 
@@ -102,7 +130,8 @@ class ServiceTokens:
 
 
 class Clients:
-    """Lazy channels and stubs to the other services."""
+    """Lazy channels and stubs to the other services (one channel per service, at its configured
+    address), and to single game-session replicas that own tables (one channel per address)."""
 
     def __init__(self, config: Config, minter: Minter | None, *, interceptors: Sequence[Any] = ()) -> None:
         self._config = config
@@ -111,6 +140,7 @@ class Clients:
             ServiceTokens(minter, config.service) if minter is not None else (lambda: None)
         )
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._replicas: dict[str, grpc.aio.Channel] = {}
 
     def channel(self, service: str) -> grpc.aio.Channel:
         if service not in self._channels:
@@ -119,6 +149,21 @@ class Clients:
                 address, token=self._tokens, options=balancing(address), interceptors=self._interceptors
             )
         return self._channels[service]
+
+    def channel_at(self, address: str) -> grpc.aio.Channel:
+        """A channel to the one replica at `address` (`host:port`, as a redirect names a table's
+        owner), authenticated and traced as the service channels are; made once per address and
+        kept for every later call there, closed with the others."""
+        if address not in self._replicas:
+            self._replicas[address] = channel(
+                address, token=self._tokens, options=balancing(address), interceptors=self._interceptors
+            )
+        return self._replicas[address]
+
+    def game_session_at(self, address: str) -> game_session_pb2_grpc.GameSessionServiceAsyncStub:
+        """The game-session stub for the replica at `address` (`services.client.redirects.Owners`
+        follows redirects with it)."""
+        return game_session_pb2_grpc.GameSessionServiceStub(self.channel_at(address))
 
     @property
     def matchmaking(self) -> matchmaking_pb2_grpc.MatchmakingServiceAsyncStub:
@@ -141,6 +186,7 @@ class Clients:
         return tournament_pb2_grpc.TournamentServiceStub(self.channel("tournament"))
 
     async def close(self) -> None:
-        for open_channel in self._channels.values():
+        for open_channel in [*self._channels.values(), *self._replicas.values()]:
             await open_channel.close(None)
         self._channels.clear()
+        self._replicas.clear()
