@@ -7,7 +7,7 @@ The orchestrator (this module's `main`) starts, each pinned to core 0 when `task
 2. `python -m services.game_session serve` on PostgreSQL in a schema of its own (dropped at the
    end), or SQLite with `--database sqlite`; a fresh process and schema for each scenario.
 
-A driver process (`python -m services.game_session.bench drive`, on the other cores) opens the
+A driver process (`python -m bench.game_sessions drive`, on the other cores) opens the
 tables through the real API: a service token creates each table (every seat a player), one player
 token per seat holds the seat's `Play` stream (its actions go up and the table's changes come down
 on it; `--stream changes`: unary action calls beside `SubscribeChanges`, a message per change;
@@ -34,10 +34,10 @@ sustained rate and its ratio to the echo rate; and, to tell where a slow tail co
 driver's own CPU and event-loop lag and the latency of a no-op call (Health/Check every 50 ms) to
 the server during the window.
 
-    python -m services.game_session.bench [--tables 1000] [--pace 2] [--seconds 20]
+    python -m bench.game_sessions [--tables 1000] [--pace 2] [--seconds 20]
         [--ramp-tables 200] [--ramp-seconds 5] [--players 2] [--bot random] [--database postgresql]
         [--stream play|changes|events]
-    python -m services.game_session.bench --smoke      # a tiny run (CI): every figure, in seconds
+    python -m bench.game_sessions --smoke      # a tiny run (CI): every figure, in seconds
 
 Every option also reads an environment variable: BURACO_BENCH_<OPTION> (e.g. BURACO_BENCH_TABLES).
 """
@@ -77,7 +77,7 @@ from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.measure import cpu_seconds, percentile
 from services.game_session.manager import GC_THRESHOLDS, collect_young_and_freeze
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ECHO_METHOD = "/buraco.bench.Echo/Echo"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 HUMAN_P99_MS = 50.0
@@ -613,7 +613,7 @@ async def orchestrate(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-sessions-") as folder:
         workdir = Path(folder)
         ensure_dev_keys(workdir / "keys")
-        python = [sys.executable, "-m", "services.game_session.bench"]
+        python = [sys.executable, "-m", "bench.game_sessions"]
         driver_cwd, driver_engine = driver_place()
         print(f"bench-driver: engine {driver_engine}", flush=True)
         driver = Child(pinned([*python, "drive"], driver_cores()), base_env(workdir), stdin=True, cwd=driver_cwd)
@@ -756,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     def env(name: str, default: Any) -> Any:
         return os.environ.get(f"BURACO_BENCH_{name.upper()}", default)
 
-    parser = argparse.ArgumentParser(prog="python -m services.game_session.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.game_sessions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", nargs="?", default="bench", choices=("bench", "drive", "echo-serve"))
     parser.add_argument("--smoke", action="store_true", help="a tiny run for CI (a few tables, seconds)")

@@ -1,4 +1,8 @@
-"""Engine speed: ``python -m engine.bench`` (``make bench-engine``).
+"""Engine speed: ``python -m bench.engine`` (``make bench-engine``).
+
+The engine imported is whichever comes first on the import path: the pure-Python sources, or the
+mypyc build of ``make engine-native`` when run from ``build/native`` with the repository on
+``PYTHONPATH`` (what ``make bench-engine`` does second). The first line printed says which.
 
 Prints one figure per line as ``bench: NAME VALUE UNIT``:
 
