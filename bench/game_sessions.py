@@ -97,11 +97,12 @@ def rss_bytes(pid: int) -> int:
 
 async def settle_collector(interval: float, settled: Callable[[], None] | None = None) -> None:
     """The driver's own collector, as the service's (manager.settle_garbage_collector): the young
-    generations collected and frozen every `interval` seconds. Left to its thresholds, the driver's
-    collector paused the driver for up to 240 ms at 1,000 tables (its loop lag max 208-243 ms), and
-    every action in flight was counted that much late: the human-pace p99 was 94-145 ms, and
-    36-61 ms with a settle every 0.25 s (loop lag max 17-38 ms). Every 0.1 s the pauses were
-    shorter still, but the ramp's driver, near a full core, paid about 0.05 of a core more."""
+    generations collected and frozen every `interval` seconds. Left to its thresholds, the
+    collector pauses the driver for hundreds of milliseconds at 1,000 tables, and every action in
+    flight is counted that much late: the driver's pauses must stay well under the latencies it
+    measures. A shorter interval shortens the pauses but costs the driver more CPU, which the ramp,
+    near a full core, cannot spare (DRIVER_GC_SETTLE_SECONDS; the measurements behind it are in
+    docs/game-session.md)."""
     while True:
         await asyncio.sleep(interval)
         collect_young_and_freeze()
@@ -312,9 +313,9 @@ class Driver:
         random number of actions up to `spread` times a match's mean length (`match_length`), so
         that the tables are at every point of their matches and the matches end (new tables
         replacing them) spread over time, as on a replica in steady use. Started together, the
-        ramp's 200 matches were all early in their hand for the first steps and then all ended
-        within seconds, about a match's length (some 60 s) into the ramp: neither is the steady
-        state whose sustained rate the ramp measures."""
+        ramp's matches would all be early in their hand for the first steps, then all end within
+        seconds of each other about a match's length into the ramp: neither is the steady state
+        whose sustained rate the ramp measures."""
         self.wanted = tables
         started = time.perf_counter()
         semaphore = asyncio.Semaphore(50)

@@ -24,9 +24,10 @@ from engine.rules import Ruleset
 
 # The memo tables below are keyed by a ruleset's number (`ruleset_number`), not by the ruleset:
 # a key of numbers only is a tuple Python's collector stops tracking, while one holding the ruleset
-# object stays tracked, and every full collection re-scans every tracked entry of every table (a
-# quarter of a million objects: most of the collector's share of a hand). For the same reason the
-# candidates are kept as two parallel tuples (the actions, the melds they make), not as pairs.
+# object stays tracked, and every full collection re-scans every tracked entry of every table (the
+# tables grow to hundreds of thousands of entries: most of the collector's work during play). For
+# the same reason the candidates are kept as two parallel tuples (the actions, the melds they
+# make), not as pairs.
 _RULESETS: dict[Ruleset, int] = {}
 _BY_NUMBER: list[Ruleset] = []
 
