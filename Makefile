@@ -8,7 +8,8 @@ PIP_INSTALL := $(BIN)/pip install -q -c constraints.txt
 PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
-	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-sessions bench-matchmaking clean
+	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-sessions bench-matchmaking \
+	bench-tournament clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -38,10 +39,10 @@ proto-release: venv ## record the current contract as the released one (when cut
 	$(BIN)/buf build --exclude-source-info -o $(PROTO_RELEASE)
 
 lint: venv ## ruff
-	$(BIN)/ruff check engine services tests scripts loadtest
+	$(BIN)/ruff check engine services tests scripts loadtest bench
 
 typecheck: venv ## mypy (strict)
-	$(BIN)/mypy engine services tests scripts loadtest
+	$(BIN)/mypy engine services tests scripts loadtest bench
 
 unit: venv ## the test suite
 	$(PY) -m pytest -q
@@ -68,9 +69,12 @@ test-engine-native: engine-native ## the engine's tests against the mypyc build 
 	PYTHONPATH=$(NATIVE) $(BIN)/pytest -q -o pythonpath= --import-mode=append -p no:cacheprovider tests/engine \
 		-k "not test_replay"
 
+# The engine's bench (bench/engine.py) runs twice: on the sources, then on the mypyc build: from
+# build/native, whose engine comes first on the import path, with the repository on PYTHONPATH for
+# the bench itself.
 bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_actions latency (pure Python, then native)
-	$(PY) -m engine.bench --all-presets
-	cd $(NATIVE) && $(CURDIR)/$(PY) -m engine.bench
+	$(PY) -m bench.engine --all-presets
+	cd $(NATIVE) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(PY) -m bench.engine
 
 # Heuristic against random-legal, 2 players, every preset: matches to the preset's target, at least
 # 600 hands each (a 95% interval of about +-3% on the hand win rate), fixed seeds.
@@ -78,25 +82,28 @@ BENCH_BOTS_PRESETS := aberto aberto_sujo fechado fechado_stbl fechado_sujo class
 
 bench-bots: venv ## bot strength: heuristic vs random-legal win rates per hand and per match, every preset
 	for p in $(BENCH_BOTS_PRESETS); do \
-		$(PY) -m engine.selfplay --ruleset $$p --players 2 --games 100 --min-hands 600 \
+		$(PY) -m bench.selfplay --ruleset $$p --players 2 --games 100 --min-hands 600 \
 			--bots heuristic,random --seed bench --bench || exit 1; done
 
 bench-ranking: venv ## ranking: rating accuracy on self-play; 1M players on PostgreSQL: reads p99, matches/s
-	$(PY) -m services.ranking.bench
+	$(PY) -m bench.ranking $(ARGS)
 
 deploy-check: venv ## render the Kubernetes overlays, validate them offline (strict), lint YAML, Dockerfile, scripts
 	BIN=$(BIN) bash deploy/check.sh
 
 bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite and PostgreSQL, 50 clients
-	$(PY) -m services.wallet.bench
+	$(PY) -m bench.wallet $(ARGS)
 
 # One game-session process (PostgreSQL, pinned to core 0) and a driver of bot tables on the other
-# cores; sizes from BURACO_BENCH_* (see the module's docstring), `ARGS=--smoke` for a tiny run.
+# cores; sizes from BURACO_BENCH_* (see bench/game_sessions.py), `ARGS=--smoke` for a tiny run.
 bench-sessions: venv engine-native ## game sessions: 1,000 tables at human pace (p99), the highest sustained action rate vs a grpc.aio echo
-	$(PY) -m services.game_session.bench $(ARGS)
+	$(PY) -m bench.game_sessions $(ARGS)
 
 bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, tickets matched/s end to end and at steady rates (SQLite, PostgreSQL), match quality
-	$(PY) -m services.matchmaking.bench
+	$(PY) -m bench.matchmaking $(ARGS)
+
+bench-tournament: venv ## tournaments: Swiss pairing, standings, prize shares and a bracket at 1,024 entrants (ms)
+	$(PY) -m bench.tournament $(ARGS)
 
 clean: ## remove the virtual environment, local databases, dev keys and native builds
 	rm -rf $(VENV) var build

@@ -31,8 +31,8 @@ class TakePile:
 
 # MeldCards and AddCards are written out rather than frozen dataclasses: the move generator makes
 # thousands a second, and a compiled (mypyc) dataclass still builds itself in interpreted code (the
-# generated __init__, object.__setattr__ per field): 5-10% of a compiled random-legal hand. They
-# are as immutable: their fields are Final, which the type checker holds every caller to.
+# generated __init__, object.__setattr__ per field), a cost on every candidate. They are as
+# immutable: their fields are Final, which the type checker holds every caller to.
 @final
 class MeldCards:
     """Lay down a new meld. ``wild_as`` names the card the wild stands for, when not the default."""

@@ -36,7 +36,7 @@ class Event:
         return (isinstance(other, Event) and self.type == other.type and self.seat == other.seat
                 and self.public == other.public and self.private == other.private and self.secret == other.secret)
 
-    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
+    __hash__ = None  # type: ignore[assignment]  # mutable and compared by value: not hashable
 
     def __repr__(self) -> str:
         return (f"Event(type={self.type!r}, seat={self.seat!r}, public={self.public!r}, "

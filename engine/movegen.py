@@ -2,31 +2,32 @@
 
 Candidates are built from the shape of the hand (runs per suit as bitmasks of slots, ranks for
 groups); each is then placed by the very functions ``HandState.apply`` uses (``make_meld``,
-``extend_meld``, memoised here) and checked by the state's own rules, so the generator can never
-list an action that ``apply`` would refuse, nor place a wild differently. The property tests check
-the other direction: every meld or addition ``apply`` accepts is listed.
+``extend_meld``, memoised here) and checked by the state's own rules
+(``PlayPosition.meld_result_allowed``), so the generator can never list an action that ``apply``
+would refuse, nor place a wild differently. The property tests check the other direction: every
+meld or addition ``apply`` accepts is listed. The hand is read through ``engine.position``'s
+protocol: this module does not import ``engine.state``, which imports it.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from itertools import product
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.actions import Action, AddCards, MeldCards
 from engine.cards import ACE, HIGH_ACE, JOKER, TWO
 from engine.errors import IllegalActionError
 from engine.melds import Meld, extend_meld, make_meld, slot_card
+from engine.position import PlayPosition
 from engine.rules import Ruleset
-
-if TYPE_CHECKING:
-    from engine.state import HandState
 
 # The memo tables below are keyed by a ruleset's number (`ruleset_number`), not by the ruleset:
 # a key of numbers only is a tuple Python's collector stops tracking, while one holding the ruleset
-# object stays tracked, and every full collection re-scans every tracked entry of every table (a
-# quarter of a million objects: most of the collector's share of a hand). For the same reason the
-# candidates are kept as two parallel tuples (the actions, the melds they make), not as pairs.
+# object stays tracked, and every full collection re-scans every tracked entry of every table (the
+# tables grow to hundreds of thousands of entries: most of the collector's work during play). For
+# the same reason the candidates are kept as two parallel tuples (the actions, the melds they
+# make), not as pairs.
 _RULESETS: dict[Ruleset, int] = {}
 _BY_NUMBER: list[Ruleset] = []
 
@@ -310,7 +311,7 @@ def _sequence_around(suit_counts: tuple[int, ...], any_wild: bool, rank: int) ->
 
 # --- the legal plays of the moment ------------------------------------------------------------------
 
-def _accept(state: HandState, must: int, simple_from: int, action: MeldCards | AddCards, meld: Meld,
+def _accept(state: PlayPosition, must: int, simple_from: int, action: MeldCards | AddCards, meld: Meld,
             index: int) -> bool:
     """Whether a candidate is legal in this state (a plain function: a closure would be allocated at
     every call of ``plays``)."""
@@ -318,14 +319,10 @@ def _accept(state: HandState, must: int, simple_from: int, action: MeldCards | A
         return False
     if state.sizes[state.to_act] - len(action.cards) >= simple_from:
         return True
-    try:
-        state._check_meld_result(action, meld, index)
-    except IllegalActionError:
-        return False
-    return True
+    return state.meld_result_allowed(action, meld, index)
 
 
-def plays(state: HandState, first_only: bool = False,
+def plays(state: PlayPosition, first_only: bool = False,
           plans: dict[Action, Meld | None] | None = None) -> list[MeldCards | AddCards]:
     """Every legal new meld and addition for the seat to act (or the first found, ``first_only``).
 

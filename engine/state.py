@@ -298,8 +298,21 @@ class HandState:
                 f"the closed pile was taken: {to_str(self.must_meld)} must be melded or added now",
             )
 
+    def meld_result_allowed(self, action: MeldCards | AddCards, meld: Meld, index: int) -> bool:
+        """Whether the rules around a meld or addition allow it now: the closed pile's top card is
+        among its cards when one must be melded, and the turn can still end legally after it.
+
+        ``meld`` is what ``action`` makes; ``index`` the side's meld it changes, -1 for a new meld.
+        The meld itself and the cards held are the caller's to check (the move generator builds only
+        valid melds from cards held). ``apply`` refuses what this refuses, with
+        ``_check_meld_result``'s errors.
+        """
+        if self.must_meld >= 0 and self.must_meld not in action.cards:
+            return False
+        return self._finishable_after(action, meld, index, self.sizes[self.to_act] - len(action.cards))
+
     def _check_meld_result(self, action: MeldCards | AddCards, meld: Meld, index: int) -> None:
-        """The rules around a meld or addition: the closed pile's top card, and emptying the hand."""
+        """``meld_result_allowed``, raising its reason: ``PILE_TOP_REQUIRED`` or ``CANNOT_GO_OUT``."""
         self._check_pile_top(action.cards)
         remaining = self.sizes[self.to_act] - len(action.cards)
         if not self._finishable_after(action, meld, index, remaining):

@@ -12,30 +12,31 @@ Fields: ``seat``, ``players``, ``hand_number``, ``dealer``, ``phase``, ``to_act`
 first), ``stock_count``, ``mortos_taken``, ``mortos_in_stock``, ``must_meld``, ``lone_card``,
 ``score`` (per side); ``hand`` (the seat's own cards, sorted) unless the viewer is a spectator; and
 once the hand is over ``went_out``, ``end_reason`` and ``hands`` (every hand, now public).
+
+The hand is read through ``engine.position``'s protocol: this module does not import
+``engine.state``, which imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.cards import CARD_STR
 from engine.errors import EngineError
-
-if TYPE_CHECKING:
-    from engine.state import HandState
+from engine.position import ViewedPosition
 
 
 class StaleViewError(EngineError, RuntimeError):
     """A field of a view was read for the first time after the state had changed."""
 
 
-def _hand(state: HandState, seat: int) -> list[str]:
+def _hand(state: ViewedPosition, seat: int) -> list[str]:
     counts = state.counts[seat]
     return [CARD_STR[c] for c, n in enumerate(counts) if n for _ in range(n)]
 
 
-_FIELDS: dict[str, Callable[[HandState, int | None], Any]] = {
+_FIELDS: dict[str, Callable[[ViewedPosition, int | None], Any]] = {
     "seat": lambda s, seat: seat,
     "players": lambda s, seat: s.players,
     "hand_number": lambda s, seat: s.hand_number,
@@ -52,10 +53,10 @@ _FIELDS: dict[str, Callable[[HandState, int | None], Any]] = {
     "lone_card": lambda s, seat: CARD_STR[s.lone] if s.lone >= 0 else None,
     "score": lambda s, seat: s.score(),
 }
-_OWN: dict[str, Callable[[HandState, int | None], Any]] = {
+_OWN: dict[str, Callable[[ViewedPosition, int | None], Any]] = {
     "hand": lambda s, seat: _hand(s, seat) if seat is not None else None,
 }
-_OVER: dict[str, Callable[[HandState, int | None], Any]] = {
+_OVER: dict[str, Callable[[ViewedPosition, int | None], Any]] = {
     "went_out": lambda s, seat: s.went_out,
     "end_reason": lambda s, seat: s.end_reason,
     "hands": lambda s, seat: [_hand(s, p) for p in range(s.players)],
@@ -65,7 +66,7 @@ _OVER: dict[str, Callable[[HandState, int | None], Any]] = {
 class View(Mapping[str, Any]):
     __slots__ = ("_keys", "_seat", "_state", "_values", "_version")
 
-    def __init__(self, state: HandState, seat: int | None) -> None:
+    def __init__(self, state: ViewedPosition, seat: int | None) -> None:
         self._state = state
         self._seat = seat
         self._version = state.version

@@ -12,8 +12,8 @@ its metrics port at `/metrics`.
 
 The loop lag is the first sign of a replica short of CPU: every call and stream of a replica waits
 on its one event loop, so a loop that wakes a timer 50 ms late delays every reply by as much,
-while the calls' own durations only show it mixed with the database's. (`make bench-sessions`
-found a game-session replica's tail latency to follow its loop lag as its core filled.)
+while the calls' own durations only show it mixed with the database's. (A replica's tail latency
+follows its loop lag as its core fills: docs/game-session.md.)
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ entries table stores minus the score (`order_score`) so that one ascending index
 the players around one.
 
 Rank = 1 + the entries strictly ahead. Counting them in the index costs time in proportion to the
-rank (about 100 ms for 670,000 rows on PostgreSQL), so the entries ahead are counted from
-`ranking_board_counts`, kept in step in the same transaction as the entries, in three levels:
+rank (far over the 10 ms target deep in a large board: docs/ranking.md), so the entries ahead are
+counted from `ranking_board_counts`, kept in step in the same transaction as the entries, in three
+levels:
     level 0: entries per score bucket (score // BUCKET_WIDTH): those with a higher bucket;
     level 1: entries per score: those with a higher score in the player's bucket;
     level 2: entries per (score, time slot): those tied on score that reached it in an earlier slot

@@ -1,10 +1,10 @@
 """`python -m services.wallet`: serve, run its migrations, audit the ledger or expire holds
 (`--help`).
 
-The garbage collector never re-scans what was loaded at start: a full collection over it all
-paused the event loop 30-70 ms about every second under load (every call in flight waited, and a
-batch paused between its last write and its commit kept the house row locked meanwhile), where a
-collection of what remains takes about 1 ms (docs/wallet.md, Benchmark).
+What was loaded at start is frozen out of the garbage collector's sight (`gc.freeze`): a full
+collection must not re-scan it all under load, since the event loop waits for it (every call in
+flight waits, and a batch paused between its last write and its commit keeps the house row locked
+meanwhile). docs/wallet.md, "Benchmark", has the pauses measured with and without.
 """
 
 import gc

@@ -5,7 +5,7 @@
 finally write everything in one go (`write(Batch)`). The same ledger logic thus runs on both
 databases, and each backend does its part the fastest way it can:
 
-- `PgStore`: raw asyncpg (the hot path; SQLAlchemy's per-statement cost was most of a call's time),
+- `PgStore`: raw asyncpg (the hot path; SQLAlchemy's per-statement cost would be most of a call's time),
   arrays instead of IN lists, and `write` as a single statement (data-modifying CTEs) whose last
   step credits the house and the treasury, so their rows stay locked only until the commit.
   Claims, locks and writes take many calls at once (`claim_many`, `lock_many`, a merged `Batch`),

@@ -187,10 +187,10 @@ class Transactions:
                     # Every statement of the store finds its rows by key: one generic plan per
                     # connection serves all calls (custom plans re-planned the write each time).
                     # A generic plan is made once per connection, from the statistics of that moment,
-                    # and kept: made while the tables were small (a new database, before autovacuum
-                    # analysed them), it chose sequential scans and hash joins over whole tables,
-                    # whose cost then grew with every match (the lock statement took 15 ms at 2,500
-                    # accounts). Every statement here has an index on what it looks for, so the
+                    # and kept: made while the tables are small (a new database, before autovacuum
+                    # has analysed them), it would choose sequential scans and hash joins over whole
+                    # tables, whose cost grows with every match (docs/wallet.md, "Benchmark").
+                    # Every statement here has an index on what it looks for, so the
                     # wallet's own connections rule sequential scans out (a table without a usable
                     # index would still be scanned: this only raises their cost).
                     # The name shows in pg_stat_activity (and lets the benchmark find its backends).

@@ -76,7 +76,7 @@ class Players:
         try:
             assert connection.model.table is not None
             rules = ruleset_for(connection.model.table.options)
-            return await play_seat(connection, make_bot("heuristic", seed=hash(player) & 0xFFFF), rules)
+            return await play_seat(connection, make_bot("heuristic", seed=player), rules)
         finally:
             await connection.close()
 

@@ -2,54 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
-from google.protobuf import symbol_database
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from services.common.auth import Kind
-from services.common.server import ServiceSpec
 from tests.services.fuzzing import fuzz_service
 from tests.services.harness import (
-    bearer,
     dev_minter,
     health_status,
-    make_config,
-    running,
     service_process,
 )
-
-
-async def check_unbuilt_rpcs_are_unimplemented(
-    spec: ServiceSpec, service: ServiceDescriptor, unbuilt: Iterable[str], issue: int, tmp_path: Path
-) -> None:
-    """Each RPC not built yet answers UNIMPLEMENTED, naming itself and the issue that builds it."""
-    config = make_config(spec.name, tmp_path)
-    async with running(spec, config) as server, grpc.aio.insecure_channel(server.address) as channel:
-        metadata = bearer(dev_minter(config.dev_keys_dir).mint(Kind.SERVICE, "probe"))
-        for name in unbuilt:
-            method = service.methods_by_name[name]
-            request = symbol_database.Default().GetSymbol(method.input_type.full_name)()
-            path = f"/{service.full_name}/{name}"
-            factory: Any = channel.unary_stream if method.server_streaming else channel.unary_unary
-            call = factory(path, lambda m: m.SerializeToString(), None)(
-                request, metadata=metadata, timeout=10
-            )
-            try:
-                if method.server_streaming:
-                    async for _ in call:
-                        pass
-                else:
-                    await call
-            except grpc.aio.AioRpcError as error:
-                assert error.code() == grpc.StatusCode.UNIMPLEMENTED, (name, error.code())
-                assert error.details() == f"{path[1:]} is not implemented yet (issue #{issue} builds it)"
-            else:
-                raise AssertionError(f"{name} answered; take it off the unbuilt list")
 
 
 def check_service_process(

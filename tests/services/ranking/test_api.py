@@ -23,12 +23,8 @@ from services.ranking.service import SPEC
 from tests.conftest import DatabaseTarget
 from tests.services.fuzzing import fuzz_service
 from tests.services.harness import bearer, dev_minter, health_status, make_config, running, service_process
-from tests.services.service_checks import check_unbuilt_rpcs_are_unimplemented
 
 SERVICE = ranking_pb2.DESCRIPTOR.services_by_name["RankingService"]
-
-#: RPCs whose bodies issue #6 has not built yet: none.
-UNBUILT: list[str] = []
 
 WON, LOST, ABANDONED = common_pb2.OUTCOME_WON, common_pb2.OUTCOME_LOST, common_pb2.OUTCOME_ABANDONED
 END = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
@@ -105,10 +101,6 @@ async def client(db_target: DatabaseTarget, tmp_path: Path) -> AsyncIterator[Cli
         yield Client(ranking_pb2_grpc.RankingServiceStub(channel), dev_minter(config.dev_keys_dir))
         async with server.db.transaction() as session:
             assert await core.audit(session) == []
-
-
-async def test_unbuilt_rpcs_answer_unimplemented(tmp_path: Path) -> None:
-    await check_unbuilt_rpcs_are_unimplemented(SPEC, SERVICE, UNBUILT, 6, tmp_path)
 
 
 async def test_record_match_is_for_services_and_idempotent_on_the_request_and_the_match(client: Client) -> None:

@@ -14,23 +14,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from buraco.v1 import common_pb2, tournament_pb2, tournament_pb2_grpc
 from services.common.auth import Kind
-from services.tournament.service import SPEC
 from services.tournament.settings import SETTINGS
 from tests.services.fuzzing import fuzz_service
 from tests.services.harness import ROOT, bearer, dev_minter, health_status, service_process
-from tests.services.service_checks import check_unbuilt_rpcs_are_unimplemented
 from tests.services.tournament.support import Platform, TournamentService, definition
 
 SERVICE = tournament_pb2.DESCRIPTOR.services_by_name["TournamentService"]
 T = tournament_pb2.Tournament
-
-#: RPCs whose bodies issue #8 has not built yet: none.
-UNBUILT: list[str] = []
-
-
-async def test_unbuilt_rpcs_answer_unimplemented(tmp_path: Path) -> None:
-    await check_unbuilt_rpcs_are_unimplemented(SPEC, SERVICE, UNBUILT, 8, tmp_path)
-
 
 # -- the process under fuzzing ----------------------------------------------------------------------
 

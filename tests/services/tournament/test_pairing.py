@@ -300,12 +300,3 @@ def test_prize_rounding_example() -> None:
     assert paid == {"p1": 933, "p2": 559, "p3": 373}
     with pytest.raises(ValueError):
         prizes.shares([prizes.Placed("e1", 1, ("p1",))], {1: 5000, 2: 5000})
-
-
-def test_the_benchmark_runs_and_prints_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
-    from services.tournament import bench
-
-    assert bench.main(["--entrants", "33", "--rounds", "4"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 7 and all(line.startswith("bench: ") and len(line.split()) == 4 for line in lines)
-    assert "bench: swiss_rematches_4_rounds 0 pairs" in lines

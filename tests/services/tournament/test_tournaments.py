@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from collections import Counter
 from collections.abc import Callable
 
@@ -111,8 +112,10 @@ async def test_64_entrants_single_elimination_to_the_end(service: TournamentServ
     everyone = players("se", 64)
     await platform.fund(everyone, 1000)
     platform.plan_tables(lambda match, seated: Plan(result=quick_result(match)))
-    for player in everyone:  # distinct ratings; the seeds must follow them
-        platform.ranking.ratings[player] = float(hash(player) % 10_000) / 7
+    # distinct ratings in no particular order, the same every run; the seeds must follow them
+    drawn = random.Random("se64").sample(range(10_000), len(everyone))
+    for player, rating in zip(everyone, drawn, strict=True):
+        platform.ranking.ratings[player] = rating / 7
     await service.create("se64", min_entrants=8, prizes=ELIMINATION_PRIZES, buy_in_chips=75)
     await service.register_all("se64", everyone)
     for player in everyone:

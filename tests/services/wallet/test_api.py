@@ -21,22 +21,14 @@ from services.common.auth import Kind
 from services.common.config import ConfigError
 from services.common.db import Database
 from services.wallet import settings as wallet_settings
-from services.wallet.service import SPEC, WalletService, run_audit
+from services.wallet.service import WalletService, run_audit
 from services.wallet.settings import WalletSettings
 from tests.conftest import DatabaseTarget
 from tests.services.harness import ROOT, bearer, dev_minter, make_config, running
-from tests.services.service_checks import check_service_process, check_unbuilt_rpcs_are_unimplemented
+from tests.services.service_checks import check_service_process
 from tests.services.wallet.conftest import Clock, make_ledger, migrated
 
 SERVICE = wallet_pb2.DESCRIPTOR.services_by_name["WalletService"]
-
-#: RPCs whose bodies issue #5 has not built yet: none.
-UNBUILT: list[str] = []
-
-
-async def test_unbuilt_rpcs_answer_unimplemented(tmp_path: Path) -> None:
-    await check_unbuilt_rpcs_are_unimplemented(SPEC, SERVICE, UNBUILT, 5, tmp_path)
-
 
 async def test_a_match_over_grpc_with_the_right_status_codes(tmp_path: Path, db_target: DatabaseTarget) -> None:
     database_env = {"database_url": db_target.url, "database_schema": db_target.schema}

@@ -1,4 +1,4 @@
-"""`python -m services.tournament.bench`: the speed of the tournament service's pure parts at the
+"""`python -m bench.tournament`: the speed of the tournament service's pure parts at the
 largest field the wallet allows (1,024 players), printed as `bench: NAME VALUE UNIT` lines.
 
 - Swiss pairing of 1,024 entrants over 15 rounds of random results (the worst round and the mean),
@@ -26,7 +26,7 @@ def _timed(work: Callable[[], object]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.tournament.bench")
+    parser = argparse.ArgumentParser(prog="python -m bench.tournament")
     parser.add_argument("--entrants", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--seed", type=int, default=1)

@@ -22,7 +22,7 @@
 
 Each figure is printed as `bench: NAME VALUE UNIT`.
 
-    python -m services.matchmaking.bench [--tickets 100000] [--players 400] [--databases sqlite,postgresql]
+    python -m bench.matchmaking [--tickets 100000] [--players 400] [--databases sqlite,postgresql]
         [--rates 5,10,20] [--rate-seconds 20]
 """
 
@@ -501,7 +501,7 @@ async def platform_process(kind: str, workdir: Path, postgres_url: str) -> Async
         [
             sys.executable,
             "-m",
-            "services.matchmaking.bench",
+            "bench.matchmaking",
             "--serve",
             kind,
             "--workdir",
@@ -546,7 +546,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m services.matchmaking.bench")
+    parser = argparse.ArgumentParser(prog="python -m bench.matchmaking")
     parser.add_argument("--tickets", type=int, default=100_000, help="waiting tickets of the matcher pass")
     parser.add_argument("--players", type=int, default=400, help="players of the end-to-end run")
     parser.add_argument("--databases", default="sqlite,postgresql")

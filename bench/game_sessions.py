@@ -7,7 +7,7 @@ The orchestrator (this module's `main`) starts, each pinned to core 0 when `task
 2. `python -m services.game_session serve` on PostgreSQL in a schema of its own (dropped at the
    end), or SQLite with `--database sqlite`; a fresh process and schema for each scenario.
 
-A driver process (`python -m services.game_session.bench drive`, on the other cores) opens the
+A driver process (`python -m bench.game_sessions drive`, on the other cores) opens the
 tables through the real API: a service token creates each table (every seat a player), one player
 token per seat holds the seat's `Play` stream (its actions go up and the table's changes come down
 on it; `--stream changes`: unary action calls beside `SubscribeChanges`, a message per change;
@@ -34,10 +34,10 @@ sustained rate and its ratio to the echo rate; and, to tell where a slow tail co
 driver's own CPU and event-loop lag and the latency of a no-op call (Health/Check every 50 ms) to
 the server during the window.
 
-    python -m services.game_session.bench [--tables 1000] [--pace 2] [--seconds 20]
+    python -m bench.game_sessions [--tables 1000] [--pace 2] [--seconds 20]
         [--ramp-tables 200] [--ramp-seconds 5] [--players 2] [--bot random] [--database postgresql]
         [--stream play|changes|events]
-    python -m services.game_session.bench --smoke      # a tiny run (CI): every figure, in seconds
+    python -m bench.game_sessions --smoke      # a tiny run (CI): every figure, in seconds
 
 Every option also reads an environment variable: BURACO_BENCH_<OPTION> (e.g. BURACO_BENCH_TABLES).
 """
@@ -78,7 +78,7 @@ from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.measure import cpu_seconds, percentile
 from services.game_session.collector import GC_THRESHOLDS, collect_young_and_freeze
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ECHO_METHOD = "/buraco.bench.Echo/Echo"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 HUMAN_P99_MS = 50.0
@@ -98,11 +98,12 @@ def rss_bytes(pid: int) -> int:
 
 async def settle_collector(interval: float, settled: Callable[[], None] | None = None) -> None:
     """The driver's own collector, as the service's (`collector.Settler`): the young
-    generations collected and frozen every `interval` seconds. Left to its thresholds, the driver's
-    collector paused the driver for up to 240 ms at 1,000 tables (its loop lag max 208-243 ms), and
-    every action in flight was counted that much late: the human-pace p99 was 94-145 ms, and
-    36-61 ms with a settle every 0.25 s (loop lag max 17-38 ms). Every 0.1 s the pauses were
-    shorter still, but the ramp's driver, near a full core, paid about 0.05 of a core more."""
+    generations collected and frozen every `interval` seconds. Left to its thresholds, the
+    collector pauses the driver for hundreds of milliseconds at 1,000 tables, and every action in
+    flight is counted that much late: the driver's pauses must stay well under the latencies it
+    measures. A shorter interval shortens the pauses but costs the driver more CPU, which the ramp,
+    near a full core, cannot spare (DRIVER_GC_SETTLE_SECONDS; the measurements behind it are in
+    docs/game-session.md)."""
     while True:
         await asyncio.sleep(interval)
         collect_young_and_freeze()
@@ -313,9 +314,9 @@ class Driver:
         random number of actions up to `spread` times a match's mean length (`match_length`), so
         that the tables are at every point of their matches and the matches end (new tables
         replacing them) spread over time, as on a replica in steady use. Started together, the
-        ramp's 200 matches were all early in their hand for the first steps and then all ended
-        within seconds, about a match's length (some 60 s) into the ramp: neither is the steady
-        state whose sustained rate the ramp measures."""
+        ramp's matches would all be early in their hand for the first steps, then all end within
+        seconds of each other about a match's length into the ramp: neither is the steady state
+        whose sustained rate the ramp measures."""
         self.wanted = tables
         started = time.perf_counter()
         semaphore = asyncio.Semaphore(50)
@@ -614,7 +615,7 @@ async def orchestrate(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-sessions-") as folder:
         workdir = Path(folder)
         ensure_dev_keys(workdir / "keys")
-        python = [sys.executable, "-m", "services.game_session.bench"]
+        python = [sys.executable, "-m", "bench.game_sessions"]
         driver_cwd, driver_engine = driver_place()
         print(f"bench-driver: engine {driver_engine}", flush=True)
         driver = Child(pinned([*python, "drive"], driver_cores()), base_env(workdir), stdin=True, cwd=driver_cwd)
@@ -757,7 +758,7 @@ def build_parser() -> argparse.ArgumentParser:
     def env(name: str, default: Any) -> Any:
         return os.environ.get(f"BURACO_BENCH_{name.upper()}", default)
 
-    parser = argparse.ArgumentParser(prog="python -m services.game_session.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.game_sessions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", nargs="?", default="bench", choices=("bench", "drive", "echo-serve"))
     parser.add_argument("--smoke", action="store_true", help="a tiny run for CI (a few tables, seconds)")

@@ -16,7 +16,7 @@ account, the hot row):
 
 Each figure is printed as `bench: NAME VALUE UNIT`.
 
-    python -m services.wallet.bench [--seconds 10] [--clients 50] [--databases sqlite,postgresql]
+    python -m bench.wallet [--seconds 10] [--clients 50] [--databases sqlite,postgresql]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from services.common.db import Database
 from services.common.measure import cpu_seconds, percentile
 from services.wallet.service import run_audit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PLAYERS_PER_CLIENT = 8
 STAKE = 10
 TARGET_CYCLES = 300.0
@@ -353,7 +353,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m services.wallet.bench")
+    parser = argparse.ArgumentParser(prog="python -m bench.wallet")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each measured phase")
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--target", type=float, default=TARGET_CYCLES, help="cycles/s offered in the paced phase")

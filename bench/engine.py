@@ -1,4 +1,8 @@
-"""Engine speed: ``python -m engine.bench`` (``make bench-engine``).
+"""Engine speed: ``python -m bench.engine`` (``make bench-engine``).
+
+The engine imported is whichever comes first on the import path: the pure-Python sources, or the
+mypyc build of ``make engine-native`` when run from ``build/native`` with the repository on
+``PYTHONPATH`` (what ``make bench-engine`` does second). The first line printed says which.
 
 Prints one figure per line as ``bench: NAME VALUE UNIT``:
 
@@ -39,7 +43,8 @@ def play_hand(rules: Ruleset, players: int, seed: int, bots: list[Bot]) -> int:
 #: How the game-session service runs Python's collector (services/game_session/__main__.py and
 #: manager.settle_garbage_collector): what is alive is moved out of the collector's sight
 #: (`gc.freeze`) at start and again every few seconds, so that full collections stop re-scanning the
-#: engine's memo tables (about 200,000 objects; a sixth of a compiled random hand's time without it).
+#: engine's memo tables (hundreds of thousands of objects). `..._service_gc` figures measure play
+#: under that regime, the others under Python's default one.
 SETTLE_SECONDS = 3.0
 
 

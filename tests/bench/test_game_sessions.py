@@ -1,5 +1,6 @@
-"""`make bench-sessions` at its smoke size: the whole run (echo baseline, the game-session process on
-PostgreSQL, the driver, both scenarios) ends well and prints every figure."""
+"""`make bench-sessions` (bench/game_sessions.py) at its smoke size: the whole run (echo baseline,
+the game-session process on PostgreSQL, the driver, both scenarios) ends well and prints every
+figure."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from services.game_session import bench
+from bench import game_sessions
 from tests.services.harness import ROOT
 
 FIGURES = {
@@ -37,7 +38,7 @@ FIGURES = {
 
 def test_the_bench_prints_every_figure(postgres_url: str) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "services.game_session.bench", "--smoke", "--postgres-url", postgres_url],
+        [sys.executable, "-m", "bench.game_sessions", "--smoke", "--postgres-url", postgres_url],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -94,9 +95,9 @@ def window(rate: float, latency_ms: float, seconds: float = 5.0) -> dict[str, An
 async def test_a_ramp_step_takes_the_best_of_its_windows(
     windows: tuple[dict[str, Any], ...], retries: int, passed: bool, used: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = bench.build_parser().parse_args(["--ramp-retries", str(retries)])
+    args = game_sessions.build_parser().parse_args(["--ramp-retries", str(retries)])
     driver = FakeDriver(*windows)
-    result, cpu, step_passed = await bench.ramp_step(driver, 0, 1000.0, args)
+    result, cpu, step_passed = await game_sessions.ramp_step(driver, 0, 1000.0, args)
     assert step_passed is passed
     assert len(driver.commands) == used and all(c["rate"] == 1000.0 for c in driver.commands)
     assert result is windows[used - 1] and cpu == 0.5
@@ -126,7 +127,7 @@ async def test_the_driver_settles_its_collector_young_objects_frozen_each_time()
     assert garbage() is not None
     tracked_before = {id(o) for o in gc.get_objects()}
     assert all(id(k) in tracked_before for k in kept)
-    task = asyncio.ensure_future(bench.settle_collector(0.01, settled))
+    task = asyncio.ensure_future(game_sessions.settle_collector(0.01, settled))
     try:
         await asyncio.wait_for(first.wait(), timeout=10)
         tracked_after = {id(o) for o in gc.get_objects()}  # every generation but the frozen one

@@ -1,4 +1,4 @@
-"""Ranking benchmark: ``python -m services.ranking.bench`` (``make bench-ranking``); runs outside CI.
+"""Ranking benchmark: ``python -m bench.ranking`` (``make bench-ranking``); runs outside CI.
 
 Prints one figure per line as ``bench: NAME VALUE UNIT``:
 
@@ -620,7 +620,7 @@ async def bench_database(url: str, players: int, record: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.ranking.bench")
+    parser = argparse.ArgumentParser(prog="python -m bench.ranking")
     parser.add_argument("--players", type=int, default=1_000_000)
     parser.add_argument("--selfplay", type=int, default=1600)
     parser.add_argument("--record", type=int, default=1500)
