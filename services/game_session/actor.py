@@ -28,7 +28,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from prometheus_client import Counter
 
@@ -59,8 +59,7 @@ class Retired(NotOwnerError):
         super().__init__(table, "", retry_after_ms=200)
 
 
-@dataclass(frozen=True)
-class RequestKey:
+class RequestKey(NamedTuple):
     """An idempotent change's request: who sent it (`scope`), its id, and its content's digest."""
 
     scope: str
@@ -68,8 +67,7 @@ class RequestKey:
     digest: str
 
 
-@dataclass(frozen=True)
-class Changed(Generic[T]):
+class Changed(NamedTuple, Generic[T]):
     """What a change came to: its work's value and the entries it made; `replayed`: a retry of a
     request already applied, answered with the entries of the first time (the work did not run)."""
 
@@ -99,6 +97,8 @@ Done = Callable[["Changed[Any] | None", "BaseException | None"], None]
 
 class _Command:
     __slots__ = ("future",)
+    #: `run` returns a coroutine to await (a change: it waits for its write)
+    awaits = False
 
     def __init__(self) -> None:
         self.future: asyncio.Future[Any] | None = None
@@ -118,6 +118,7 @@ class _Command:
 
 class _Change(_Command):
     __slots__ = ("on_done", "request", "work")
+    awaits = True
 
     def __init__(self, work: Work[Any], request: RequestKey | None, on_done: Done | None) -> None:
         super().__init__()
@@ -222,10 +223,13 @@ class TableActor:
         result: Changed[T] = await self._submit(_Change(work, request, on_done))
         return result
 
-    def post_change(self, work: Work[Any]) -> None:
-        """A change nobody waits for (a timer's)."""
+    def post_change(self, work: Work[Any], request: RequestKey | None = None, on_done: Done | None = None) -> None:
+        """A change nobody waits for: a timer's, or a `Play` move, which `on_done` answers on its
+        stream (with `Retired` at once when the actor has retired)."""
         if self._retired is None:
-            self._enqueue(_Change(work, None, None))
+            self._enqueue(_Change(work, request, on_done))
+        elif on_done is not None:
+            on_done(None, Retired(self.name))
 
     async def read(self, view: Callable[[LiveTable], T]) -> T:
         """`view` of the table's committed state: at once when no change is under way or queued,
@@ -276,7 +280,7 @@ class TableActor:
             self._busy = True
             try:
                 result = command.run(self)
-                if isinstance(result, Awaitable):
+                if command.awaits:
                     result = await result
             except asyncio.CancelledError:  # the replica stops: this command gets no answer
                 command.done(None, Retired(self.name))

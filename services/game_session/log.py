@@ -25,7 +25,7 @@ asked for at the seal is built from the JSON text each time it is read, not kept
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -47,8 +47,7 @@ def from_json(text: str | bytes) -> Any:
     return orjson.loads(text)
 
 
-@dataclass(frozen=True, slots=True)
-class Encodings:
+class Encodings(NamedTuple):
     """An entry's event as the streams send it (`wire.frame` of a serialized `TableEvent`),
     made once at the seal: one form for everyone (a public event), or one per seat plus, when
     someone was watching, one for spectators (an event with a private layer)."""

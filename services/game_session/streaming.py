@@ -6,19 +6,18 @@ Each stream registers on the table's actor, sends the opening (the snapshot or t
 then whatever the actor puts on its inbox (`streams`), skipping any `seq` already sent. The
 messages are written from each event's encoding, made once per viewer class (`wire`; the server
 pipeline sends a handler's bytes as they are). A `Play` stream's moves are read by a task of its
-own: each is a change submitted to the table's actor, which answers it on the stream in its
-place among the changes (`on_done`): an accepted move by naming its request in the update that
-carries its change, a retry by a `PlayUpdate` naming it with no change, a refusal by a
-`PlayError`. Ending the stream only stops the reading; a move already submitted runs to its end.
+own: each is a change posted to the table's actor, which answers it on the stream in its place
+among the changes (`on_done`): an accepted move by naming its request in the update that carries
+its change, a retry by a `PlayUpdate` naming it with no change, a refusal by a `PlayError`. Ending
+the stream only stops the reading; a move already posted runs to its end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -37,6 +36,9 @@ from services.game_session.ownership import Ownership
 from services.game_session.streams import Opening, PlayAnswer, StreamEnd, Subscriber
 
 log = logging.getLogger("buraco.game_session")
+#: A `Play` stream's moves posted to the table and not answered yet, at most: the stream reads no
+#: further meanwhile (a client cannot queue work without bound behind a slow table).
+MOVES_IN_FLIGHT = 16
 SubscribeRequest = game_session_pb2.SubscribeRequest | game_session_pb2.SubscribeChangesRequest
 
 
@@ -144,9 +146,18 @@ class Streams:
     async def _moves(
         self, requests_in: AsyncIterator[Any], actor: TableActor, seat: int, sub: Subscriber, scope: str
     ) -> None:
-        """A `Play` stream's moves, in order, each submitted to the table's actor (which answers
-        it on the stream). A broken protocol ends the stream."""
+        """A `Play` stream's moves, in order, each posted to the table's actor, which answers it
+        on the stream (at most `MOVES_IN_FLIGHT` unanswered at a time). A broken protocol ends the
+        stream."""
         inbox = sub.inbox
+        unanswered = 0
+        answered = asyncio.Event()
+
+        def one_answered() -> None:
+            nonlocal unanswered
+            unanswered -= 1
+            answered.set()
+
         try:
             async for message in requests_in:
                 if isinstance(message, Refused):  # over the caller's rate limit
@@ -159,27 +170,33 @@ class Streams:
                     raise InvalidArgumentError("body", "an action is required (join comes first, once)")
                 body = getattr(message, kind)
                 method = requests.PLAY_ACTIONS[kind][0]
-                done = self._answer(inbox, body.request_id, method, time.perf_counter())
+                done = self._answer(inbox, body.request_id, method, time.perf_counter(), one_answered)
                 try:
                     if body.table != actor.name:
                         raise InvalidArgumentError(f"{kind}.table", f"must be the joined {actor.name}")
                     work, key = requests.move(method, body, seat, scope, self.tables.now_ms)
                 except Exception as error:  # refused before it reached the table
+                    unanswered += 1
                     done(None, error)
                     continue
-                with contextlib.suppress(Exception):  # answered on the stream by `done`
-                    await actor.change(work, key, done)
+                while unanswered >= MOVES_IN_FLIGHT:
+                    answered.clear()
+                    await answered.wait()
+                unanswered += 1
+                actor.post_change(work, key, done)
         except asyncio.CancelledError:
             raise
         except Exception as error:
             inbox.put(StreamEnd(error))
 
-    def _answer(self, inbox: Any, request_id: str, method: str, started: float) -> Done:
+    def _answer(self, inbox: Any, request_id: str, method: str, started: float, then: Callable[[], None]) -> Done:
         """What answers one `Play` move on its stream (run by the table's actor when the move is
-        decided, so that the answer keeps its place among the changes), and counts it as a call."""
+        decided, so that the answer keeps its place among the changes), counts it as a call, then
+        calls `then`."""
         metrics = self.metrics
 
         def done(result: Changed[Any] | None, error: BaseException | None) -> None:
+            then()
             code = "OK"
             if error is None:
                 if result is not None and result.replayed:  # its change was delivered already

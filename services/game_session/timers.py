@@ -11,7 +11,7 @@ table's turn, so a timer that fires late does nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from engine.actions import DRAW, Discard
 from engine.bots.heuristic import HeuristicBot
@@ -22,8 +22,7 @@ from services.game_session.settings import GameSessionSettings
 from services.game_session.table import MAX_TURN_ACTIONS, LiveTable, State, TurnKey
 
 
-@dataclass(frozen=True)
-class Due:
+class Due(NamedTuple):
     """What the table's timer does next: `kind` is "deal" (the first hand), "bot" (a bot seat's
     turn) or "timeout" (a player's turn ran out), at clock time `at`, for the turn `turn`."""
 
