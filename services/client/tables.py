@@ -45,7 +45,12 @@ class Tables:
         except Refused as refused:
             if refused.code != "ALREADY_EXISTS" or not request.table_id:
                 raise
-            existing = await self.get(f"tables/{request.table_id}")
+            try:
+                existing = await self.get(f"tables/{request.table_id}")
+            except Refused as missing:
+                if missing.code == "NOT_FOUND":  # the clash was the match id, under another table id
+                    raise refused from None
+                raise
             if existing.match_id != request.table.match_id:
                 raise
             return existing

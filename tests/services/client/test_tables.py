@@ -40,6 +40,12 @@ async def test_a_retried_create_whose_table_exists_gets_it_back_from_its_owner(t
         with pytest.raises(Refused) as refused:
             await tables.create(clash)
         assert refused.value.code == "ALREADY_EXISTS"
+        # a new table id for a match that has a table already: the refusal stands (the table by
+        # the new id does not exist; that is no reason to say NOT_FOUND)
+        other = table_request("t9", "ann", "bob", match_id="m1")
+        with pytest.raises(Refused) as refused:
+            await tables.create(other)
+        assert refused.value.code == "ALREADY_EXISTS" and "m1" in refused.value.message
     finally:
         await clients.close()
 
