@@ -32,7 +32,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from services.common import config as config_module
-from services.common import logs, migrations, tracing
+from services.common import logs, migrations, tracing, transport
 from services.common.auth import Minter, Verifier, keys_from_config
 from services.common.client import Clients
 from services.common.config import Config, ConfigError
@@ -234,6 +234,9 @@ async def _serve(spec: ServiceSpec, config: Config, tracer_provider: TracerProvi
 
 
 def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
+    """A service's command line. Its `__main__` calls `transport.use_suite_transport()` before
+    anything imports grpc, then this; a process whose grpc was imported first logs a warning."""
+    suite_transport = transport.use_suite_transport()
     parser = argparse.ArgumentParser(prog=f"python -m services.{spec.name}")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="serve (the default)")
@@ -251,6 +254,12 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
     logs.configure(spec.name, config.log_level)
+    if not suite_transport:
+        log.warning(
+            "grpc was imported before the suite chose its transport: this process runs grpc's default "
+            "transport; call services.common.transport.use_suite_transport() first in the entry point",
+            extra={"fields": {"entry_point": sys.argv[0]}},
+        )
     command = args.command or "serve"
     if command == "serve":
         try:
