@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 
 from buraco.v1 import matchmaking_pb2, matchmaking_pb2_grpc
+from services.common.db import Database
 from services.common.idempotency import IdempotencyStore
 from services.common.server import Bound, Deps, Hooks, ServiceSpec
 from services.matchmaking import api, models
@@ -53,7 +54,10 @@ def registrar(
             else GrpcPlatform(deps.clients, deps.minter, deps.config.service, chosen.call_timeout_seconds)
         )
         store = IdempotencyStore(
-            models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours), clock=now
+            models.idempotency_keys,
+            retention=timedelta(hours=deps.config.idempotency_retention_hours),
+            clock=now,
+            writes=Database.write,
         )
         core = Core(deps.db, remote, chosen, now, store)
         sagas = Sagas(core, MatchmakingMetrics(deps.registry))
