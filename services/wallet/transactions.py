@@ -9,11 +9,11 @@ Writes (`Transactions.write`) hand the work a `store.Store` inside a transaction
   PostgreSQL still report a deadlock or a serialisation failure (40P01, 40001), the whole
   transaction runs again, a few times with jittered backoff, then the call fails with ABORTED
   ("retry with the same request id").
-- SQLite: one writer at a time, `Database.write()`: the process's one writer (queued in the
+- SQLite: one writer at a time, `Database.write_connection()`: the process's one writer (queued in the
   process rather than spinning in SQLite's busy handler) and `BEGIN IMMEDIATE` (the write lock
   from the first statement, so two writers never deadlock upgrading a read lock).
 
-Reads (`Transactions.read`, `Database.read()`) see one snapshot: REPEATABLE READ, read only, on
+Reads (`Transactions.read`, `Database.read_connection()`) see one snapshot: REPEATABLE READ, read only, on
 PostgreSQL; a deferred `BEGIN` on SQLite (WAL gives the reader a snapshot).
 
 Idempotent calls (`Transactions.idempotent`) claim their key (caller, request id) with an INSERT
@@ -202,8 +202,8 @@ class Transactions:
                 yield PgStore(conn)
                 self._hit("before_commit")
             return
-        async with self.db.write() as session:
-            yield SqliteStore(await session.connection())
+        async with self.db.write_connection() as connection:
+            yield SqliteStore(connection)
             self._hit("before_commit")
 
     async def write(self, work: Callable[[Store], Awaitable[T]]) -> T:
@@ -225,8 +225,8 @@ class Transactions:
 
     async def read(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run `work` on one consistent snapshot (SQLAlchemy Core)."""
-        async with self.db.read() as session:
-            return await work(await session.connection())
+        async with self.db.read_connection() as connection:
+            return await work(connection)
 
     # -- idempotent calls -------------------------------------------------------------------------
 

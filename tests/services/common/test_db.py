@@ -49,6 +49,16 @@ async def _one_writer(db: Database, batch: int) -> None:
             assert inserted.first() == (row,)
 
 
+async def _one_writer_core(db: Database, batch: int) -> None:
+    """`Database.write_connection()`: the same, on a Core connection."""
+    async with db.write_connection() as connection:
+        for row in range(ROWS_PER_TRANSACTION):
+            inserted = await connection.execute(
+                text("INSERT INTO scratch (batch, row) VALUES (:b, :r) RETURNING row"), {"b": batch, "r": row}
+            )
+            assert inserted.first() == (row,)
+
+
 async def _raw_write(db: Database, batch: int) -> None:
     async with db.engine.connect() as connection:
         await connection.exec_driver_sql("BEGIN IMMEDIATE")
@@ -78,14 +88,14 @@ def _write_lock_is_free(path: Path) -> bool:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-@pytest.mark.parametrize("style", ["orm", "raw", "write"])
+@pytest.mark.parametrize("style", ["orm", "raw", "write", "write_connection"])
 async def test_cancelled_transactions_roll_back_and_free_the_write_lock(
     tmp_path: Path, seed: int, style: str
 ) -> None:
     path = tmp_path / "cancel.db"
     db = Database(f"sqlite+aiosqlite:///{path}")
     write: Callable[[Database, int], Awaitable[None]] = {
-        "orm": _orm_write, "raw": _raw_write, "write": _one_writer}[style]
+        "orm": _orm_write, "raw": _raw_write, "write": _one_writer, "write_connection": _one_writer_core}[style]
     rng = random.Random(seed)
     try:
         async with db.transaction() as session:
@@ -150,10 +160,10 @@ async def test_sqlite_writes_take_the_processs_one_writer_across_databases_on_on
 
     async def write(db: Database, batch: int) -> None:
         nonlocal inside, most
-        async with db.write() as session:
+        async with db.write() if batch % 3 else db.write_connection() as writer:
             inside += 1
             most = max(most, inside)
-            await session.execute(text("INSERT INTO scratch VALUES (:b, 0)"), {"b": batch})
+            await writer.execute(text("INSERT INTO scratch VALUES (:b, 0)"), {"b": batch})
             await asyncio.sleep(0.001)
             inside -= 1
 
@@ -219,30 +229,35 @@ async def test_an_in_memory_database_queues_its_reads_with_its_writes() -> None:
         await db.dispose()
 
 
-async def test_a_read_sees_one_snapshot_and_writes_nothing(database: Database) -> None:
+@pytest.mark.parametrize("face", ["session", "connection"])
+async def test_a_read_sees_one_snapshot_and_writes_nothing(database: Database, face: str) -> None:
     await _scratch(database)
-    async with database.read() as session:
-        before = (await session.execute(text("SELECT count(*) FROM scratch"))).scalar_one()
-        async with database.write() as writer:  # another session commits meanwhile
+    read = database.read if face == "session" else database.read_connection
+    write = database.write if face == "session" else database.write_connection
+    async with read() as reader:
+        before = (await reader.execute(text("SELECT count(*) FROM scratch"))).scalar_one()
+        async with write() as writer:  # another transaction commits meanwhile
             await writer.execute(text("INSERT INTO scratch VALUES (1, 1)"))
-        again = (await session.execute(text("SELECT count(*) FROM scratch"))).scalar_one()
+        again = (await reader.execute(text("SELECT count(*) FROM scratch"))).scalar_one()
         assert (before, again) == (0, 0)
-    async with database.read() as session:
-        assert (await session.execute(text("SELECT count(*) FROM scratch"))).scalar_one() == 1
+    async with read() as reader:
+        assert (await reader.execute(text("SELECT count(*) FROM scratch"))).scalar_one() == 1
     if database.dialect == "postgresql":
         with pytest.raises(DBAPIError, match="read-only"):
-            async with database.read() as session:
-                await session.execute(text("INSERT INTO scratch VALUES (2, 2)"))
+            async with read() as reader:
+                await reader.execute(text("INSERT INTO scratch VALUES (2, 2)"))
 
 
-async def test_writes_commit_whole_or_roll_back(database: Database) -> None:
+@pytest.mark.parametrize("face", ["session", "connection"])
+async def test_writes_commit_whole_or_roll_back(database: Database, face: str) -> None:
     await _scratch(database)
+    write = database.write if face == "session" else database.write_connection
     with pytest.raises(ZeroDivisionError):
-        async with database.write() as session:
-            await session.execute(text("INSERT INTO scratch VALUES (1, 1)"))
+        async with write() as writer:
+            await writer.execute(text("INSERT INTO scratch VALUES (1, 1)"))
             _ = 1 / 0
-    async with database.write() as session:
-        await session.execute(text("INSERT INTO scratch VALUES (2, 2)"))
+    async with write() as writer:
+        await writer.execute(text("INSERT INTO scratch VALUES (2, 2)"))
     async with database.read() as session:
         assert (await session.execute(text("SELECT batch FROM scratch"))).scalars().all() == [2]
 
@@ -251,16 +266,17 @@ async def test_postgresql_sessions_are_capped_and_a_burst_queues(postgres_url: s
     db = Database(postgres_url, connections=3)
     inside = most = 0
 
-    async def use(write: bool) -> None:
+    async def use(i: int) -> None:
         nonlocal inside, most
-        async with db.write() if write else db.read() as session:
+        faces = (db.write, db.read, db.write_connection, db.read_connection)
+        async with faces[i % 4]() as user:
             inside += 1
             most = max(most, inside)
-            await session.execute(text("SELECT pg_sleep(0.02)"))
+            await user.execute(text("SELECT pg_sleep(0.02)"))
             inside -= 1
 
     try:
-        await asyncio.gather(*(use(i % 2 == 0) for i in range(30)))  # more than the pool's 15
+        await asyncio.gather(*(use(i) for i in range(30)))  # more than the pool's 15
         assert most == 3
     finally:
         await db.dispose()
