@@ -282,9 +282,8 @@ async def test_postgresql_sessions_are_capped_and_a_burst_queues(postgres_url: s
         await db.dispose()
 
 
+@pytest.mark.parametrize("db_target", ["postgresql"], indirect=True)
 async def test_asyncpg_pools_and_connections_use_the_schema_and_the_settings(db_target: DatabaseTarget) -> None:
-    if db_target.kind != "postgresql":
-        pytest.skip("asyncpg is PostgreSQL's")
     db = db_target.database()
     settings = {"application_name": "buraco-test", "enable_seqscan": "off"}
     pool = await asyncpg_pool(db, max_size=2, server_settings=settings, stateless=True)
