@@ -44,6 +44,11 @@ Every option also reads an environment variable: BURACO_BENCH_<OPTION> (e.g. BUR
 
 from __future__ import annotations
 
+from services.common.transport import use_suite_transport
+
+use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
+# ruff: noqa: E402  (the imports below come after that call on purpose)
+
 import argparse
 import asyncio
 import contextlib

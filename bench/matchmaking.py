@@ -28,6 +28,11 @@ Each figure is printed as `bench: NAME VALUE UNIT`.
 
 from __future__ import annotations
 
+from services.common.transport import use_suite_transport
+
+use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
+# ruff: noqa: E402  (the imports below come after that call on purpose)
+
 import argparse
 import asyncio
 import contextlib

@@ -25,6 +25,11 @@ Options: ``--players N`` (default 1,000,000), ``--selfplay N`` matches (default 
 
 from __future__ import annotations
 
+from services.common.transport import use_suite_transport
+
+use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
+# ruff: noqa: E402  (the imports below come after that call on purpose)
+
 import argparse
 import asyncio
 import functools

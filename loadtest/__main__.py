@@ -1,7 +1,11 @@
 """`python -m loadtest`: see loadtest.cli."""
 
-import sys
+from services.common.transport import use_suite_transport
 
-from loadtest.cli import main
+use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
+
+import sys  # noqa: E402
+
+from loadtest.cli import main  # noqa: E402
 
 sys.exit(main())

@@ -22,6 +22,7 @@ from typing import Any
 
 from services.common.auth import ensure_dev_keys
 from services.common.config import DEFAULT_PORTS
+from services.common.transport import GRPC_EXPERIMENTS
 
 STOP_TIMEOUT = 30.0
 
@@ -61,6 +62,9 @@ class Supervisor:
             BURACO_DEV_KEYS_DIR=str(self.var / "dev-keys"),
         )
         env.setdefault("BURACO_DATABASE_URL", f"sqlite+aiosqlite:///{self.var / service}.db")
+        # The suite's gRPC transport (services/common/transport.py), chosen before the service's
+        # process imports grpc; an operator's own GRPC_EXPERIMENTS wins.
+        env.setdefault("GRPC_EXPERIMENTS", GRPC_EXPERIMENTS)
         for name, port in self.ports.items():
             env[f"BURACO_{name.upper()}_ADDRESS"] = f"localhost:{port}"
         return env

@@ -8,6 +8,11 @@ no server answers, except with CI=true, where they fail instead.
 
 from __future__ import annotations
 
+from services.common.transport import use_suite_transport
+
+use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
+# ruff: noqa: E402  (the imports below come after that call on purpose)
+
 import asyncio
 import os
 import uuid

@@ -17,6 +17,11 @@ BURACO_<SERVICE>_ADDRESS (default localhost:5005x) unless --address is given.
 
 from __future__ import annotations
 
+from services.common.transport import use_suite_transport
+
+use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
+# ruff: noqa: E402  (the imports below come after that call on purpose)
+
 import argparse
 import asyncio
 import json

@@ -1,7 +1,8 @@
 """What every service shares: configuration, errors, auth, logging, metrics, persistence, the server.
 
 Modules (each small, each importable on its own):
-    config       settings from environment variables, with defaults, failing fast
+    transport    gRPC's transport, chosen by each entry point before grpc is imported
+    config       settings declared once (loaders and README tables), failing fast
     errors       the error family and the one error-to-status table
     auth         JWT identities (player, service, admin), key loading, dev keys, token minting
     logs         structured JSON logs with the request id of the call
@@ -10,10 +11,10 @@ Modules (each small, each importable on its own):
     ratelimit    per-caller token buckets and stream counters
     interceptor  the server pipeline: request id, auth, limits, metrics, error mapping, shutdown
     validation   request checks that name the field
-    db           SQLAlchemy async engine and sessions (SQLite, PostgreSQL)
+    db           SQLAlchemy async engine, write transactions (SQLite's one writer), read snapshots, asyncpg
     migrations   one Alembic history per service
     idempotency  request id + request hash -> stored response
-    server       ServiceSpec, Server (boot, health, reflection, graceful stop) and main()
+    server       ServiceSpec, Server (boot, start and stop hooks, health, reflection, graceful stop), main()
 
 Calls to other services go through the client library, `services.client`.
 """

@@ -1,18 +1,30 @@
 """Configuration from environment variables, with documented defaults, failing fast on bad values.
 
-Every setting is declared once in `SETTINGS` (name, default, meaning); the README's configuration
-table lists the same names (a test keeps them in step). `load(spec_name, default_port, env)` reads
-them into a frozen `Config`; a bad value raises `ConfigError` naming the variable, and the
-service exits with status 2 before it binds a port.
+Every setting is declared once, as a `Setting`: its variable's name, its kind (how a value is
+parsed and which values it takes: a whole number within bounds, a number, true or false, one of
+some words, a file...), its default, its meaning, and whether production requires or refuses it.
+That one declaration is what the loaders read and what the README's configuration tables show
+(`scripts/gen_settings_doc.py` writes them; a test fails when the README is not in step):
+
+    PORT = Setting("BURACO_PORT", Whole(0, 65535), "", "gRPC port; 0 picks a free port",
+                   default_text="per service: 50051..50055")
+    port = PORT.read(env, default="50053")        # the loader gives a computed default
+
+The suite-wide settings are `SETTINGS` below; each service's own are the `SETTINGS` of its
+`services/<service>/settings.py`, read by its `load()`. A bad value raises `ConfigError` naming
+the variable, and the service exits with status 2 before it binds a port. An empty variable is
+an unset one.
 """
 
 from __future__ import annotations
 
+import abc
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Generic, Literal, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 T = TypeVar("T")
 
@@ -32,128 +44,29 @@ class ConfigError(ValueError):
     """A setting is missing or has a bad value; the message names the variable."""
 
 
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    default: str
-    meaning: str
+# -- kinds of values ------------------------------------------------------------------------------
 
 
-def _s(name: str, default: str, meaning: str) -> Setting:
-    return Setting(name, default, meaning)
+def _figure(value: float) -> str:
+    """A bound as the tables show it: 0.01, 65,535, 1,000,000."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
-SETTINGS: tuple[Setting, ...] = (
-    _s(
-        "BURACO_ENV",
-        "local",
-        "`local` (dev keys generated, migrations at start) or `production` (keys required, dev keys refused)",
-    ),
-    _s("BURACO_HOST", "127.0.0.1", "address to bind (`0.0.0.0` in containers)"),
-    _s("BURACO_PORT", "per service: 50051..50055", "gRPC port; 0 picks a free port"),
-    _s(
-        "BURACO_METRICS_PORT",
-        "9100 + last digit of the default port (9101..9105)",
-        "Prometheus `/metrics` port; 0 picks a free port",
-    ),
-    _s("BURACO_METRICS_ENABLED", "true", "serve Prometheus metrics"),
-    _s("BURACO_REFLECTION", "true", "serve gRPC server reflection"),
-    _s(
-        "BURACO_DATABASE_URL",
-        "sqlite+aiosqlite:///var/<service>.db",
-        "SQLAlchemy URL; `postgresql://...` and `sqlite:///...` are accepted and given their async driver",
-    ),
-    _s(
-        "BURACO_DATABASE_SCHEMA",
-        "(none)",
-        "PostgreSQL schema for this service's tables (created by the migrations)",
-    ),
-    _s(
-        "BURACO_MIGRATE_ON_START",
-        "true in local, false in production",
-        "run the service's migrations before serving",
-    ),
-    _s("BURACO_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR; DEBUG logs every call"),
-    _s("BURACO_JWT_AUDIENCE", "buraco", "the `aud` every token must carry"),
-    _s(
-        "BURACO_JWT_PUBLIC_KEYS",
-        "local: the dev key; production: required",
-        "file of PEM public keys "
-        "(Ed25519, ECDSA P-256 or RSA) that tokens may be signed with; the token's `kid` picks one",
-    ),
-    _s(
-        "BURACO_JWT_PRIVATE_KEY",
-        "local: the dev key; production: (none)",
-        "PEM private key this service signs its own service tokens with, for calls to other services",
-    ),
-    _s("BURACO_JWT_LEEWAY_SECONDS", "10", "clock skew allowed on `exp`, `iat` and `nbf`"),
-    _s("BURACO_DEV_KEYS_DIR", "var/dev-keys", "where local mode keeps its generated dev key pair"),
-    _s("BURACO_RATE_LIMIT_PER_SECOND", "20", "calls per second per player or admin (token bucket)"),
-    _s("BURACO_RATE_LIMIT_BURST", "40", "bucket size per player or admin"),
-    _s("BURACO_SERVICE_RATE_LIMIT_PER_SECOND", "2000", "calls per second per service identity"),
-    _s("BURACO_MAX_MESSAGE_BYTES", "65536", "largest request accepted (RESOURCE_EXHAUSTED above)"),
-    _s("BURACO_MAX_STREAMS_PER_CALLER", "8", "open server streams per caller"),
-    _s("BURACO_SHUTDOWN_GRACE_SECONDS", "10", "how long in-flight calls may run on after SIGTERM"),
-    _s(
-        "BURACO_GRPC_MAX_CONNECTION_AGE_SECONDS",
-        "0 (never)",
-        "close client connections after this age (GOAWAY), so callers re-resolve DNS and spread over new "
-        "replicas; 0 keeps connections forever",
-    ),
-    _s(
-        "BURACO_GRPC_MAX_CONNECTION_AGE_GRACE_SECONDS",
-        "30",
-        "how long calls and streams may run on a connection after its GOAWAY (streams then resume)",
-    ),
-    _s("BURACO_IDEMPOTENCY_RETENTION_HOURS", "72", "how long answers are kept for retried request ids"),
-    _s("BURACO_MATCHMAKING_ADDRESS", "localhost:50051", "where the other services reach matchmaking"),
-    _s("BURACO_GAME_SESSION_ADDRESS", "localhost:50052", "where the other services reach game sessions"),
-    _s("BURACO_WALLET_ADDRESS", "localhost:50053", "where the other services reach the wallet"),
-    _s("BURACO_RANKING_ADDRESS", "localhost:50054", "where the other services reach ranking"),
-    _s("BURACO_TOURNAMENT_ADDRESS", "localhost:50055", "where the other services reach tournaments"),
-)
+class Kind(abc.ABC, Generic[T]):
+    """How a setting's text becomes its value, and which values it takes."""
 
+    @abc.abstractmethod
+    def parse(self, name: str, raw: str) -> T:
+        """The value of `raw` (never empty, unless the kind takes empty: `Maybe`), or a
+        ConfigError naming `name`."""
 
-@dataclass(frozen=True)
-class Config:
-    service: str
-    env: str = "local"
-    host: str = "127.0.0.1"
-    port: int = 0
-    metrics_port: int = 0
-    metrics_enabled: bool = True
-    reflection: bool = True
-    database_url: str = "sqlite+aiosqlite:///:memory:"
-    database_schema: str | None = None
-    migrate_on_start: bool = True
-    log_level: str = "INFO"
-    jwt_audience: str = "buraco"
-    jwt_public_keys: Path | None = None
-    jwt_private_key: Path | None = None
-    jwt_leeway_seconds: float = 10.0
-    dev_keys_dir: Path = Path("var/dev-keys")
-    rate_limit_per_second: float = 20.0
-    rate_limit_burst: int = 40
-    service_rate_limit_per_second: float = 2000.0
-    max_message_bytes: int = 65536
-    max_streams_per_caller: int = 8
-    shutdown_grace_seconds: float = 10.0
-    max_connection_age_seconds: float = 0.0
-    max_connection_age_grace_seconds: float = 30.0
-    idempotency_retention_hours: float = 72.0
-    addresses: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def local(self) -> bool:
-        return self.env == "local"
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
+    @abc.abstractmethod
+    def values(self) -> str:
+        """The values it takes, as the README's tables say it."""
 
 
 def int_setting(name: str, raw: str, low: int, high: int) -> int:
-    """A whole-number setting within [low, high], or a ConfigError naming it (every service's)."""
+    """A whole-number setting within [low, high], or a ConfigError naming it."""
     try:
         value = int(raw)
     except ValueError:
@@ -174,26 +87,415 @@ def number_setting(name: str, raw: str, low: float, high: float) -> float:
     return value
 
 
-def _bool(name: str, raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name}={raw!r}: expected true or false")
+@dataclass(frozen=True)
+class Whole(Kind[int]):
+    low: int
+    high: int
+
+    def parse(self, name: str, raw: str) -> int:
+        return int_setting(name, raw, self.low, self.high)
+
+    def values(self) -> str:
+        return f"whole number, {_figure(self.low)} to {_figure(self.high)}"
 
 
-def _choice(name: str, raw: str, choices: tuple[str, ...]) -> str:
-    if raw not in choices:
-        raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
-    return raw
+@dataclass(frozen=True)
+class Number(Kind[float]):
+    low: float
+    high: float
+
+    def parse(self, name: str, raw: str) -> float:
+        return number_setting(name, raw, self.low, self.high)
+
+    def values(self) -> str:
+        return f"number, {_figure(self.low)} to {_figure(self.high)}"
 
 
-def _path(name: str, raw: str, *, must_exist: bool) -> Path:
-    path = Path(raw)
-    if must_exist and not path.is_file():
-        raise ConfigError(f"{name}={raw!r}: no such file")
-    return path
+@dataclass(frozen=True)
+class Flag(Kind[bool]):
+    def parse(self, name: str, raw: str) -> bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{name}={raw!r}: expected true or false")
+
+    def values(self) -> str:
+        return "true or false"
+
+
+@dataclass(frozen=True)
+class OneOf(Kind[str]):
+    choices: tuple[str, ...]
+    #: Whether `debug` is read as `DEBUG` (the choices are upper case then).
+    upper: bool = False
+
+    def parse(self, name: str, raw: str) -> str:
+        value = raw.upper() if self.upper else raw
+        if value not in self.choices:
+            raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(self.choices)}")
+        return value
+
+    def values(self) -> str:
+        words = [f"`{choice}`" for choice in self.choices]
+        return f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+@dataclass(frozen=True)
+class Text(Kind[str]):
+    #: What the text is, for the tables.
+    what: str = "text"
+    #: A check of the text: None when it is good, else why not.
+    check: Callable[[str], str | None] | None = None
+
+    def parse(self, name: str, raw: str) -> str:
+        problem = self.check(raw) if self.check is not None else None
+        if problem is not None:
+            raise ConfigError(f"{name}={raw!r}: {problem}")
+        return raw
+
+    def values(self) -> str:
+        return self.what
+
+
+@dataclass(frozen=True)
+class File(Kind[Path]):
+    """The path of a file that must exist."""
+
+    def parse(self, name: str, raw: str) -> Path:
+        path = Path(raw)
+        if not path.is_file():
+            raise ConfigError(f"{name}={raw!r}: no such file")
+        return path
+
+    def values(self) -> str:
+        return "path of an existing file"
+
+
+@dataclass(frozen=True)
+class Folder(Kind[Path]):
+    def parse(self, name: str, raw: str) -> Path:
+        return Path(raw)
+
+    def values(self) -> str:
+        return "path of a folder"
+
+
+@dataclass(frozen=True)
+class DatabaseUrl(Kind[str]):
+    """A SQLite or PostgreSQL URL, given its async driver."""
+
+    def parse(self, name: str, raw: str) -> str:
+        url = normalise_database_url(raw)
+        if not url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ConfigError(f"{name}={url!r}: expected a sqlite or postgresql URL")
+        return url
+
+    def values(self) -> str:
+        return "`sqlite://` or `postgresql://` URL"
+
+
+@dataclass(frozen=True)
+class TimeZone(Kind[ZoneInfo]):
+    def parse(self, name: str, raw: str) -> ZoneInfo:
+        try:
+            return ZoneInfo(raw)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            raise ConfigError(f"{name}={raw!r}: not an IANA time zone (e.g. America/Sao_Paulo)") from None
+
+    def values(self) -> str:
+        return "IANA time zone name"
+
+
+class Maybe(Kind[T | None]):
+    """A setting that may be left unset (empty): None then, else what `inner` makes of it."""
+
+    def __init__(self, inner: Kind[T]) -> None:
+        self.inner = inner
+
+    def parse(self, name: str, raw: str) -> T | None:
+        return None if raw == "" else self.inner.parse(name, raw)
+
+    def values(self) -> str:
+        return self.inner.values()
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+#: What production (BURACO_ENV=production) says of a setting: it must be set, or it must not be.
+Production = Literal["required", "refused"]
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One environment variable: the single declaration its loader and its documentation use."""
+
+    name: str
+    kind: Kind[T]
+    #: The default as text, parsed like a value ("" : unset, for a `Maybe`). A default the loader
+    #: computes (a port per service, the host name) is given to `read` and described by
+    #: `default_text`.
+    default: str
+    meaning: str
+    #: How the README shows the default, when not as `default` (or "(none)" for an empty one).
+    default_text: str | None = None
+    #: Whether production requires it (unset: an error) or refuses it (set: an error).
+    production: Production | None = None
+    #: The default in production, when it differs.
+    production_default: str | None = None
+
+    @property
+    def documented_default(self) -> str:
+        if self.default_text is not None:
+            return self.default_text
+        return self.default or "(none)"
+
+    def values(self) -> str:
+        """The values it takes, and what production says of it."""
+        rule = f"; {self.production} when BURACO_ENV=production" if self.production else ""
+        return self.kind.values() + rule
+
+    def read(
+        self, env: Mapping[str, str] | None = None, *, production: bool = False, default: str | None = None
+    ) -> T:
+        """Its value in `env` (default os.environ), else its default (`default` when given); a
+        ConfigError names the variable of a bad value or a production rule broken."""
+        source = os.environ if env is None else env
+        raw = source.get(self.name) or ""
+        if production and self.production == "refused" and raw:
+            raise ConfigError(f"{self.name}: refused when BURACO_ENV=production")
+        if production and self.production == "required" and not raw:
+            raise ConfigError(f"{self.name}: required when BURACO_ENV=production")
+        if not raw:
+            if default is not None:
+                raw = default
+            elif production and self.production_default is not None:
+                raw = self.production_default
+            else:
+                raw = self.default
+        return self.kind.parse(self.name, raw)
+
+    def parsed_default(self) -> T:
+        """The value of its (fixed) default."""
+        return self.kind.parse(self.name, self.default)
+
+
+def table(settings: Sequence[Setting[Any]]) -> str:
+    """The README's configuration table of `settings` (Markdown)."""
+    rows = ["| variable | default | values | meaning |", "|---|---|---|---|"]
+    rows += [
+        f"| `{s.name}` | {s.documented_default} | {s.values()} | {s.meaning} |" for s in settings
+    ]
+    return "\n".join(rows)
+
+
+def _schema_name(raw: str) -> str | None:
+    return None if raw.replace("_", "").isalnum() else "letters, digits and _ only"
+
+
+ENV = Setting(
+    "BURACO_ENV",
+    OneOf(ENVIRONMENTS),
+    "local",
+    "`local` (dev keys generated, migrations at start) or `production` (keys required, dev keys refused)",
+)
+HOST = Setting("BURACO_HOST", Text("host name or address"), "127.0.0.1", "address to bind (`0.0.0.0` in containers)")
+PORT = Setting(
+    "BURACO_PORT", Whole(0, 65535), "", "gRPC port; 0 picks a free port", default_text="per service: 50051..50055"
+)
+METRICS_PORT = Setting(
+    "BURACO_METRICS_PORT",
+    Whole(0, 65535),
+    "",
+    "Prometheus `/metrics` port; 0 picks a free port",
+    default_text="9100 + last digit of the default port (9101..9105)",
+)
+METRICS_ENABLED = Setting("BURACO_METRICS_ENABLED", Flag(), "true", "serve Prometheus metrics")
+REFLECTION = Setting("BURACO_REFLECTION", Flag(), "true", "serve gRPC server reflection")
+DATABASE_URL = Setting(
+    "BURACO_DATABASE_URL",
+    DatabaseUrl(),
+    "",
+    "SQLAlchemy URL; `postgresql://...` and `sqlite:///...` are accepted and given their async driver",
+    default_text="sqlite+aiosqlite:///var/<service>.db",
+)
+DATABASE_SCHEMA = Setting(
+    "BURACO_DATABASE_SCHEMA",
+    Maybe(Text("letters, digits and _", _schema_name)),
+    "",
+    "PostgreSQL schema for this service's tables (created by the migrations)",
+)
+MIGRATE_ON_START = Setting(
+    "BURACO_MIGRATE_ON_START",
+    Flag(),
+    "true",
+    "run the service's migrations before serving",
+    default_text="true in local, false in production",
+    production_default="false",
+)
+LOG_LEVEL = Setting(
+    "BURACO_LOG_LEVEL",
+    OneOf(("DEBUG", "INFO", "WARNING", "ERROR"), upper=True),
+    "INFO",
+    "DEBUG, INFO, WARNING or ERROR; DEBUG logs every call",
+)
+JWT_AUDIENCE = Setting("BURACO_JWT_AUDIENCE", Text(), "buraco", "the `aud` every token must carry")
+JWT_PUBLIC_KEYS = Setting(
+    "BURACO_JWT_PUBLIC_KEYS",
+    Maybe(File()),
+    "",
+    "file of PEM public keys (Ed25519, ECDSA P-256 or RSA) that tokens may be signed with; the token's `kid` "
+    "picks one",
+    default_text="local: the dev key; production: required",
+    production="required",
+)
+JWT_PRIVATE_KEY = Setting(
+    "BURACO_JWT_PRIVATE_KEY",
+    Maybe(File()),
+    "",
+    "PEM private key this service signs its own service tokens with, for calls to other services",
+    default_text="local: the dev key; production: (none)",
+)
+JWT_LEEWAY_SECONDS = Setting(
+    "BURACO_JWT_LEEWAY_SECONDS", Number(0, 300), "10", "clock skew allowed on `exp`, `iat` and `nbf`"
+)
+DEV_KEYS_DIR = Setting(
+    "BURACO_DEV_KEYS_DIR", Folder(), "var/dev-keys", "where local mode keeps its generated dev key pair"
+)
+RATE_LIMIT_PER_SECOND = Setting(
+    "BURACO_RATE_LIMIT_PER_SECOND",
+    Number(0.01, 1e6),
+    "20",
+    "calls per second per player or admin (token bucket)",
+)
+RATE_LIMIT_BURST = Setting("BURACO_RATE_LIMIT_BURST", Whole(1, 1_000_000), "40", "bucket size per player or admin")
+SERVICE_RATE_LIMIT_PER_SECOND = Setting(
+    "BURACO_SERVICE_RATE_LIMIT_PER_SECOND", Number(0.01, 1e7), "2000", "calls per second per service identity"
+)
+MAX_MESSAGE_BYTES = Setting(
+    "BURACO_MAX_MESSAGE_BYTES",
+    Whole(1024, 64 << 20),
+    "65536",
+    "largest request accepted (RESOURCE_EXHAUSTED above)",
+)
+MAX_STREAMS_PER_CALLER = Setting(
+    "BURACO_MAX_STREAMS_PER_CALLER", Whole(1, 10_000), "8", "open server streams per caller"
+)
+SHUTDOWN_GRACE_SECONDS = Setting(
+    "BURACO_SHUTDOWN_GRACE_SECONDS", Number(0, 3600), "10", "how long in-flight calls may run on after SIGTERM"
+)
+MAX_CONNECTION_AGE_SECONDS = Setting(
+    "BURACO_GRPC_MAX_CONNECTION_AGE_SECONDS",
+    Number(0, 30 * 86400),
+    "0",
+    "close client connections after this age (GOAWAY), so callers re-resolve DNS and spread over new "
+    "replicas; 0 keeps connections forever",
+    default_text="0 (never)",
+)
+MAX_CONNECTION_AGE_GRACE_SECONDS = Setting(
+    "BURACO_GRPC_MAX_CONNECTION_AGE_GRACE_SECONDS",
+    Number(0, 86400),
+    "30",
+    "how long calls and streams may run on a connection after its GOAWAY (streams then resume)",
+)
+IDEMPOTENCY_RETENTION_HOURS = Setting(
+    "BURACO_IDEMPOTENCY_RETENTION_HOURS",
+    Number(0.01, 24 * 365),
+    "72",
+    "how long answers are kept for retried request ids",
+)
+TRACING_ENABLED = Setting(
+    "BURACO_TRACING_ENABLED",
+    Flag(),
+    "false",
+    "trace every call served and made, to an OpenTelemetry collector (docs/operations.md, \"Tracing\", has the "
+    "`OTEL_*` settings)",
+)
+#: Where the other services are reached, by service.
+ADDRESSES: dict[str, Setting[str]] = {
+    service: Setting(
+        f"BURACO_{service.upper()}_ADDRESS",
+        Text("`host:port` or a gRPC target (`dns:///...`)"),
+        f"localhost:{port}",
+        f"where the other services reach {called}",
+    )
+    for (service, port), called in zip(
+        DEFAULT_PORTS.items(), ("matchmaking", "game sessions", "the wallet", "ranking", "tournaments"), strict=True
+    )
+}
+
+#: The suite-wide settings, in the README's order.
+SETTINGS: tuple[Setting[Any], ...] = (
+    ENV,
+    HOST,
+    PORT,
+    METRICS_PORT,
+    METRICS_ENABLED,
+    REFLECTION,
+    DATABASE_URL,
+    DATABASE_SCHEMA,
+    MIGRATE_ON_START,
+    LOG_LEVEL,
+    JWT_AUDIENCE,
+    JWT_PUBLIC_KEYS,
+    JWT_PRIVATE_KEY,
+    JWT_LEEWAY_SECONDS,
+    DEV_KEYS_DIR,
+    RATE_LIMIT_PER_SECOND,
+    RATE_LIMIT_BURST,
+    SERVICE_RATE_LIMIT_PER_SECOND,
+    MAX_MESSAGE_BYTES,
+    MAX_STREAMS_PER_CALLER,
+    SHUTDOWN_GRACE_SECONDS,
+    MAX_CONNECTION_AGE_SECONDS,
+    MAX_CONNECTION_AGE_GRACE_SECONDS,
+    IDEMPOTENCY_RETENTION_HOURS,
+    TRACING_ENABLED,
+    *ADDRESSES.values(),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The suite-wide settings of one service. Built directly (tests, in-process servers), a
+    `Config` has the declared defaults, except a free port (0) for gRPC and metrics and an
+    in-memory database."""
+
+    service: str
+    env: str = ENV.default
+    host: str = HOST.default
+    port: int = 0
+    metrics_port: int = 0
+    metrics_enabled: bool = METRICS_ENABLED.parsed_default()
+    reflection: bool = REFLECTION.parsed_default()
+    database_url: str = "sqlite+aiosqlite:///:memory:"
+    database_schema: str | None = None
+    migrate_on_start: bool = MIGRATE_ON_START.parsed_default()
+    log_level: str = LOG_LEVEL.default
+    jwt_audience: str = JWT_AUDIENCE.default
+    jwt_public_keys: Path | None = None
+    jwt_private_key: Path | None = None
+    jwt_leeway_seconds: float = JWT_LEEWAY_SECONDS.parsed_default()
+    dev_keys_dir: Path = field(default_factory=DEV_KEYS_DIR.parsed_default)
+    rate_limit_per_second: float = RATE_LIMIT_PER_SECOND.parsed_default()
+    rate_limit_burst: int = RATE_LIMIT_BURST.parsed_default()
+    service_rate_limit_per_second: float = SERVICE_RATE_LIMIT_PER_SECOND.parsed_default()
+    max_message_bytes: int = MAX_MESSAGE_BYTES.parsed_default()
+    max_streams_per_caller: int = MAX_STREAMS_PER_CALLER.parsed_default()
+    shutdown_grace_seconds: float = SHUTDOWN_GRACE_SECONDS.parsed_default()
+    max_connection_age_seconds: float = MAX_CONNECTION_AGE_SECONDS.parsed_default()
+    max_connection_age_grace_seconds: float = MAX_CONNECTION_AGE_GRACE_SECONDS.parsed_default()
+    idempotency_retention_hours: float = IDEMPOTENCY_RETENTION_HOURS.parsed_default()
+    addresses: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def local(self) -> bool:
+        return self.env == "local"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 def normalise_database_url(url: str) -> str:
@@ -211,68 +513,38 @@ def normalise_database_url(url: str) -> str:
 def load(service: str, env: Mapping[str, str] | None = None) -> Config:
     """Read the settings of `service` (a key of DEFAULT_PORTS) from `env` (default os.environ)."""
     source = os.environ if env is None else env
+    environment = ENV.read(source)
+    production = environment == "production"
 
-    def get(name: str, default: str, parse: Callable[[str, str], T]) -> T:
-        raw = source.get(name)
-        return parse(name, default if raw is None or raw == "" else raw)
+    def read(setting: Setting[T], default: str | None = None) -> T:
+        return setting.read(source, production=production, default=default)
 
-    environment = get("BURACO_ENV", "local", lambda n, r: _choice(n, r, ENVIRONMENTS))
-    local = environment == "local"
-    port = get("BURACO_PORT", str(DEFAULT_PORTS[service]), lambda n, r: int_setting(n, r, 0, 65535))
-    metrics_default = 9100 + DEFAULT_PORTS[service] % 10
-    database_url = get(
-        "BURACO_DATABASE_URL", f"sqlite+aiosqlite:///var/{service}.db", lambda n, r: normalise_database_url(r)
-    )
-    if not database_url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
-        raise ConfigError(f"BURACO_DATABASE_URL={database_url!r}: expected a sqlite or postgresql URL")
-    schema = source.get("BURACO_DATABASE_SCHEMA") or None
-    if schema is not None and not schema.replace("_", "").isalnum():
-        raise ConfigError(f"BURACO_DATABASE_SCHEMA={schema!r}: letters, digits and _ only")
-    public_keys = get("BURACO_JWT_PUBLIC_KEYS", "", lambda n, r: _path(n, r, must_exist=True) if r else None)
-    private_key = get("BURACO_JWT_PRIVATE_KEY", "", lambda n, r: _path(n, r, must_exist=True) if r else None)
-    if not local and public_keys is None:
-        raise ConfigError("BURACO_JWT_PUBLIC_KEYS: required when BURACO_ENV=production")
-    addresses = {
-        name: source.get(f"BURACO_{name.upper()}_ADDRESS") or f"localhost:{default}"
-        for name, default in DEFAULT_PORTS.items()
-    }
+    default_port = DEFAULT_PORTS[service]
     return Config(
         service=service,
         env=environment,
-        host=get("BURACO_HOST", "127.0.0.1", lambda n, r: r),
-        port=port,
-        metrics_port=get("BURACO_METRICS_PORT", str(metrics_default), lambda n, r: int_setting(n, r, 0, 65535)),
-        metrics_enabled=get("BURACO_METRICS_ENABLED", "true", _bool),
-        reflection=get("BURACO_REFLECTION", "true", _bool),
-        database_url=database_url,
-        database_schema=schema,
-        migrate_on_start=get("BURACO_MIGRATE_ON_START", "true" if local else "false", _bool),
-        log_level=get(
-            "BURACO_LOG_LEVEL",
-            "INFO",
-            lambda n, r: _choice(n, r.upper(), ("DEBUG", "INFO", "WARNING", "ERROR")),
-        ),
-        jwt_audience=get("BURACO_JWT_AUDIENCE", "buraco", lambda n, r: r),
-        jwt_public_keys=public_keys,
-        jwt_private_key=private_key,
-        jwt_leeway_seconds=get("BURACO_JWT_LEEWAY_SECONDS", "10", lambda n, r: number_setting(n, r, 0, 300)),
-        dev_keys_dir=Path(source.get("BURACO_DEV_KEYS_DIR") or "var/dev-keys"),
-        rate_limit_per_second=get("BURACO_RATE_LIMIT_PER_SECOND", "20", lambda n, r: number_setting(n, r, 0.01, 1e6)),
-        rate_limit_burst=get("BURACO_RATE_LIMIT_BURST", "40", lambda n, r: int_setting(n, r, 1, 1_000_000)),
-        service_rate_limit_per_second=get(
-            "BURACO_SERVICE_RATE_LIMIT_PER_SECOND", "2000", lambda n, r: number_setting(n, r, 0.01, 1e7)
-        ),
-        max_message_bytes=get("BURACO_MAX_MESSAGE_BYTES", "65536", lambda n, r: int_setting(n, r, 1024, 64 << 20)),
-        max_streams_per_caller=get("BURACO_MAX_STREAMS_PER_CALLER", "8", lambda n, r: int_setting(n, r, 1, 10_000)),
-        shutdown_grace_seconds=get("BURACO_SHUTDOWN_GRACE_SECONDS", "10", lambda n, r: number_setting(n, r, 0, 3600)),
-        max_connection_age_seconds=get(
-            "BURACO_GRPC_MAX_CONNECTION_AGE_SECONDS", "0", lambda n, r: number_setting(n, r, 0, 30 * 86400)
-        ),
-        max_connection_age_grace_seconds=get(
-            "BURACO_GRPC_MAX_CONNECTION_AGE_GRACE_SECONDS", "30", lambda n, r: number_setting(n, r, 0, 86400)
-        ),
-        idempotency_retention_hours=get(
-            "BURACO_IDEMPOTENCY_RETENTION_HOURS", "72", lambda n, r: number_setting(n, r, 0.01, 24 * 365)
-        ),
-        addresses=addresses,
+        host=read(HOST),
+        port=read(PORT, str(default_port)),
+        metrics_port=read(METRICS_PORT, str(9100 + default_port % 10)),
+        metrics_enabled=read(METRICS_ENABLED),
+        reflection=read(REFLECTION),
+        database_url=read(DATABASE_URL, f"sqlite+aiosqlite:///var/{service}.db"),
+        database_schema=read(DATABASE_SCHEMA),
+        migrate_on_start=read(MIGRATE_ON_START),
+        log_level=read(LOG_LEVEL),
+        jwt_audience=read(JWT_AUDIENCE),
+        jwt_public_keys=read(JWT_PUBLIC_KEYS),
+        jwt_private_key=read(JWT_PRIVATE_KEY),
+        jwt_leeway_seconds=read(JWT_LEEWAY_SECONDS),
+        dev_keys_dir=read(DEV_KEYS_DIR),
+        rate_limit_per_second=read(RATE_LIMIT_PER_SECOND),
+        rate_limit_burst=read(RATE_LIMIT_BURST),
+        service_rate_limit_per_second=read(SERVICE_RATE_LIMIT_PER_SECOND),
+        max_message_bytes=read(MAX_MESSAGE_BYTES),
+        max_streams_per_caller=read(MAX_STREAMS_PER_CALLER),
+        shutdown_grace_seconds=read(SHUTDOWN_GRACE_SECONDS),
+        max_connection_age_seconds=read(MAX_CONNECTION_AGE_SECONDS),
+        max_connection_age_grace_seconds=read(MAX_CONNECTION_AGE_GRACE_SECONDS),
+        idempotency_retention_hours=read(IDEMPOTENCY_RETENTION_HOURS),
+        addresses={name: read(setting) for name, setting in ADDRESSES.items()},
     )

@@ -1,9 +1,39 @@
 """Persistence: one async SQLAlchemy engine per service, SQLite by default, PostgreSQL by URL.
 
     db = Database(config.database_url, schema=config.database_schema)
-    async with db.transaction() as session:      # commits on success, rolls back on error
-        session.add(...)
+    async with db.write() as session:            # a write: committed when the block ends,
+        await session.execute(update(...))       # rolled back on an error
+    async with db.read() as session:             # reads on one snapshot, never waiting for a writer
+        row = (await session.execute(select(...))).first()
     await db.dispose()
+
+`write_connection()` and `read_connection()` are the same transactions as Core connections, for
+hot paths that use no ORM session.
+
+Writes (`Database.write`). SQLite has one writer: a write transaction takes the process's one
+writer for its database file (an asyncio lock, so writers queue in the process rather than spin
+in SQLite's busy handler) and starts with `BEGIN IMMEDIATE` (the file's write lock from its
+first statement, so two writers never deadlock upgrading a read lock; another process on the same
+file waits in the busy handler). On PostgreSQL a write is an ordinary transaction; at most
+`connections` sessions of `write()` and `read()` run at once, so that a burst queues here
+rather than timing out in the connection pool, and a pool time-out all the same is UNAVAILABLE
+("busy, retry"), not INTERNAL. A write inside another write of the same task would wait for
+itself on SQLite: it raises instead.
+
+Reads (`Database.read`): a session on one consistent snapshot, for reads only, rolled back at the
+end: REPEATABLE READ, READ ONLY on PostgreSQL (under the same cap); a deferred `BEGIN` on SQLite
+(WAL gives the reader a snapshot; it never waits for the writer).
+
+`Database.transaction()` is a plain transaction (deferred `BEGIN` on SQLite, no queue, no cap):
+what the services not yet moved onto `write()`/`read()` use.
+
+Raw asyncpg (PostgreSQL hot paths that skip SQLAlchemy): `asyncpg_pool(db, ...)` and
+`asyncpg_connect(db, ...)` make a pool or a plain connection for a `Database`'s URL and schema
+with the given server settings; `LazyPool` opens a pool at its first use.
+
+Cancellation: a call cancelled in the middle of a transaction (its deadline passed) never keeps
+SQLite's write lock: a connection rolls its transaction back when it is closed (`_RollbackOnClose`),
+and the process's writer is released only after that.
 
 Each service owns its tables (prefixed with the service's name) and its Alembic history, so
 several services may share one PostgreSQL database or schema without reading each other's data.
@@ -11,18 +41,32 @@ several services may share one PostgreSQL database or schema without reading eac
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import MetaData, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from services.common.config import normalise_database_url
+from services.common.errors import UnavailableError
+
+#: Sessions of `write()` and `read()` in use at once on PostgreSQL, per `Database`: fewer than its
+#: engine's pool holds (5 + 10 overflow), so a burst waits here, not in the pool (which times out).
+CONNECTIONS = 12
+
+#: A read's transaction on PostgreSQL: one snapshot, and no writes.
+SNAPSHOT: dict[str, Any] = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+
+BUSY_WRITE = "the service is too busy now; retry with the same request id"
+BUSY_READ = "the service is too busy now; retry"
 
 #: Constraint names that Alembic can find again (and SQLite batch migrations need).
 NAMING_CONVENTION = {
@@ -88,12 +132,50 @@ def engine_for(url: str, *, schema: str | None = None, **kwargs: Any) -> AsyncEn
     return create_async_engine(url, connect_args=connect_args, **kwargs)
 
 
+class _Writer:
+    """The process's one writer of a SQLite database (`async with writer:` holds it, queued in
+    order): a lock, and the task holding it."""
+
+    __slots__ = ("lock", "owner")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.owner: asyncio.Task[Any] | None = None
+
+    async def __aenter__(self) -> None:
+        task = asyncio.current_task()
+        if self.owner is not None and self.owner is task:
+            raise RuntimeError("a write inside another write of the same task on one SQLite database waits for itself")
+        await self.lock.acquire()
+        self.owner = task
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.owner = None
+        self.lock.release()
+
+
+#: The writers of this process, per event loop (an asyncio lock belongs to one loop) and per
+#: database file (every `Database` of the process on one file shares its writer).
+_writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, _Writer]] = weakref.WeakKeyDictionary()
+
+
 class Database:
-    def __init__(self, url: str, *, schema: str | None = None, **engine_options: Any) -> None:
+    def __init__(
+        self, url: str, *, schema: str | None = None, connections: int = CONNECTIONS, **engine_options: Any
+    ) -> None:
         self.url = normalise_database_url(url)
         self.schema = schema
         self.engine = engine_for(self.url, schema=schema, **engine_options)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        #: At most this many sessions of write() and read() at once (PostgreSQL).
+        self._connections = asyncio.Semaphore(connections)
+        parsed = make_url(self.url)
+        file = parsed.database or ""
+        #: An in-memory SQLite database is one shared connection: its reads queue with the writes.
+        self._memory = self.dialect == "sqlite" and file in ("", ":memory:")
+        self._writer_key: object = id(self) if self._memory else str(Path(file).resolve())
+        #: This database's writer on the loop it was last used on.
+        self._writer: tuple[asyncio.AbstractEventLoop, _Writer] | None = None
 
     @property
     def dialect(self) -> str:
@@ -102,9 +184,158 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """A session in a transaction: committed when the block ends, rolled back on an error."""
+        """A session in a plain transaction: committed when the block ends, rolled back on an
+        error (a deferred BEGIN on SQLite: see `write()` for the one writer)."""
         async with self.sessions.begin() as session:
             yield session
 
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A session in a write transaction, committed when the block ends, rolled back on an error:
+        on SQLite the process's one writer and BEGIN IMMEDIATE; on PostgreSQL an ordinary
+        transaction under the connection cap, a pool time-out UNAVAILABLE (the module's docstring)."""
+        try:
+            async with self._write_turn(), self.sessions.begin() as session:
+                if self.dialect == "sqlite":
+                    await (await session.connection()).exec_driver_sql("BEGIN IMMEDIATE")
+                yield session
+        except PoolTimeoutError:
+            raise UnavailableError(BUSY_WRITE) from None
+
+    @asynccontextmanager
+    async def write_connection(self) -> AsyncIterator[AsyncConnection]:
+        """The same write transaction as `write()`, as a Core connection: for hot paths that use no
+        ORM session (a session costs a few hundred microseconds of CPU per transaction more)."""
+        try:
+            async with self._write_turn(), self.engine.connect() as connection:
+                if self.dialect == "sqlite":
+                    await connection.exec_driver_sql("BEGIN IMMEDIATE")
+                else:
+                    await connection.begin()
+                try:
+                    yield connection
+                except BaseException:
+                    await connection.rollback()
+                    raise
+                await connection.commit()
+        except PoolTimeoutError:
+            raise UnavailableError(BUSY_WRITE) from None
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A session for reads only, on one snapshot, rolled back at the end; it never waits for the
+        writer (REPEATABLE READ, READ ONLY on PostgreSQL, under the connection cap; a deferred BEGIN
+        on SQLite)."""
+        try:
+            async with self._read_turn(), self.sessions() as session:
+                if self.dialect == "sqlite":
+                    await (await session.connection()).exec_driver_sql("BEGIN")
+                else:
+                    await session.connection(execution_options=SNAPSHOT)
+                yield session  # closing the session rolls the snapshot back
+        except PoolTimeoutError:
+            raise UnavailableError(BUSY_READ) from None
+
+    @asynccontextmanager
+    async def read_connection(self) -> AsyncIterator[AsyncConnection]:
+        """The same snapshot as `read()`, as a Core connection."""
+        try:
+            async with self._read_turn(), self.engine.connect() as connection:
+                if self.dialect == "sqlite":
+                    await connection.exec_driver_sql("BEGIN")
+                else:
+                    await connection.execution_options(**SNAPSHOT)
+                yield connection  # closing the connection rolls the snapshot back
+        except PoolTimeoutError:
+            raise UnavailableError(BUSY_READ) from None
+
+    def _write_turn(self) -> AbstractAsyncContextManager[object]:
+        """What a write waits for: the process's one writer (SQLite), a connection (PostgreSQL)."""
+        return self._sqlite_writer() if self.dialect == "sqlite" else self._connections
+
+    def _read_turn(self) -> AbstractAsyncContextManager[object]:
+        """What a read waits for: a connection (PostgreSQL); nothing on a SQLite file; the writer on
+        an in-memory SQLite database (one shared connection: one transaction at a time)."""
+        if self.dialect != "sqlite":
+            return self._connections
+        return self._sqlite_writer() if self._memory else nullcontext()
+
+    def _sqlite_writer(self) -> _Writer:
+        """The process's one writer of this database, on the running loop."""
+        loop = asyncio.get_running_loop()
+        known = self._writer
+        if known is None or known[0] is not loop:
+            writer = _writers.setdefault(loop, {}).setdefault(self._writer_key, _Writer())
+            known = self._writer = (loop, writer)
+        return known[1]
+
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+def asyncpg_target(db: Database, server_settings: Mapping[str, str] | None = None) -> tuple[str, dict[str, str]]:
+    """asyncpg's address (DSN) for `db`'s URL, and the session settings: `server_settings` with
+    `search_path` set to `db`'s schema (when it has one)."""
+    dsn = make_url(db.url).set(drivername="postgresql").render_as_string(hide_password=False)
+    settings = dict(server_settings or {})
+    if db.schema:
+        settings["search_path"] = db.schema
+    return dsn, settings
+
+
+async def _rollback_only(connection: Any) -> None:
+    """What a connection of a `stateless` pool needs when it goes back: an open transaction left by
+    an interrupted call rolled back."""
+    if connection.is_in_transaction():
+        await connection.execute("ROLLBACK")
+
+
+async def asyncpg_pool(
+    db: Database,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    server_settings: Mapping[str, str] | None = None,
+    stateless: bool = False,
+) -> Any:
+    """An asyncpg pool (`asyncpg.Pool`) on `db`'s PostgreSQL database and schema, its connections'
+    sessions set with `server_settings`. `stateless`: its users leave no session state behind (no
+    SET, LISTEN, advisory lock or open cursor), so a connection going back to the pool only has an
+    open transaction rolled back, rather than asyncpg's full reset (a round trip on every release)."""
+    import asyncpg  # only PostgreSQL's hot paths need it
+
+    dsn, settings = asyncpg_target(db, server_settings)
+    options: dict[str, Any] = {"reset": _rollback_only} if stateless else {}
+    return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, server_settings=settings, **options)
+
+
+async def asyncpg_connect(db: Database, *, server_settings: Mapping[str, str] | None = None) -> Any:
+    """A plain asyncpg connection (`asyncpg.Connection`) to `db`'s PostgreSQL database and schema,
+    its session set with `server_settings`."""
+    import asyncpg
+
+    dsn, settings = asyncpg_target(db, server_settings)
+    return await asyncpg.connect(dsn, server_settings=settings)
+
+
+class LazyPool:
+    """An asyncpg pool made by `asyncpg_pool(db, **options)` at its first use (`await get()`:
+    concurrent first users share one), closed by `close()` (a later `get()` opens a new one)."""
+
+    def __init__(self, db: Database, **options: Any) -> None:
+        self.db = db
+        self.options = options
+        self._pool: Any = None
+        self._opening = asyncio.Lock()
+
+    async def get(self) -> Any:
+        if self._pool is None:
+            async with self._opening:
+                if self._pool is None:
+                    self._pool = await asyncpg_pool(self.db, **self.options)
+        return self._pool
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()

@@ -19,12 +19,15 @@ models.py and created by its first migration). Use it around the work of a mutat
   back whole, and it returns the winner's answer.
 - A call whose `work` raises stores nothing: a retry runs again (errors are not cached).
 - Answers older than the retention are forgotten (`purge_expired` deletes them).
+- Its transactions are opened by `writes` (default `Database.transaction`; `Database.write` for
+  a service whose writes go through the process's one SQLite writer, see services.common.db).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
@@ -84,11 +87,17 @@ def _aware(moment: datetime) -> datetime:
 
 class IdempotencyStore:
     def __init__(
-        self, table: Table, *, retention: timedelta, clock: Callable[[], datetime] | None = None
+        self,
+        table: Table,
+        *,
+        retention: timedelta,
+        clock: Callable[[], datetime] | None = None,
+        writes: Callable[[Database], AbstractAsyncContextManager[AsyncSession]] = Database.transaction,
     ) -> None:
         self.table = table
         self.retention = retention
         self._clock = clock or (lambda: datetime.now(UTC))
+        self._writes = writes
 
     def window(self) -> tuple[datetime, datetime]:
         """(now, when an answer stored now expires): for a service that stores a key itself, in a
@@ -145,7 +154,7 @@ class IdempotencyStore:
             raise ValueError("idempotent calls need a request_id (validate it first)")
         digest = request_hash(method, request)
         try:
-            async with db.transaction() as session:
+            async with self._writes(db) as session:
                 stored = await self._stored(session, scope, request_id, method, digest, response_type)
                 if stored is not None:
                     return stored
@@ -165,13 +174,13 @@ class IdempotencyStore:
                 return response
         except IntegrityError:
             # A concurrent call with the same key committed first: answer as it did.
-            async with db.transaction() as session:
+            async with self._writes(db) as session:
                 stored = await self._stored(session, scope, request_id, method, digest, response_type)
             if stored is None:
                 raise
             return stored
 
     async def purge_expired(self, db: Database) -> int:
-        async with db.transaction() as session:
+        async with self._writes(db) as session:
             result = await session.execute(delete(self.table).where(self.table.c.expires_at <= self._clock()))
         return int(getattr(result, "rowcount", 0) or 0)

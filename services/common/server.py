@@ -7,24 +7,49 @@ A service describes itself with a `ServiceSpec` and its `__main__.py` calls `mai
     python -m services.wallet downgrade base
     python -m services.wallet revision -m "add accounts" [--autogenerate]
 
-Serving: read the configuration (exit 2 on a bad value), set up logs, keys and the database, run
-the migrations when BURACO_MIGRATE_ON_START, bind, mark every service SERVING in `grpc.health.v1`,
-log one `listening` line (JSON, with the address and the metrics port), then wait for SIGTERM or
-SIGINT. Stopping (`Server.stop`): health NOT_SERVING, refuse new calls, end open streams with
-UNAVAILABLE, let in-flight calls finish for up to BURACO_SHUTDOWN_GRACE_SECONDS, close the database.
+Serving (`Server.start`): read the configuration (exit 2 on a bad value), set up logs, keys and
+the database, run the migrations when BURACO_MIGRATE_ON_START, register the servicers, bind, run
+the service's start hook, accept calls, mark every service SERVING in `grpc.health.v1`, log one
+`listening` line (JSON, with the address and the metrics port), then wait for SIGTERM or SIGINT.
+Stopping (`Server.stop`): health NOT_SERVING, refuse new calls (UNAVAILABLE), run the service's
+stop hook, end open streams with UNAVAILABLE, let in-flight calls finish for up to
+BURACO_SHUTDOWN_GRACE_SECONDS, close the clients and the database.
+
+Start and stop hooks: a service with background work (a loop, a scheduler, leases) returns a
+`Lifecycle` from its `register` (`Hooks(on_start=..., on_stop=...)` makes one of two functions):
+
+    def register(server: grpc.aio.Server, deps: Deps) -> Hooks:
+        loop = Loop(...)
+        add_MyServiceServicer_to_server(MyApi(deps, loop), server)
+
+        async def start(bound: Bound) -> None:     # bound.address: where it really listens
+            loop.start()
+
+        return Hooks(on_start=start, on_stop=loop.stop)
+
+- `start(bound)` runs once the port is bound (`bound.port` is the real one when the configured
+  port is 0) and before the server accepts any call. If it fails (or the server is stopped while
+  it runs, which cancels it), the server stops cleanly without calling `stop` (a start that fails
+  half-way undoes its own half), and `Server.start` raises.
+- `stop()` runs once, when the server begins to stop: after new calls are refused, before open
+  streams are ended and before the grpc server stops, while in-flight calls and streams still
+  run, the clients and the database still open (a game-session replica releases its table
+  leases there, so another replica takes them over at once and the streams ended just after
+  resume there). An error in it is logged, and the stop goes on.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -33,7 +58,7 @@ from prometheus_client import CollectorRegistry
 
 from services.client.channels import Clients
 from services.common import config as config_module
-from services.common import logs, migrations, tracing
+from services.common import logs, migrations, tracing, transport
 from services.common.auth import Minter, Verifier, keys_from_config
 from services.common.config import Config, ConfigError
 from services.common.db import Database
@@ -65,13 +90,56 @@ class Deps:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """Where a started server listens: the configured host and the port it bound (the real one
+    when the configured port is 0)."""
+
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class Lifecycle(Protocol):
+    """A service's background work, started and stopped by the frame (see the module's docstring)."""
+
+    async def start(self, bound: Bound) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def _nothing_to_start(bound: Bound) -> None:
+    return None
+
+
+async def _nothing_to_stop() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """A `Lifecycle` made of two functions (either may be left out)."""
+
+    on_start: Callable[[Bound], Awaitable[None]] = _nothing_to_start
+    on_stop: Callable[[], Awaitable[None]] = _nothing_to_stop
+
+    async def start(self, bound: Bound) -> None:
+        await self.on_start(bound)
+
+    async def stop(self) -> None:
+        await self.on_stop()
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     #: Package name under services/ and key of config.DEFAULT_PORTS: "wallet", "game_session", ...
     name: str
     #: Full names of the gRPC services served, e.g. ("buraco.v1.WalletService",).
     grpc_services: tuple[str, ...]
-    #: Adds the servicer(s) to the server.
-    register: Callable[[grpc.aio.Server, Deps], None]
+    #: Adds the servicer(s) to the server; returns the service's start and stop hooks, if any.
+    register: Callable[[grpc.aio.Server, Deps], Lifecycle | None]
     #: The service's Alembic folder.
     migrations: Path
     #: Whether the service calls other services (then production needs BURACO_JWT_PRIVATE_KEY).
@@ -111,6 +179,13 @@ class Server:
         self.port = 0
         self.metrics_port: int | None = None
         self._server: grpc.aio.Server | None = None
+        #: Whether grpc's server was started (it accepts calls).
+        self._accepting = False
+        #: The service's hooks once their start succeeded (stopped then, once).
+        self._lifecycle: Lifecycle | None = None
+        #: The task running `start()`, while it runs; set when it has ended (succeeded or not).
+        self._starting: asyncio.Task[Any] | None = None
+        self._start_over = asyncio.Event()
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Task[None] | None = None
 
@@ -118,7 +193,28 @@ class Server:
     def address(self) -> str:
         return f"{self.config.host}:{self.port}"
 
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop has begun."""
+        return self._stopping is not None
+
     async def start(self) -> None:
+        """Serve. On a failure, or when `stop()` is called meanwhile (which cancels the start), the
+        server is stopped cleanly (nothing left bound, running or open) and this raises."""
+        self._starting = asyncio.current_task()
+        try:
+            await self._start()
+        except BaseException:
+            self._starting = None
+            self._start_over.set()
+            if self._stopping is None:  # else the stop that cancelled this start is under way
+                await self.stop(0)
+            raise
+        finally:
+            self._starting = None
+            self._start_over.set()
+
+    async def _start(self) -> None:
         if self.config.migrate_on_start:
             await migrations.upgrade(self.spec.name, self.spec.migrations, self.db)
         else:
@@ -133,7 +229,7 @@ class Server:
             self.config, self.db, self.clients, self.minter, logging.getLogger(f"buraco.{self.spec.name}"),
             registry=self.metrics.registry, metrics=self.metrics,
         )
-        self.spec.register(server, deps)
+        lifecycle = self.spec.register(server, deps)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         if self.config.reflection:
             reflection.enable_server_reflection(
@@ -144,11 +240,15 @@ class Server:
                 ),
                 server,
             )
+        self._server = server
         self.port = server.add_insecure_port(self.config.address)
         if self.port == 0:
             raise OSError(f"could not bind {self.config.address}")
+        if lifecycle is not None:
+            await lifecycle.start(Bound(self.config.host, self.port))
+            self._lifecycle = lifecycle
         await server.start()
-        self._server = server
+        self._accepting = True
         self.metrics.watch_loop()
         for name in ("", *self.spec.grpc_services):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -175,12 +275,29 @@ class Server:
         return self._stopping
 
     async def _stop(self, grace: float) -> None:
+        starting = self._starting
+        if starting is not None:
+            # Stopped while starting: the start is cancelled (its hook's start too) and unwinds first.
+            starting.cancel()
+            await self._start_over.wait()
         log.info("shutting down", extra={"fields": {"grace_seconds": grace}})
         await self.health.enter_graceful_shutdown()
-        self.pipeline.draining = True
+        self.pipeline.draining = True  # new calls are refused from here on
         server = self._server
         try:
+            lifecycle, self._lifecycle = self._lifecycle, None
+            if lifecycle is not None:
+                try:
+                    await lifecycle.stop()
+                except Exception:
+                    log.exception("the service's stop hook failed", extra={"fields": {"service": self.spec.name}})
             if server is not None:
+                if not self._accepting:
+                    # A start that failed after the port was bound: grpc frees a bound port only
+                    # when a started server stops, so start it (grpc's own start, not a service's
+                    # wrapper) to stop it. The pipeline refuses every call by now.
+                    with contextlib.suppress(Exception):
+                        await type(server).start(server)
                 stopping = asyncio.ensure_future(server.stop(grace))
                 ended = self.pipeline.end_streams()
                 await stopping
@@ -226,14 +343,21 @@ async def _serve(spec: ServiceSpec, config: Config, tracer_provider: TracerProvi
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stop)
     try:
-        await server.start()
-    except BaseException:
-        await server.stop(0)
-        raise
+        await server.start()  # stops the server itself when it fails
+    except asyncio.CancelledError:
+        if not server.stopping:
+            raise
+        # SIGTERM or SIGINT while starting: the stop cancelled the start; a clean exit.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
     await server.wait()
 
 
 def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
+    """A service's command line. Its `__main__` calls `transport.use_suite_transport()` before
+    anything imports grpc, then this; a process whose grpc was imported first logs a warning."""
+    suite_transport = transport.use_suite_transport()
     parser = argparse.ArgumentParser(prog=f"python -m services.{spec.name}")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="serve (the default)")
@@ -251,6 +375,12 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
     logs.configure(spec.name, config.log_level)
+    if not suite_transport:
+        log.warning(
+            "grpc was imported before the suite chose its transport: this process runs grpc's default "
+            "transport; call services.common.transport.use_suite_transport() first in the entry point",
+            extra={"fields": {"entry_point": sys.argv[0]}},
+        )
     command = args.command or "serve"
     if command == "serve":
         try:

@@ -31,12 +31,12 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from services.common.config import ConfigError
+from services.common.config import TRACING_ENABLED
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
-ENABLED_VARIABLE = "BURACO_TRACING_ENABLED"
+ENABLED_VARIABLE = TRACING_ENABLED.name
 
 #: Calls that are never traced: the kubelet's probes and reflection would drown the real traffic.
 UNTRACED_SERVICE_PREFIXES = ("grpc.health.v1.", "grpc.reflection.")
@@ -44,13 +44,7 @@ UNTRACED_SERVICE_PREFIXES = ("grpc.health.v1.", "grpc.reflection.")
 
 def enabled(env: Mapping[str, str] | None = None) -> bool:
     """Whether BURACO_TRACING_ENABLED asks for tracing (ConfigError naming it on a bad value)."""
-    source = os.environ if env is None else env
-    raw = (source.get(ENABLED_VARIABLE) or "false").strip().lower()
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{ENABLED_VARIABLE}={source.get(ENABLED_VARIABLE)!r}: expected true or false")
+    return TRACING_ENABLED.read(env)
 
 
 def provider_from_env(service: str, env: Mapping[str, str] | None = None) -> TracerProvider | None:

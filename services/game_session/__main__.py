@@ -5,12 +5,16 @@ much of its time scheduling callbacks for gRPC calls and streams, which uvloop d
 The garbage collector never re-scans what was loaded at start (below).
 """
 
-import asyncio
-import gc
+from services.common.transport import use_suite_transport
 
-from services.common.server import main
-from services.game_session import collector
-from services.game_session.service import SPEC
+use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
+
+import asyncio  # noqa: E402
+import gc  # noqa: E402
+
+from services.common.server import main  # noqa: E402
+from services.game_session import collector  # noqa: E402
+from services.game_session.service import SPEC  # noqa: E402
 
 try:
     import uvloop

@@ -24,12 +24,10 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import common_pb2, matchmaking_pb2
 from services.common.db import Database
-from services.common.errors import UnavailableError
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.matchmaking import models
 from services.matchmaking.errors import (
@@ -76,51 +74,6 @@ def timestamp(moment: datetime) -> Timestamp:
 
 def new_id() -> str:
     return uuid.uuid4().hex
-
-
-class SerialDatabase(Database):
-    """The service's database, with its write transactions taken one at a time in this process
-    on SQLite (one writer at a time there anyway; queueing here avoids SQLite's "database is
-    locked" when a transaction that has read upgrades to a write). PostgreSQL runs them
-    concurrently (the writes check their starting state: conditional updates, keys), at most
-    CONNECTIONS at a time, so that a burst queues here rather than timing out in the connection
-    pool; a pool timeout all the same is UNAVAILABLE ("busy, retry"), not INTERNAL."""
-
-    #: Sessions in use at once on PostgreSQL (the engine's pool holds 5 + 10 overflow).
-    CONNECTIONS = 12
-
-    def __init__(self, inner: Database) -> None:  # shares the engine, does not make one
-        self.url = inner.url
-        self.schema = inner.schema
-        self.engine = inner.engine
-        self.sessions = inner.sessions
-        self._writer = asyncio.Lock()
-        self._connections = asyncio.Semaphore(self.CONNECTIONS)
-
-    @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncSession]:
-        try:
-            if self.dialect != "sqlite":
-                async with self._connections, self.sessions.begin() as session:
-                    yield session
-                return
-            async with self._writer, self.sessions.begin() as session:
-                yield session
-        except PoolTimeoutError:
-            raise UnavailableError("the service is too busy now; retry with the same request id") from None
-
-    @contextlib.asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncSession]:
-        """A session for reads only (never waits for the writer lock)."""
-        try:
-            if self.dialect != "sqlite":
-                async with self._connections, self.sessions() as session:
-                    yield session
-                return
-            async with self.sessions() as session:
-                yield session
-        except PoolTimeoutError:
-            raise UnavailableError("the service is too busy now; retry") from None
 
 
 class Notifier:
@@ -202,7 +155,9 @@ class Core:
         idempotency: IdempotencyStore,
         notifier: Notifier | None = None,
     ) -> None:
-        self.db = db if isinstance(db, SerialDatabase) else SerialDatabase(db)
+        #: Writes through `db.write()` (on SQLite the process's one writer), reads through
+        #: `db.read()` (never waiting for it); see services.common.db.
+        self.db = db
         self.platform = platform
         self.settings = settings
         self.clock = clock

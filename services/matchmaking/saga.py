@@ -81,7 +81,7 @@ class Sagas:
         now = self.clock()
         deadline = now + timedelta(seconds=self.settings.confirm_seconds)
         made: list[str | None] = []
-        async with self.db.transaction() as session:
+        async with self.db.write() as session:
             for proposal in proposals:
                 saga_id = new_id()
                 seat_of: dict[str, dict[str, int]] = {}
@@ -213,7 +213,7 @@ class Sagas:
         """Moves the saga on from `expected` (a conditional write: nobody else moved it)."""
         s = models.sagas
         values.setdefault("update_time", self.clock())
-        async with self.db.transaction() as session:
+        async with self.db.write() as session:
             result = await session.execute(update(s).where(s.c.id == saga_id, s.c.state == expected).values(**values))
         return getattr(result, "rowcount", 0) == 1
 
@@ -240,7 +240,7 @@ class Sagas:
         # the row too) is either seen here or comes after and makes the saga due again.
         now = self.clock()
         s = models.sagas
-        async with self.db.transaction() as session:
+        async with self.db.write() as session:
             current = (await session.execute(select(s).where(s.c.id == saga.id).with_for_update())).one()
             if current.state != "confirming":
                 return
@@ -339,7 +339,7 @@ class Sagas:
         now = self.clock()
         t = models.tickets
         players = [seat["player"] for seat in saga.seats if seat["player"]]
-        async with self.db.transaction() as session:
+        async with self.db.write() as session:
             moved = await session.execute(
                 update(models.sagas)
                 .where(models.sagas.c.id == saga.id, models.sagas.c.state == "notifying")
@@ -434,7 +434,7 @@ class Sagas:
         now = self.clock()
         t = models.tickets
         culprits = set(saga.culprits)
-        async with self.db.transaction() as session:
+        async with self.db.write() as session:
             moved = await session.execute(
                 update(models.sagas)
                 .where(models.sagas.c.id == saga.id, models.sagas.c.state == "compensating")

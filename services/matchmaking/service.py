@@ -11,8 +11,9 @@ from pathlib import Path
 import grpc
 
 from buraco.v1 import matchmaking_pb2, matchmaking_pb2_grpc
+from services.common.db import Database
 from services.common.idempotency import IdempotencyStore
-from services.common.server import Deps, ServiceSpec
+from services.common.server import Bound, Deps, Hooks, ServiceSpec
 from services.matchmaking import api, models
 from services.matchmaking import settings as settings_module
 from services.matchmaking.core import Clock, Core
@@ -43,8 +44,8 @@ def registrar(
     settings: MatchmakingSettings | None = None,
     platform: Callable[[Deps, MatchmakingSettings], Platform] | None = None,
     on_ready: Callable[[Running], None] | None = None,
-) -> Callable[[grpc.aio.Server, Deps], None]:
-    def register(server: grpc.aio.Server, deps: Deps) -> None:
+) -> Callable[[grpc.aio.Server, Deps], Hooks]:
+    def register(server: grpc.aio.Server, deps: Deps) -> Hooks:
         chosen = settings if settings is not None else settings_module.load()
         now = clock or system_clock
         remote: Platform = (
@@ -53,7 +54,10 @@ def registrar(
             else GrpcPlatform(deps.clients, chosen.call_timeout_seconds)
         )
         store = IdempotencyStore(
-            models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours), clock=now
+            models.idempotency_keys,
+            retention=timedelta(hours=deps.config.idempotency_retention_hours),
+            clock=now,
+            writes=Database.write,
         )
         core = Core(deps.db, remote, chosen, now, store)
         sagas = Sagas(core, MatchmakingMetrics(deps.registry))
@@ -62,31 +66,26 @@ def registrar(
         lobby = Lobby(core, sagas)
         servicer = api.MatchmakingApi(deps, core, lobby)
         matchmaking_pb2_grpc.add_MatchmakingServiceServicer_to_server(servicer, server)
-        _hook_lifecycle(server, loop, remote)
         if on_ready is not None:
             on_ready(Running(core, sagas, loop))
+        return _lifecycle(loop, remote)
 
     return register
 
 
-def _hook_lifecycle(server: grpc.aio.Server, loop: Loop, platform: Platform) -> None:
-    """Runs the matching loop while the server serves: started after it, stopped before it (so no
-    step runs once the clients and the database close). ServiceSpec has no start/stop hooks, so
-    the server's own methods are wrapped here."""
-    start = server.start
-    stop = server.stop
+def _lifecycle(loop: Loop, platform: Platform) -> Hooks:
+    """The matching loop runs while the server serves: started before the first call, stopped
+    when the server begins to stop, before its streams end and before the clients and the
+    database close (so no step runs without them)."""
 
-    async def start_then_loop() -> None:
-        await start()
+    async def start(bound: Bound) -> None:
         loop.start()
 
-    async def loop_then_stop(grace: float | None) -> None:
+    async def stop() -> None:
         await loop.stop()
         await platform.close()
-        await stop(grace)
 
-    server.start = start_then_loop  # type: ignore[method-assign]
-    server.stop = loop_then_stop  # type: ignore[method-assign,assignment]
+    return Hooks(on_start=start, on_stop=stop)
 
 
 def build_spec(

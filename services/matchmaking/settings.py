@@ -2,54 +2,106 @@
 
 They sit beside the suite-wide settings of `services.common.config` (which hold the addresses of
 the wallet, ranking and game sessions: BURACO_WALLET_ADDRESS, BURACO_RANKING_ADDRESS,
-BURACO_GAME_SESSION_ADDRESS) and follow the same rules: a documented default each, and a bad value
-stops the service before it binds (exit status 2, the message names the variable).
-docs/matchmaking.md, "Configuration", lists them.
+BURACO_GAME_SESSION_ADDRESS). Declared once in `SETTINGS` (name, kind and bounds, default,
+meaning), from which `load()` reads them and scripts/gen_settings_doc.py writes the README's
+"Matchmaking configuration"; docs/matchmaking.md, "Configuration", lists them too (a test keeps
+it in step). A bad value stops the service before it binds (exit status 2, the message names the
+variable).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from services.common.config import Setting, number_setting
+from services.common.config import Number, Setting, Whole
 from services.matchmaking.matcher import Windows
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("BURACO_MATCHMAKING_TICK_SECONDS", "1", "how often the matching loop runs a pass when nothing wakes it"),
-    Setting("BURACO_MATCHMAKING_CONFIRM_SECONDS", "20", "how long every player of a proposed match has to confirm"),
-    Setting(
-        "BURACO_MATCHMAKING_START_SECONDS",
-        "60",
-        "how long the start of a match may keep retrying the wallet and game sessions before it gives up"
-        " and compensates",
-    ),
-    Setting(
-        "BURACO_MATCHMAKING_HOLD_TTL_SECONDS",
-        "21600",
-        "how long the bets held for a match live in the wallet if never settled or voided (a crash never"
-        " orphans a hold)",
-    ),
-    Setting(
-        "BURACO_MATCHMAKING_CALL_TIMEOUT_SECONDS", "5", "deadline of each call to the wallet, ranking and game sessions"
-    ),
-    Setting("BURACO_MATCHMAKING_RETRY_SECONDS", "0.5", "first wait before retrying a failed call; doubles, up to 30 s"),
-    Setting(
-        "BURACO_MATCHMAKING_WATCH_POLL_SECONDS",
-        "1",
-        "how often the matching loop reads the versions of the tickets streamed by this replica, to wake"
-        " their streams for changes made by other replicas (at most once a tick)",
-    ),
-    Setting("BURACO_MATCHMAKING_WINDOW_INITIAL", "2", "rating window half width of a new ticket (rating points)"),
-    Setting("BURACO_MATCHMAKING_WINDOW_GROWTH", "2", "rating points the half width grows by every step"),
-    Setting("BURACO_MATCHMAKING_WINDOW_STEP_SECONDS", "10", "seconds of waiting per step of the window"),
-    Setting("BURACO_MATCHMAKING_WINDOW_MAX", "20", "the widest half width before the window opens completely"),
-    Setting(
-        "BURACO_MATCHMAKING_WINDOW_OPEN_SECONDS",
-        "120",
-        "waiting time after which any rating is accepted (0: never)",
-    ),
+TICK_SECONDS = Setting(
+    "BURACO_MATCHMAKING_TICK_SECONDS",
+    Number(0.01, 60),
+    "1",
+    "how often the matching loop runs a pass when nothing wakes it",
+)
+CONFIRM_SECONDS = Setting(
+    "BURACO_MATCHMAKING_CONFIRM_SECONDS",
+    Number(1, 600),
+    "20",
+    "how long every player of a proposed match has to confirm",
+)
+START_SECONDS = Setting(
+    "BURACO_MATCHMAKING_START_SECONDS",
+    Number(1, 3600),
+    "60",
+    "how long the start of a match may keep retrying the wallet and game sessions before it gives up"
+    " and compensates",
+)
+HOLD_TTL_SECONDS = Setting(
+    "BURACO_MATCHMAKING_HOLD_TTL_SECONDS",
+    Whole(60, 2_592_000),
+    "21600",
+    "how long the bets held for a match live in the wallet if never settled or voided (a crash never"
+    " orphans a hold)",
+)
+CALL_TIMEOUT_SECONDS = Setting(
+    "BURACO_MATCHMAKING_CALL_TIMEOUT_SECONDS",
+    Number(0.1, 300),
+    "5",
+    "deadline of each call to the wallet, ranking and game sessions",
+)
+RETRY_SECONDS = Setting(
+    "BURACO_MATCHMAKING_RETRY_SECONDS",
+    Number(0.01, 300),
+    "0.5",
+    "first wait before retrying a failed call; doubles, up to 30 s",
+)
+WATCH_POLL_SECONDS = Setting(
+    "BURACO_MATCHMAKING_WATCH_POLL_SECONDS",
+    Number(0.01, 60),
+    "1",
+    "how often the matching loop reads the versions of the tickets streamed by this replica, to wake"
+    " their streams for changes made by other replicas (at most once a tick)",
+)
+WINDOW_INITIAL = Setting(
+    "BURACO_MATCHMAKING_WINDOW_INITIAL",
+    Number(0, 1000),
+    "2",
+    "rating window half width of a new ticket (rating points)",
+)
+WINDOW_GROWTH = Setting(
+    "BURACO_MATCHMAKING_WINDOW_GROWTH", Number(0, 1000), "2", "rating points the half width grows by every step"
+)
+WINDOW_STEP_SECONDS = Setting(
+    "BURACO_MATCHMAKING_WINDOW_STEP_SECONDS", Number(0.1, 3600), "10", "seconds of waiting per step of the window"
+)
+WINDOW_MAX = Setting(
+    "BURACO_MATCHMAKING_WINDOW_MAX",
+    Number(0, 1000),
+    "20",
+    "the widest half width before the window opens completely",
+)
+WINDOW_OPEN_SECONDS = Setting(
+    "BURACO_MATCHMAKING_WINDOW_OPEN_SECONDS",
+    Number(0, 86_400),
+    "120",
+    "waiting time after which any rating is accepted (0: never)",
+)
+
+#: The matchmaking service's settings, in the README's order.
+SETTINGS: tuple[Setting[Any], ...] = (
+    TICK_SECONDS,
+    CONFIRM_SECONDS,
+    START_SECONDS,
+    HOLD_TTL_SECONDS,
+    CALL_TIMEOUT_SECONDS,
+    RETRY_SECONDS,
+    WATCH_POLL_SECONDS,
+    WINDOW_INITIAL,
+    WINDOW_GROWTH,
+    WINDOW_STEP_SECONDS,
+    WINDOW_MAX,
+    WINDOW_OPEN_SECONDS,
 )
 
 
@@ -70,28 +122,20 @@ class MatchmakingSettings:
 
 def load(env: Mapping[str, str] | None = None) -> MatchmakingSettings:
     """The settings from `env` (default os.environ); ConfigError names a bad variable."""
-    source = os.environ if env is None else env
-    defaults = {setting.name: setting.default for setting in SETTINGS}
-
-    def number(suffix: str, low: float, high: float) -> float:
-        name = f"BURACO_MATCHMAKING_{suffix}"
-        value = source.get(name)
-        return number_setting(name, value or defaults[name], low, high)
-
     windows = Windows(
-        initial=number("WINDOW_INITIAL", 0, 1000),
-        growth=number("WINDOW_GROWTH", 0, 1000),
-        step_seconds=number("WINDOW_STEP_SECONDS", 0.1, 3600),
-        maximum=number("WINDOW_MAX", 0, 1000),
-        open_seconds=number("WINDOW_OPEN_SECONDS", 0, 86_400),
+        initial=WINDOW_INITIAL.read(env),
+        growth=WINDOW_GROWTH.read(env),
+        step_seconds=WINDOW_STEP_SECONDS.read(env),
+        maximum=WINDOW_MAX.read(env),
+        open_seconds=WINDOW_OPEN_SECONDS.read(env),
     )
     return MatchmakingSettings(
-        tick_seconds=number("TICK_SECONDS", 0.01, 60),
-        confirm_seconds=number("CONFIRM_SECONDS", 1, 600),
-        start_seconds=number("START_SECONDS", 1, 3600),
-        hold_ttl_seconds=int(number("HOLD_TTL_SECONDS", 60, 2_592_000)),
-        call_timeout_seconds=number("CALL_TIMEOUT_SECONDS", 0.1, 300),
-        retry_seconds=number("RETRY_SECONDS", 0.01, 300),
-        watch_poll_seconds=number("WATCH_POLL_SECONDS", 0.01, 60),
+        tick_seconds=TICK_SECONDS.read(env),
+        confirm_seconds=CONFIRM_SECONDS.read(env),
+        start_seconds=START_SECONDS.read(env),
+        hold_ttl_seconds=HOLD_TTL_SECONDS.read(env),
+        call_timeout_seconds=CALL_TIMEOUT_SECONDS.read(env),
+        retry_seconds=RETRY_SECONDS.read(env),
+        watch_poll_seconds=WATCH_POLL_SECONDS.read(env),
         windows=windows,
     )

@@ -1,21 +1,29 @@
-"""The ranking service's own settings (README, "Ranking configuration"), read when it starts; a bad
-value stops it (exit status 2, the message names the variable).
+"""The ranking service's own settings (README, "Ranking configuration"), read when it starts.
 
-    BURACO_RANKING_TIME_ZONE   IANA zone whose midnights start the leaderboards' daily, weekly,
-                               monthly and yearly periods (default America/Sao_Paulo)
+Declared once in `SETTINGS` (services.common.config: name, kind, default, meaning), from which
+`RankingSettings.load()` reads them and scripts/gen_settings_doc.py writes the README's table. A
+bad value stops the service before it binds (exit status 2, the message names the variable).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Any
+from zoneinfo import ZoneInfo
 
-from services.common.config import ConfigError
+from services.common.config import Setting, TimeZone
 
-TIME_ZONE_VARIABLE = "BURACO_RANKING_TIME_ZONE"
-DEFAULT_TIME_ZONE = "America/Sao_Paulo"
+TIME_ZONE = Setting(
+    "BURACO_RANKING_TIME_ZONE",
+    TimeZone(),
+    "America/Sao_Paulo",
+    "IANA zone whose local midnights start the daily, weekly (Monday), monthly and yearly leaderboards; an"
+    " unknown name stops the service (exit status 2)",
+)
+
+#: The ranking service's settings, in the README's order.
+SETTINGS: tuple[Setting[Any], ...] = (TIME_ZONE,)
 
 
 @dataclass(frozen=True)
@@ -24,13 +32,5 @@ class RankingSettings:
 
     @staticmethod
     def load(env: Mapping[str, str] | None = None) -> RankingSettings:
-        source = os.environ if env is None else env
-        name = source.get(TIME_ZONE_VARIABLE) or DEFAULT_TIME_ZONE
-        return RankingSettings(time_zone=zone(name))
+        return RankingSettings(time_zone=TIME_ZONE.read(env))
 
-
-def zone(name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ConfigError(f"{TIME_ZONE_VARIABLE}={name!r}: not an IANA time zone (e.g. America/Sao_Paulo)") from None

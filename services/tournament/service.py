@@ -11,7 +11,7 @@ import grpc
 
 from buraco.v1 import tournament_pb2, tournament_pb2_grpc
 from services.common.idempotency import IdempotencyStore
-from services.common.server import Deps, ServiceSpec
+from services.common.server import Bound, Deps, Hooks, ServiceSpec
 from services.tournament import api, models
 from services.tournament import settings as settings_module
 from services.tournament.core import Notifier, Tournaments
@@ -41,8 +41,8 @@ def registrar(
     settings: TournamentSettings | None = None,
     services: Callable[[Deps], Services] | None = None,
     on_ready: Callable[[Running], None] | None = None,
-) -> Callable[[grpc.aio.Server, Deps], None]:
-    def register(server: grpc.aio.Server, deps: Deps) -> None:
+) -> Callable[[grpc.aio.Server, Deps], Hooks]:
+    def register(server: grpc.aio.Server, deps: Deps) -> Hooks:
         chosen = settings if settings is not None else settings_module.load()
         now = clock or system_clock
         remote = services(deps) if services is not None else GrpcServices(deps.clients, chosen.call_timeout_seconds)
@@ -54,31 +54,25 @@ def registrar(
         scheduler = Scheduler(progress)
         core.wake = scheduler.wake
         tournament_pb2_grpc.add_TournamentServiceServicer_to_server(api.TournamentApi(deps, core), server)
-        _hook_lifecycle(server, scheduler)
         if on_ready is not None:
             on_ready(Running(core, progress, scheduler))
+        return _lifecycle(scheduler)
 
     return register
 
 
-def _hook_lifecycle(server: grpc.aio.Server, scheduler: Scheduler) -> None:
-    """Runs the scheduler while the server serves: started after it, stopped before it (so no
-    step runs once the clients and the database close).
+def _lifecycle(scheduler: Scheduler) -> Hooks:
+    """The scheduler runs while the server serves: started before the first call, stopped when
+    the server begins to stop, before the clients and the database close (so no step runs
+    without them)."""
 
-    ServiceSpec has no start/stop hooks, so the server's own methods are wrapped here."""
-    start = server.start
-    stop = server.stop
-
-    async def start_then_scheduler() -> None:
-        await start()
+    async def start(bound: Bound) -> None:
         scheduler.start()
 
-    async def scheduler_then_stop(grace: float | None) -> None:
+    async def stop() -> None:
         await scheduler.stop()
-        await stop(grace)
 
-    server.start = start_then_scheduler  # type: ignore[method-assign]
-    server.stop = scheduler_then_stop  # type: ignore[method-assign,assignment]
+    return Hooks(on_start=start, on_stop=stop)
 
 
 def build_spec(

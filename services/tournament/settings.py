@@ -1,82 +1,114 @@
 """The tournament service's own settings (environment variables, read when the service starts).
 
-They sit beside the suite-wide settings of `services.common.config` and follow the same rules: a
-documented default each, and a bad value stops the service before it binds (exit status 2, the
-message names the variable). The README's "Tournament configuration" lists them (a test keeps it
-in step with `SETTINGS`).
+Declared once in `SETTINGS` (services.common.config: name, kind and bounds, default, meaning),
+from which `load()` reads them and scripts/gen_settings_doc.py writes the README's "Tournament
+configuration". A bad value stops the service before it binds (exit status 2, the message names
+the variable).
 """
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from services.common.config import ConfigError, Setting, number_setting
+from services.common.config import ConfigError, Number, Setting, Text
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "BURACO_TOURNAMENT_TICK_SECONDS",
-        "1",
-        "how often the scheduler looks for due work when nothing wakes it (registration windows, starts, retries)",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_POLL_SECONDS",
-        "5",
-        "how often a table is read before its no-show deadline, to see who has joined it",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_RECONCILE_SECONDS",
-        "30",
-        "how often a table still undecided after its no-show deadline is read, to find results whose report was lost",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_RESULT_GRACE_SECONDS",
-        "60",
-        "how long after a table is seen finished its report may take before the result is read from the table",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_HOLD_TTL_HOURS",
-        "720",
-        "how long buy-in holds live in the wallet (at most the wallet's BURACO_WALLET_MAX_HOLD_TTL_SECONDS)",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_MAX_DURATION_HOURS",
-        "48",
-        "the longest a tournament may run after its start: registration may open at most the hold TTL minus"
-        " this before the start",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_SEEDING_WAIT_SECONDS",
-        "120",
-        "how long the start waits for the ranking service's ratings before seeding by registration order",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_LEASE_SECONDS",
-        "30",
-        "how long a replica keeps a tournament's scheduling to itself; another replica takes over after it",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_REPLICA_ID",
-        "the host name",
-        "this replica's name in the scheduling leases; a restarted process with the same name resumes at once",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_WATCH_POLL_SECONDS",
-        "1",
-        "how often WatchTournament streams look for changes made by other replicas",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_CALL_TIMEOUT_SECONDS",
-        "10",
-        "deadline of each call to the wallet, ranking and game sessions",
-    ),
-    Setting(
-        "BURACO_TOURNAMENT_RETRY_SECONDS",
-        "2",
-        "first wait before retrying a failed call to another service; doubles each time, up to 5 minutes",
-    ),
+
+def _replica_name(raw: str) -> str | None:
+    return None if len(raw) <= 100 and raw.isprintable() else "at most 100 printable characters"
+
+
+TICK_SECONDS = Setting(
+    "BURACO_TOURNAMENT_TICK_SECONDS",
+    Number(0.01, 3600),
+    "1",
+    "how often the scheduler looks for due work when nothing wakes it (registration windows, starts, retries)",
+)
+POLL_SECONDS = Setting(
+    "BURACO_TOURNAMENT_POLL_SECONDS",
+    Number(0.01, 3600),
+    "5",
+    "how often a table is read before its no-show deadline, to see who has joined it",
+)
+RECONCILE_SECONDS = Setting(
+    "BURACO_TOURNAMENT_RECONCILE_SECONDS",
+    Number(0.01, 86_400),
+    "30",
+    "how often a table still undecided after its no-show deadline is read, to find results whose report was lost",
+)
+RESULT_GRACE_SECONDS = Setting(
+    "BURACO_TOURNAMENT_RESULT_GRACE_SECONDS",
+    Number(0, 86_400),
+    "60",
+    "how long after a table is seen finished its report may take before the result is read from the table",
+)
+HOLD_TTL_HOURS = Setting(
+    "BURACO_TOURNAMENT_HOLD_TTL_HOURS",
+    Number(1, 24 * 365),
+    "720",
+    "how long buy-in holds live in the wallet (at most the wallet's BURACO_WALLET_MAX_HOLD_TTL_SECONDS)",
+)
+MAX_DURATION_HOURS = Setting(
+    "BURACO_TOURNAMENT_MAX_DURATION_HOURS",
+    Number(1, 24 * 365),
+    "48",
+    "the longest a tournament may run after its start: registration may open at most the hold TTL minus"
+    " this before the start",
+)
+SEEDING_WAIT_SECONDS = Setting(
+    "BURACO_TOURNAMENT_SEEDING_WAIT_SECONDS",
+    Number(0, 86_400),
+    "120",
+    "how long the start waits for the ranking service's ratings before seeding by registration order",
+)
+LEASE_SECONDS = Setting(
+    "BURACO_TOURNAMENT_LEASE_SECONDS",
+    Number(1, 3600),
+    "30",
+    "how long a replica keeps a tournament's scheduling to itself; another replica takes over after it",
+)
+REPLICA_ID = Setting(
+    "BURACO_TOURNAMENT_REPLICA_ID",
+    Text("at most 100 printable characters", _replica_name),
+    "",
+    "this replica's name in the scheduling leases; a restarted process with the same name resumes at once",
+    default_text="the host name",
+)
+WATCH_POLL_SECONDS = Setting(
+    "BURACO_TOURNAMENT_WATCH_POLL_SECONDS",
+    Number(0.01, 60),
+    "1",
+    "how often WatchTournament streams look for changes made by other replicas",
+)
+CALL_TIMEOUT_SECONDS = Setting(
+    "BURACO_TOURNAMENT_CALL_TIMEOUT_SECONDS",
+    Number(0.1, 300),
+    "10",
+    "deadline of each call to the wallet, ranking and game sessions",
+)
+RETRY_SECONDS = Setting(
+    "BURACO_TOURNAMENT_RETRY_SECONDS",
+    Number(0.01, 300),
+    "2",
+    "first wait before retrying a failed call to another service; doubles each time, up to 5 minutes",
+)
+
+#: The tournament service's settings, in the README's order.
+SETTINGS: tuple[Setting[Any], ...] = (
+    TICK_SECONDS,
+    POLL_SECONDS,
+    RECONCILE_SECONDS,
+    RESULT_GRACE_SECONDS,
+    HOLD_TTL_HOURS,
+    MAX_DURATION_HOURS,
+    SEEDING_WAIT_SECONDS,
+    LEASE_SECONDS,
+    REPLICA_ID,
+    WATCH_POLL_SECONDS,
+    CALL_TIMEOUT_SECONDS,
+    RETRY_SECONDS,
 )
 
 
@@ -100,38 +132,23 @@ class TournamentSettings:
 
 def load(env: Mapping[str, str] | None = None) -> TournamentSettings:
     """The settings from `env` (default os.environ); ConfigError names a bad variable."""
-    source = os.environ if env is None else env
-    defaults = {setting.name: setting.default for setting in SETTINGS}
-
-    def raw(name: str) -> str:
-        value = source.get(name)
-        return defaults[name] if value is None or value == "" else value
-
-    def number(suffix: str, low: float, high: float) -> float:
-        name = f"BURACO_TOURNAMENT_{suffix}"
-        return number_setting(name, raw(name), low, high)
-
-    hold_ttl = number("HOLD_TTL_HOURS", 1, 24 * 365)
-    max_duration = number("MAX_DURATION_HOURS", 1, 24 * 365)
+    hold_ttl = HOLD_TTL_HOURS.read(env)
+    max_duration = MAX_DURATION_HOURS.read(env)
     if max_duration >= hold_ttl:
         raise ConfigError(
-            f"BURACO_TOURNAMENT_MAX_DURATION_HOURS={max_duration:g}: must be shorter than"
-            f" BURACO_TOURNAMENT_HOLD_TTL_HOURS={hold_ttl:g}"
+            f"{MAX_DURATION_HOURS.name}={max_duration:g}: must be shorter than {HOLD_TTL_HOURS.name}={hold_ttl:g}"
         )
-    replica = source.get("BURACO_TOURNAMENT_REPLICA_ID") or socket.gethostname() or "local"
-    if len(replica) > 100 or not replica.isprintable():
-        raise ConfigError("BURACO_TOURNAMENT_REPLICA_ID: at most 100 printable characters")
     return TournamentSettings(
-        tick_seconds=number("TICK_SECONDS", 0.01, 3600),
-        poll_seconds=number("POLL_SECONDS", 0.01, 3600),
-        reconcile_seconds=number("RECONCILE_SECONDS", 0.01, 86_400),
-        result_grace_seconds=number("RESULT_GRACE_SECONDS", 0, 86_400),
+        tick_seconds=TICK_SECONDS.read(env),
+        poll_seconds=POLL_SECONDS.read(env),
+        reconcile_seconds=RECONCILE_SECONDS.read(env),
+        result_grace_seconds=RESULT_GRACE_SECONDS.read(env),
         hold_ttl_hours=hold_ttl,
         max_duration_hours=max_duration,
-        seeding_wait_seconds=number("SEEDING_WAIT_SECONDS", 0, 86_400),
-        lease_seconds=number("LEASE_SECONDS", 1, 3600),
-        replica_id=replica,
-        watch_poll_seconds=number("WATCH_POLL_SECONDS", 0.01, 60),
-        call_timeout_seconds=number("CALL_TIMEOUT_SECONDS", 0.1, 300),
-        retry_seconds=number("RETRY_SECONDS", 0.01, 300),
+        seeding_wait_seconds=SEEDING_WAIT_SECONDS.read(env),
+        lease_seconds=LEASE_SECONDS.read(env),
+        replica_id=REPLICA_ID.read(env, default=socket.gethostname() or "local"),
+        watch_poll_seconds=WATCH_POLL_SECONDS.read(env),
+        call_timeout_seconds=CALL_TIMEOUT_SECONDS.read(env),
+        retry_seconds=RETRY_SECONDS.read(env),
     )

@@ -7,9 +7,13 @@ flight waits, and a batch paused between its last write and its commit keeps the
 meanwhile). docs/wallet.md, "Benchmark", has the pauses measured with and without.
 """
 
-import gc
+from services.common.transport import use_suite_transport
 
-from services.wallet.service import main
+use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
+
+import gc  # noqa: E402
+
+from services.wallet.service import main  # noqa: E402
 
 gc.freeze()
 

@@ -2,18 +2,19 @@
 whose request id is claimed first, and concurrent calls batched into shared transactions.
 
 Writes (`Transactions.write`) hand the work a `store.Store` inside a transaction:
-- PostgreSQL: a pool of raw asyncpg connections of the wallet's own (the hot path; reads and the
-  migrations use the service's SQLAlchemy engine), READ COMMITTED. The ledger locks the account
-  rows it changes in one global order (escrows, players, by id; the house and the treasury are
-  changed last), so wallet transactions do not deadlock; should PostgreSQL still report a
-  deadlock or a serialisation failure (40P01, 40001), the whole transaction runs again, a few times
-  with jittered backoff, then the call fails with ABORTED ("retry with the same request id").
-- SQLite: one writer at a time. Write transactions start with `BEGIN IMMEDIATE` (the write lock
-  from the first statement, so two writers never deadlock upgrading a read lock), and in this
-  process they queue on an asyncio lock rather than spinning in SQLite's busy handler.
+- PostgreSQL: a pool of raw asyncpg connections of the wallet's own (`services.common.db.LazyPool`;
+  the hot path: reads and the migrations use the service's SQLAlchemy engine), READ COMMITTED.
+  The ledger locks the account rows it changes in one global order (escrows, players, by id; the
+  house and the treasury are changed last), so wallet transactions do not deadlock; should
+  PostgreSQL still report a deadlock or a serialisation failure (40P01, 40001), the whole
+  transaction runs again, a few times with jittered backoff, then the call fails with ABORTED
+  ("retry with the same request id").
+- SQLite: one writer at a time, `Database.write_connection()`: the process's one writer (queued in the
+  process rather than spinning in SQLite's busy handler) and `BEGIN IMMEDIATE` (the write lock
+  from the first statement, so two writers never deadlock upgrading a read lock).
 
-Reads (`Transactions.read`) see one snapshot: REPEATABLE READ, read only, on PostgreSQL; a
-deferred `BEGIN` on SQLite (WAL gives the reader a snapshot).
+Reads (`Transactions.read`, `Database.read_connection()`) see one snapshot: REPEATABLE READ, read only, on
+PostgreSQL; a deferred `BEGIN` on SQLite (WAL gives the reader a snapshot).
 
 Idempotent calls (`Transactions.idempotent`) claim their key (caller, request id) with an INSERT
 before any other work, in the same transaction as the work and its stored answer:
@@ -55,11 +56,10 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 from google.protobuf.message import Message
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.common.db import Database
+from services.common.db import Database, LazyPool
 from services.common.errors import AlreadyExistsError, ServiceError
 from services.common.idempotency import request_hash
 from services.wallet.errors import TooMuchContentionError
@@ -83,6 +83,19 @@ RETRY_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serializat
 MAX_ATTEMPTS = 8
 #: Connections of the wallet's PostgreSQL pool (per process).
 PG_POOL_SIZE = 20
+#: The sessions of the wallet's own connections. Every statement of the store finds its rows by
+#: key: one generic plan per connection serves all calls (custom plans re-planned the write each
+#: time). A generic plan is made once per connection, from the statistics of that moment, and
+#: kept: made while the tables are small (a new database, before autovacuum analysed them), it
+#: would choose sequential scans and hash joins over whole tables, whose cost then grows with every
+#: match. Every statement here has an index on what it looks for, so the wallet's own connections
+#: rule sequential scans out (a table without a usable index would still be scanned: this only
+#: raises their cost). The name shows in pg_stat_activity (and lets the benchmark find them).
+PG_SESSION = {
+    "application_name": "buraco-wallet",
+    "plan_cache_mode": "force_generic_plan",
+    "enable_seqscan": "off",
+}
 #: Calls per shared transaction, and shared transactions running at once.
 BATCH_SIZE = 64
 BATCHES_IN_FLIGHT = 2
@@ -99,14 +112,6 @@ __all__ = ["Clock", "FaultHook", "Transactions", "aware", "utc_now"]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-async def _release(conn: asyncpg.Connection) -> None:
-    """What a connection needs when it goes back to the pool. The wallet leaves no session state
-    (no SET, LISTEN, advisory lock or open cursor), so asyncpg's full reset, a round trip on every
-    release, is not needed; only a transaction left open by an interrupted call is rolled back."""
-    if conn.is_in_transaction():
-        await conn.execute("ROLLBACK")
 
 
 def _transient(error: BaseException) -> bool:
@@ -161,9 +166,8 @@ class Transactions:
         self.clock = clock
         self.fault = fault
         self.batching = batching
-        self._sqlite_writer = asyncio.Lock()
-        self._pool: asyncpg.Pool | None = None
-        self._pool_opening = asyncio.Lock()
+        #: The wallet leaves no session state on its connections: released with a rollback only.
+        self._pool = LazyPool(db, max_size=PG_POOL_SIZE, server_settings=PG_SESSION, stateless=True)
         self._queue: deque[_Call[Any]] = deque()
         self._in_flight = 0
         #: The rows of the shared transactions in flight (never shared between two of them).
@@ -180,39 +184,13 @@ class Transactions:
             self.fault(point)
 
     async def _pg_pool(self) -> asyncpg.Pool:
-        if self._pool is None:
-            async with self._pool_opening:
-                if self._pool is None:
-                    dsn = make_url(self.db.url).set(drivername="postgresql").render_as_string(hide_password=False)
-                    # Every statement of the store finds its rows by key: one generic plan per
-                    # connection serves all calls (custom plans re-planned the write each time).
-                    # A generic plan is made once per connection, from the statistics of that moment,
-                    # and kept: made while the tables are small (a new database, before autovacuum
-                    # has analysed them), it would choose sequential scans and hash joins over whole
-                    # tables, whose cost grows with every match (docs/wallet.md, "Benchmark").
-                    # Every statement here has an index on what it looks for, so the
-                    # wallet's own connections rule sequential scans out (a table without a usable
-                    # index would still be scanned: this only raises their cost).
-                    # The name shows in pg_stat_activity (and lets the benchmark find its backends).
-                    settings = {
-                        "application_name": "buraco-wallet",
-                        "plan_cache_mode": "force_generic_plan",
-                        "enable_seqscan": "off",
-                    }
-                    if self.db.schema:
-                        settings["search_path"] = self.db.schema
-                    self._pool = await asyncpg.create_pool(
-                        dsn, min_size=1, max_size=PG_POOL_SIZE, server_settings=settings, reset=_release
-                    )
-        return self._pool
+        return await self._pool.get()
 
     async def close(self) -> None:
         """Closes the PostgreSQL pool (the SQLAlchemy engine is the service's to dispose)."""
         if self._batch_tasks:
             await asyncio.gather(*self._batch_tasks, return_exceptions=True)
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        await self._pool.close()
 
     # -- transactions -----------------------------------------------------------------------------
 
@@ -224,15 +202,9 @@ class Transactions:
                 yield PgStore(conn)
                 self._hit("before_commit")
             return
-        async with self._sqlite_writer, self.db.engine.connect() as sqlite_conn:
-            await sqlite_conn.exec_driver_sql("BEGIN IMMEDIATE")
-            try:
-                yield SqliteStore(sqlite_conn)
-                self._hit("before_commit")
-            except BaseException:
-                await sqlite_conn.rollback()
-                raise
-            await sqlite_conn.commit()
+        async with self.db.write_connection() as connection:
+            yield SqliteStore(connection)
+            self._hit("before_commit")
 
     async def write(self, work: Callable[[Store], Awaitable[T]]) -> T:
         """Run `work` in a write transaction, again from the start after a deadlock."""
@@ -253,16 +225,8 @@ class Transactions:
 
     async def read(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run `work` on one consistent snapshot (SQLAlchemy Core)."""
-        async with self.db.engine.connect() as conn:
-            if self.dialect == "postgresql":
-                conn = await conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
-                async with conn.begin():
-                    return await work(conn)
-            await conn.exec_driver_sql("BEGIN")
-            try:
-                return await work(conn)
-            finally:
-                await conn.rollback()
+        async with self.db.read_connection() as connection:
+            return await work(connection)
 
     # -- idempotent calls -------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 lock: it rolls back whole, and the next write of any connection proceeds at once.
 
 Every service writes on SQLite through `services.common.db` (ORM sessions from
-`Database.transaction()`, or raw connections with `BEGIN IMMEDIATE` as the wallet's), so the
-test drives both styles, many transactions at once, each given a deadline of a random fraction of
+`Database.write()` or `Database.transaction()`, or raw connections with `BEGIN IMMEDIATE`), so
+the test drives each style, many transactions at once, each given a deadline of a random fraction of
 a lone write's time, as a call's deadline would (during a statement, between two, at the commit,
 or before it began: many wait for the write lock).
 """
@@ -15,11 +15,14 @@ import random
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
+from sqlalchemy.exc import DBAPIError
 
-from services.common.db import Database
+from services.common.db import Database, LazyPool, asyncpg_connect, asyncpg_pool
+from tests.conftest import DatabaseTarget
 
 ROWS_PER_TRANSACTION = 4
 #: Transactions started together in one round, rounds per seed.
@@ -31,6 +34,26 @@ async def _orm_write(db: Database, batch: int) -> None:
     async with db.transaction() as session:
         for row in range(ROWS_PER_TRANSACTION):
             inserted = await session.execute(
+                text("INSERT INTO scratch (batch, row) VALUES (:b, :r) RETURNING row"), {"b": batch, "r": row}
+            )
+            assert inserted.first() == (row,)
+
+
+async def _one_writer(db: Database, batch: int) -> None:
+    """`Database.write()`: the process's one writer, then BEGIN IMMEDIATE."""
+    async with db.write() as session:
+        for row in range(ROWS_PER_TRANSACTION):
+            inserted = await session.execute(
+                text("INSERT INTO scratch (batch, row) VALUES (:b, :r) RETURNING row"), {"b": batch, "r": row}
+            )
+            assert inserted.first() == (row,)
+
+
+async def _one_writer_core(db: Database, batch: int) -> None:
+    """`Database.write_connection()`: the same, on a Core connection."""
+    async with db.write_connection() as connection:
+        for row in range(ROWS_PER_TRANSACTION):
+            inserted = await connection.execute(
                 text("INSERT INTO scratch (batch, row) VALUES (:b, :r) RETURNING row"), {"b": batch, "r": row}
             )
             assert inserted.first() == (row,)
@@ -65,13 +88,14 @@ def _write_lock_is_free(path: Path) -> bool:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-@pytest.mark.parametrize("style", ["orm", "raw"])
+@pytest.mark.parametrize("style", ["orm", "raw", "write", "write_connection"])
 async def test_cancelled_transactions_roll_back_and_free_the_write_lock(
     tmp_path: Path, seed: int, style: str
 ) -> None:
     path = tmp_path / "cancel.db"
     db = Database(f"sqlite+aiosqlite:///{path}")
-    write: Callable[[Database, int], Awaitable[None]] = _orm_write if style == "orm" else _raw_write
+    write: Callable[[Database, int], Awaitable[None]] = {
+        "orm": _orm_write, "raw": _raw_write, "write": _one_writer, "write_connection": _one_writer_core}[style]
     rng = random.Random(seed)
     try:
         async with db.transaction() as session:
@@ -107,4 +131,180 @@ async def test_cancelled_transactions_roll_back_and_free_the_write_lock(
         # (a transaction cancelled during its COMMIT may have committed all the same)
         assert completed + 1 <= len(rows) <= batch + 1
     finally:
+        await db.dispose()
+
+
+# -- the one writer, snapshots, the connection cap, asyncpg ------------------------------------
+
+
+async def _scratch(db: Database) -> None:
+    async with db.write() as session:
+        await session.execute(text("CREATE TABLE scratch (batch INTEGER NOT NULL, row INTEGER NOT NULL)"))
+
+
+def _no_busy_wait(dbapi_connection: Any, _record: Any) -> None:
+    """SQLite's busy handler off: a write that found the file locked would fail at once."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=0")
+    cursor.close()
+
+
+async def test_sqlite_writes_take_the_processs_one_writer_across_databases_on_one_file(tmp_path: Path) -> None:
+    """Two `Database`s of one process on one file share its writer: the writes take turns, none
+    waits in SQLite's busy handler (busy timeout 0 would fail it at once)."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'one.db'}"
+    first, second = Database(url), Database(url)
+    for db in (first, second):
+        event.listen(db.engine.sync_engine, "connect", _no_busy_wait)
+    inside = most = 0
+
+    async def write(db: Database, batch: int) -> None:
+        nonlocal inside, most
+        async with db.write() if batch % 3 else db.write_connection() as writer:
+            inside += 1
+            most = max(most, inside)
+            await writer.execute(text("INSERT INTO scratch VALUES (:b, 0)"), {"b": batch})
+            await asyncio.sleep(0.001)
+            inside -= 1
+
+    try:
+        await _scratch(first)
+        await asyncio.gather(*(write(first if i % 2 else second, i) for i in range(40)))
+        assert most == 1
+        async with second.read() as session:
+            assert (await session.execute(text("SELECT count(*) FROM scratch"))).scalar_one() == 40
+    finally:
+        await first.dispose()
+        await second.dispose()
+
+
+async def test_a_sqlite_write_holds_the_file_from_its_start_and_reads_never_wait(tmp_path: Path) -> None:
+    path = tmp_path / "immediate.db"
+    db = Database(f"sqlite+aiosqlite:///{path}")
+    try:
+        await _scratch(db)
+        async with db.write():
+            # BEGIN IMMEDIATE: the file's write lock before any statement of the block
+            assert not _write_lock_is_free(path)
+            async with asyncio.timeout(5), db.read() as session:  # WAL: a reader does not wait
+                assert (await session.execute(text("SELECT count(*) FROM scratch"))).scalar_one() == 0
+        assert _write_lock_is_free(path)
+    finally:
+        await db.dispose()
+
+
+async def test_a_write_inside_a_write_of_the_same_task_raises_rather_than_waiting_for_itself(tmp_path: Path) -> None:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'nested.db'}")
+    try:
+        async with db.write():
+            with pytest.raises(RuntimeError, match="waits for itself"):
+                async with db.write():
+                    pass
+        async with db.write():  # the writer was let go
+            pass
+    finally:
+        await db.dispose()
+
+
+async def test_an_in_memory_database_queues_its_reads_with_its_writes() -> None:
+    """One shared connection: a read never opens a transaction inside a write's."""
+    db = Database("sqlite+aiosqlite:///:memory:")
+    try:
+        await _scratch(db)
+
+        async def write(batch: int) -> None:
+            async with db.write() as session:
+                await session.execute(text("INSERT INTO scratch VALUES (:b, 0)"), {"b": batch})
+                await asyncio.sleep(0)
+
+        async def read() -> int:
+            async with db.read() as session:
+                count: int = (await session.execute(text("SELECT count(*) FROM scratch"))).scalar_one()
+                return count
+
+        results = await asyncio.gather(*(write(i) if i % 2 else read() for i in range(20)))
+        assert all(isinstance(r, int) or r is None for r in results)
+        assert await read() == 10
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize("face", ["session", "connection"])
+async def test_a_read_sees_one_snapshot_and_writes_nothing(database: Database, face: str) -> None:
+    await _scratch(database)
+    read = database.read if face == "session" else database.read_connection
+    write = database.write if face == "session" else database.write_connection
+    async with read() as reader:
+        before = (await reader.execute(text("SELECT count(*) FROM scratch"))).scalar_one()
+        async with write() as writer:  # another transaction commits meanwhile
+            await writer.execute(text("INSERT INTO scratch VALUES (1, 1)"))
+        again = (await reader.execute(text("SELECT count(*) FROM scratch"))).scalar_one()
+        assert (before, again) == (0, 0)
+    async with read() as reader:
+        assert (await reader.execute(text("SELECT count(*) FROM scratch"))).scalar_one() == 1
+    if database.dialect == "postgresql":
+        with pytest.raises(DBAPIError, match="read-only"):
+            async with read() as reader:
+                await reader.execute(text("INSERT INTO scratch VALUES (2, 2)"))
+
+
+@pytest.mark.parametrize("face", ["session", "connection"])
+async def test_writes_commit_whole_or_roll_back(database: Database, face: str) -> None:
+    await _scratch(database)
+    write = database.write if face == "session" else database.write_connection
+    with pytest.raises(ZeroDivisionError):
+        async with write() as writer:
+            await writer.execute(text("INSERT INTO scratch VALUES (1, 1)"))
+            _ = 1 / 0
+    async with write() as writer:
+        await writer.execute(text("INSERT INTO scratch VALUES (2, 2)"))
+    async with database.read() as session:
+        assert (await session.execute(text("SELECT batch FROM scratch"))).scalars().all() == [2]
+
+
+async def test_postgresql_sessions_are_capped_and_a_burst_queues(postgres_url: str) -> None:
+    db = Database(postgres_url, connections=3)
+    inside = most = 0
+
+    async def use(i: int) -> None:
+        nonlocal inside, most
+        faces = (db.write, db.read, db.write_connection, db.read_connection)
+        async with faces[i % 4]() as user:
+            inside += 1
+            most = max(most, inside)
+            await user.execute(text("SELECT pg_sleep(0.02)"))
+            inside -= 1
+
+    try:
+        await asyncio.gather(*(use(i) for i in range(30)))  # more than the pool's 15
+        assert most == 3
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize("db_target", ["postgresql"], indirect=True)
+async def test_asyncpg_pools_and_connections_use_the_schema_and_the_settings(db_target: DatabaseTarget) -> None:
+    db = db_target.database()
+    settings = {"application_name": "buraco-test", "enable_seqscan": "off"}
+    pool = await asyncpg_pool(db, max_size=2, server_settings=settings, stateless=True)
+    connection = await asyncpg_connect(db, server_settings=settings)
+    lazy = LazyPool(db, max_size=1)
+    try:
+        async with pool.acquire() as pooled:
+            for conn in (connection, pooled):
+                assert await conn.fetchval("SHOW search_path") == db_target.schema
+                assert await conn.fetchval("SHOW application_name") == "buraco-test"
+                assert await conn.fetchval("SHOW enable_seqscan") == "off"
+        held = await pool.acquire()
+        await held.execute("BEGIN")
+        await pool.release(held)  # stateless: a transaction left open is rolled back on release
+        async with pool.acquire() as again:
+            assert not again.is_in_transaction()
+        first, second = await asyncio.gather(lazy.get(), lazy.get())
+        assert first is second  # one pool for concurrent first users
+        assert await first.fetchval("SHOW search_path") == db_target.schema
+    finally:
+        await connection.close()
+        await pool.close()
+        await lazy.close()
         await db.dispose()

@@ -1,5 +1,6 @@
-"""The service's database wrapper: a connection-pool timeout is UNAVAILABLE (busy, retry), not
-INTERNAL; writes queue one at a time on SQLite."""
+"""The service's database (`services.common.db.Database.write/read`, which the core, the lobby,
+the sagas and the loop use): a connection-pool timeout is UNAVAILABLE (busy, retry), not INTERNAL;
+writes queue one at a time on SQLite."""
 
 from __future__ import annotations
 
@@ -12,14 +13,13 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from services.common.db import Database
 from services.common.errors import UnavailableError
-from services.matchmaking.core import SerialDatabase
 
 
 async def test_a_pool_timeout_is_unavailable(tmp_path: Path) -> None:
-    db = SerialDatabase(Database(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"))
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
     try:
         with pytest.raises(UnavailableError, match="busy"):
-            async with db.transaction():
+            async with db.write():
                 raise PoolTimeoutError("QueuePool limit reached")
         with pytest.raises(UnavailableError, match="busy"):
             async with db.read():
@@ -29,13 +29,13 @@ async def test_a_pool_timeout_is_unavailable(tmp_path: Path) -> None:
 
 
 async def test_sqlite_writes_take_turns(tmp_path: Path) -> None:
-    db = SerialDatabase(Database(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"))
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
     inside = 0
     most = 0
 
     async def write(i: int) -> None:
         nonlocal inside, most
-        async with db.transaction() as session:
+        async with db.write() as session:
             inside += 1
             most = max(most, inside)
             await session.execute(text("CREATE TABLE IF NOT EXISTS t (i INTEGER)"))
