@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any, TypeAlias
 
@@ -17,9 +17,10 @@ import grpc
 from buraco.v1 import game_session_pb2, game_session_pb2_grpc
 from services.common import validation as check
 from services.common.auth import Kind, current_identity
+from services.common.db import Database
 from services.common.errors import FailedPreconditionError, PermissionDeniedError
 from services.common.idempotency import IdempotencyStore, request_hash
-from services.common.server import Deps
+from services.common.server import Bound, Deps
 from services.game_session import access, models, requests, social, store, views
 from services.game_session import settings as settings_module
 from services.game_session.actor import RequestKey, TableActor
@@ -47,35 +48,42 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         settings: GameSessionSettings | None = None,
         *,
         clock: Clock | None = None,
-        address: Callable[[], str] | None = None,
         calls: dict[str, Call] | None = None,
     ) -> None:
         self.deps = deps
         self.settings = settings or GameSessionSettings()
         self.clock = clock or RealClock()
-        fallback = address or (lambda: deps.config.address)
-        advertised = self.settings.advertise_address
-        self.tables = Ownership(
-            deps.db, self.settings, self.clock, deps.registry,
-            address=(lambda: advertised) if advertised else fallback,
-        )
+        #: where the server listens, once started (the address other replicas' redirects name,
+        #: unless BURACO_GAME_SESSION_ADVERTISE_ADDRESS says otherwise)
+        self._bound = ""
+        self.tables = Ownership(deps.db, self.settings, self.clock, deps.registry, address=self._address)
         self.deliverer = Deliverer(
             deps.db, calls if calls is not None else grpc_calls(deps.clients), self.settings, self.clock, deps.registry,
             owner_id=self.tables.owner_id, address=lambda: self.tables.address,
         )
         self.tables.on_outbox = self.deliverer.wake
         idempotency = IdempotencyStore(
-            models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours))
+            models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours),
+            writes=Database.write)
         self.creator = store.Creator(deps.db, idempotency)
         self.streams = Streams(self.tables, deps.metrics)
         self.settler = Settler()
 
-    async def start(self) -> None:
+    # -- lifecycle (the server frame's hooks: `serve`) --------------------------------------------
+    def _address(self) -> str:
+        return self.settings.advertise_address or self._bound or self.deps.config.address
+
+    async def start(self, bound: Bound) -> None:
+        """Once the port is bound, before the first call: this replica's heartbeat, the log
+        writer, the lease scans, the outbox's deliverer."""
+        self._bound = bound.address
         await self.tables.start()
         self.deliverer.start()
         self.settler.start()
 
     async def stop(self) -> None:
+        """When the server begins to stop: the tables' streams end ("reconnect and resume"), the
+        leases are released so another replica takes the tables over at once."""
         await self.deliverer.stop()
         await self.settler.stop()
         await self.tables.stop()
@@ -320,33 +328,11 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         return game_session_pb2.MuteChatResponse()
 
 
-def register(server: grpc.aio.Server, deps: Deps) -> None:
-    settings = settings_module.load(production=not deps.config.local)
-    bound: dict[str, str] = {}
-    api = GameSessionApi(deps, settings, address=lambda: bound.get("address") or deps.config.address)
-    attach(server, api, bound)
+def register(server: grpc.aio.Server, deps: Deps) -> GameSessionApi:
+    return serve(server, GameSessionApi(deps, settings_module.load(production=not deps.config.local)))
 
 
-def attach(server: grpc.aio.Server, api: GameSessionApi, bound: dict[str, str] | None = None) -> None:
-    """Serve `api` on `server`: its background work starts with the server and stops (releasing
-    the leases, so another replica takes the tables over at once) before the server stops."""
+def serve(server: grpc.aio.Server, api: GameSessionApi) -> GameSessionApi:
+    """Serve `api` on `server`; `api` is the service's lifecycle (its `start` and `stop` hooks)."""
     game_session_pb2_grpc.add_GameSessionServiceServicer_to_server(api, server)
-    original_start, original_stop, original_add = server.start, server.stop, server.add_insecure_port
-
-    def add_insecure_port(address: str) -> int:
-        port = original_add(address)
-        if bound is not None:  # with port 0 the port is known only now: advertise the real one
-            bound["address"] = f"{api.deps.config.host}:{port}"
-        return port
-
-    async def start() -> None:
-        await api.start()
-        await original_start()
-
-    async def stop(grace: float | None = None) -> None:
-        await api.stop()
-        await original_stop(grace)
-
-    server.add_insecure_port = add_insecure_port  # type: ignore[method-assign]
-    server.start = start  # type: ignore[method-assign]
-    server.stop = stop  # type: ignore[method-assign]
+    return api

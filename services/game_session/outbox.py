@@ -229,7 +229,7 @@ class Deliverer:
             .exists()
         )
         abandoned = and_(outbox.c.claimed_by != "", outbox.c.claimed_by != self.owner_id, ~claimant_serves)
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             rows = (
                 await session.execute(
                     select(outbox.c.id, outbox.c.target, outbox.c.request, outbox.c.attempts, outbox.c.next_attempt_ms,
@@ -242,7 +242,7 @@ class Deliverer:
         delivered = 0
         for row in rows:
             # claim the row, so that another replica's deliverer leaves it alone meanwhile
-            async with self.db.transaction() as session:
+            async with self.db.write() as session:
                 claimed = await session.execute(
                     update(outbox)
                     .where(outbox.c.id == row.id, outbox.c.state == "pending",
@@ -274,7 +274,7 @@ class Deliverer:
             if state != "delivered":
                 log.warning("outbox delivery failed",
                             extra={"fields": {"id": row.id, "target": row.target, "state": state, "error": error_text}})
-            async with self.db.transaction() as session:
+            async with self.db.write() as session:
                 await session.execute(
                     update(outbox).where(outbox.c.id == row.id).values(
                         state=state, attempts=row.attempts + 1, last_error=error_text, next_attempt_ms=next_ms
@@ -284,7 +284,7 @@ class Deliverer:
 
     async def refresh_gauges(self) -> None:
         outbox = models.outbox
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             counts = (
                 await session.execute(
                     select(outbox.c.target, outbox.c.state, func.count()).where(outbox.c.state != "delivered")

@@ -34,7 +34,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from buraco.v1 import game_session_pb2
 from services.common.db import Database
-from services.common.errors import NotFoundError, NotOwnerError
+from services.common.errors import NotFoundError, NotOwnerError, UnavailableError
+from services.common.interceptor import SHUTDOWN_MESSAGE
 from services.game_session import store
 from services.game_session.actor import Changed, Done, Hosting, RequestKey, Retired, TableActor, Work
 from services.game_session.clock import Clock
@@ -128,8 +129,8 @@ class Ownership:
         for task in list(self._tasks):
             task.cancel()
         actors = list(self.actors.values())
-        for actor in actors:
-            actor.retire()
+        for actor in actors:  # their clients resume at whichever replica takes the tables over
+            actor.retire(UnavailableError(SHUTDOWN_MESSAGE))
         await self.writer.stop()  # a change waiting for its write is refused now
         for actor in [*actors, *self._retiring.values()]:
             actor.cancel()

@@ -9,7 +9,6 @@ UPDATE on the epoch seen, so two replicas never both win it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
@@ -21,11 +20,10 @@ from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from buraco.v1 import game_session_pb2
-from services.common.db import Database
+from services.common.db import Database, LazyPool
 from services.common.errors import AlreadyExistsError
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.game_session import models
-from services.game_session.writer import asyncpg_target
 
 State = game_session_pb2.Table
 
@@ -80,11 +78,9 @@ class Creator:
     def __init__(self, db: Database, idempotency: IdempotencyStore, size: int = 4) -> None:
         self.db = db
         self.idempotency = idempotency
-        #: new tables in one statement (PostgreSQL)
+        #: new tables in one statement (PostgreSQL), on a few asyncpg connections of the creator's own
         self.at_once = db.dialect == "postgresql"
-        self.size = size
-        self._pool: Any = None
-        self._opening = asyncio.Lock()
+        self._pool = LazyPool(db, max_size=size)
 
     async def create(self, *, scope: str, method: str, request: game_session_pb2.CreateTableRequest, table: NewTable,
                      reply: game_session_pb2.Table) -> tuple[game_session_pb2.Table, bool]:
@@ -135,22 +131,9 @@ class Creator:
                 f"tables/{table.table_id} or match_id {table.match_id!r} exists already") from None
         return answer, bool(created) and answer.name == reply.name
 
-    async def _get_pool(self) -> Any:
-        if self._pool is None:
-            async with self._opening:
-                if self._pool is None:
-                    import asyncpg
-
-                    dsn, settings = asyncpg_target(self.db)
-                    self._pool = await asyncpg.create_pool(
-                        dsn, min_size=1, max_size=self.size, server_settings=settings)
-        return self._pool
-
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            with contextlib.suppress(Exception):
-                await pool.close()
+        with contextlib.suppress(Exception):
+            await self._pool.close()
 
     async def _create_at_once(
         self, *, scope: str, request_id: str, method: str, digest: str, table: NewTable, response: bytes,
@@ -160,7 +143,7 @@ class Creator:
         (the key is known, or the table or match exists: the general path decides)."""
         import asyncpg
 
-        pool = await self._get_pool()
+        pool = await self._pool.get()
         try:
             created = await pool.fetchval(
                 _CREATE_TABLE_SQL, scope, request_id, table.table_id, table.match_id, table.description,
@@ -196,7 +179,7 @@ def _alive(now_ms: int) -> Any:
 
 async def lease_of(db: Database, table_id: str) -> LeaseRow | None:
     leases, replicas = models.leases, models.replicas
-    async with db.transaction() as session:
+    async with db.read() as session:
         row = (
             await session.execute(
                 select(leases, replicas.c.expires_ms)
@@ -215,7 +198,7 @@ async def heartbeat(db: Database, owner_id: str, address: str, now_ms: int, ttl_
     """Register or renew this replica: one row, whatever the number of tables it owns (so a
     renewal never waits for, or holds up, the log appends that lock lease rows)."""
     replicas = models.replicas
-    async with db.transaction() as session:
+    async with db.write() as session:
         result = await session.execute(
             update(replicas).where(replicas.c.owner_id == owner_id).values(address=address, expires_ms=now_ms + ttl_ms)
         )
@@ -241,7 +224,7 @@ async def take_over(
     condition = and_(leases.c.table_id == table_id, leases.c.epoch == seen_epoch)
     if not force:
         condition = and_(condition, ~_alive(now_ms))
-    async with db.transaction() as session:
+    async with db.write() as session:
         result = await session.execute(
             update(leases).where(condition).values(owner_address=owner_address, owner_id=owner_id, epoch=seen_epoch + 1)
         )
@@ -252,7 +235,7 @@ async def held(db: Database, owner_id: str) -> dict[str, int]:
     """{table id: epoch} of the live tables' leases this replica holds (a finished table's lease
     row stays, with live 0: without the filter the scan would grow with every match played)."""
     leases = models.leases
-    async with db.transaction() as session:
+    async with db.read() as session:
         rows = (
             await session.execute(
                 select(leases.c.table_id, leases.c.epoch).where(leases.c.live == 1, leases.c.owner_id == owner_id)
@@ -267,7 +250,7 @@ async def expired_live(
     """Live tables whose owner's heartbeat ran out, or whose owner had this replica's address (a
     previous process at this address is gone: it cannot hold the port we bound): (id, epoch, force)."""
     leases = models.leases
-    async with db.transaction() as session:
+    async with db.read() as session:
         rows = (
             await session.execute(
                 select(leases.c.table_id, leases.c.epoch, leases.c.owner_address, _alive(now_ms).label("alive"))
@@ -282,7 +265,7 @@ async def expired_live(
 async def release(db: Database, owner_id: str) -> None:
     """Give up every table this replica owns (graceful stop): its heartbeat ends now, so others
     take its tables over at once."""
-    async with db.transaction() as session:
+    async with db.write() as session:
         replicas = models.replicas
         await session.execute(update(replicas).where(replicas.c.owner_id == owner_id).values(expires_ms=0))
 
@@ -300,7 +283,7 @@ class StoredTable:
 
 
 async def load(db: Database, table_id: str) -> StoredTable | None:
-    async with db.transaction() as session:
+    async with db.read() as session:
         row = (await session.execute(select(models.tables).where(models.tables.c.id == table_id))).first()
         if row is None:
             return None
@@ -315,7 +298,7 @@ async def load(db: Database, table_id: str) -> StoredTable | None:
 
 
 async def mutes_of(db: Database, table_id: str) -> set[tuple[str, str]]:
-    async with db.transaction() as session:
+    async with db.read() as session:
         rows = (
             await session.execute(
                 select(models.mutes.c.viewer, models.mutes.c.player).where(models.mutes.c.table_id == table_id)
@@ -326,7 +309,7 @@ async def mutes_of(db: Database, table_id: str) -> set[tuple[str, str]]:
 
 async def set_mute(db: Database, table_id: str, viewer: str, player: str, muted: bool) -> None:
     mutes = models.mutes
-    async with db.transaction() as session:
+    async with db.write() as session:
         await session.execute(
             delete(mutes).where(mutes.c.table_id == table_id, mutes.c.viewer == viewer, mutes.c.player == player)
         )
@@ -360,7 +343,7 @@ async def list_tables(
     if after is not None:
         query = query.where(tables.c.id > after)
     query = query.order_by(tables.c.id).limit(size)
-    async with db.transaction() as session:
+    async with db.read() as session:
         rows = (await session.execute(query)).all()
         last_seq: dict[str, int] = {}
         if rows:  # the primary key's index answers

@@ -32,10 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
 
-from services.common.db import Database
+from services.common.db import Database, asyncpg_connect
 from services.game_session import models
 
 log = logging.getLogger("buraco.game_session.writer")
@@ -183,14 +181,7 @@ class Writer:
     async def _commit(self, batch: Sequence[Write], index: int) -> set[str]:
         if self.db.dialect == "postgresql":
             return await self._commit_asyncpg(batch, index)
-        for attempt in range(20):
-            try:
-                return await self._commit_once(batch)
-            except OperationalError:  # SQLite: another connection holds the write lock; try again
-                if self.db.dialect != "sqlite" or attempt == 19:
-                    raise
-                await asyncio.sleep(0.01 * (attempt + 1))
-        raise AssertionError("unreachable")
+        return await self._commit_orm(batch)
 
     async def _connection(self, index: int) -> Any:
         """A worker's own asyncpg connection (PostgreSQL): the hot path skips the ORM layers."""
@@ -241,17 +232,17 @@ class Writer:
             with contextlib.suppress(Exception):
                 await connection.close()
 
-    async def _commit_once(self, batch: Sequence[Write]) -> set[str]:
+    async def _commit_orm(self, batch: Sequence[Write]) -> set[str]:
+        """A batch through the ORM (SQLite), in the process's one write transaction: the lease rows
+        read first, the writes of the tables whose lease still matches applied."""
         leases = models.leases
         ids = sorted({w.table_id for w in batch})
-        async with self.db.transaction() as session:
+        async with self.db.write() as session:
             query = (
                 select(leases.c.table_id, leases.c.epoch, leases.c.owner_id)
                 .where(leases.c.table_id.in_(ids))
                 .order_by(leases.c.table_id)
             )
-            if self.db.dialect == "postgresql":
-                query = query.with_for_update()
             current = {row.table_id: (row.epoch, row.owner_id) for row in (await session.execute(query)).all()}
             refused = {w.table_id for w in batch if current.get(w.table_id) != (w.epoch, w.owner_id)}
             rows = [
@@ -292,23 +283,3 @@ class Writer:
                         update(models.leases).where(models.leases.c.table_id == w.table_id).values(live=0)
                     )
             return refused
-
-
-def asyncpg_target(db: Database) -> tuple[str, dict[str, str] | None]:
-    """asyncpg's address (DSN) and session settings for the service's database and schema."""
-    url = make_url(db.url).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False), ({"search_path": db.schema} if db.schema else None)
-
-
-async def asyncpg_connect(db: Database) -> Any:
-    """A plain asyncpg connection to the service's PostgreSQL database and schema."""
-    import asyncpg
-
-    dsn, settings = asyncpg_target(db)
-    return await asyncpg.connect(dsn, server_settings=settings)
-
-
-#: `Direct.create_table`'s statement: the table row, its players' seats, its lease (this replica's,
-#: epoch 1) and the call's idempotency key, in one statement, when neither the key nor the table
-#: id nor the match id exists yet; otherwise it writes nothing (ON CONFLICT DO NOTHING, or the key
-#: found) and the caller takes the general path, which tells a retry from a conflict.

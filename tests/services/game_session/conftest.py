@@ -17,7 +17,7 @@ import pytest
 from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
 from services.common.auth import Kind
 from services.common.server import Server, ServiceSpec
-from services.game_session.api import GameSessionApi, attach
+from services.game_session.api import GameSessionApi, serve
 from services.game_session.clock import FakeClock
 from services.game_session.service import SPEC
 from services.game_session.settings import GameSessionSettings
@@ -92,12 +92,10 @@ class Cluster:
         """A node; `config` overrides the harness's common configuration (e.g. rate limits)."""
         made: list[GameSessionApi] = []
 
-        def register(server: grpc.aio.Server, deps: Any) -> None:
-            bound: dict[str, str] = {}
-            api = GameSessionApi(deps, settings, clock=self.clock, calls=self.outbound.handlers(),
-                                 address=lambda: bound.get("address", ""))
+        def register(server: grpc.aio.Server, deps: Any) -> GameSessionApi:
+            api = GameSessionApi(deps, settings, clock=self.clock, calls=self.outbound.handlers())
             made.append(api)
-            attach(server, api, bound)
+            return serve(server, api)
 
         spec = ServiceSpec(SPEC.name, SPEC.grpc_services, register, SPEC.migrations, calls_others=True)
         common = make_config("game_session", self.tmp_path, database_url=self.target.url,

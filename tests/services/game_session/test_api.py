@@ -118,7 +118,7 @@ async def test_create_get_list_cancel(cluster: Cluster) -> None:
 
 
 async def test_a_table_created_in_one_statement_is_the_one_the_general_path_writes(cluster: Cluster) -> None:
-    """On PostgreSQL CreateTable writes a new table in one statement (`store.Direct`); it leaves the
+    """On PostgreSQL CreateTable writes a new table in one statement (`store.Creator`); it leaves the
     same rows as the general path (the ORM's, SQLite's), and a retry, a reused request_id and a
     clash of ids are told apart by the general path as before."""
     node = await cluster.start()
