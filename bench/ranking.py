@@ -12,10 +12,11 @@ Prints one figure per line as ``bench: NAME VALUE UNIT``:
    The same for OpenSkill's other models on the same results.
 2. At 1,000,000 players on PostgreSQL, in a schema of its own (dropped at the end): players,
    ratings and two all-time leaderboards (XP with many ties; ratings) are loaded with COPY; then
-   the p50/p99 of top-100, rank-of-player and players-around-a-player reads (through the core, a
-   transaction each, as the service runs them), with a plain index count of the entries ahead as
-   the baseline; then RecordMatch through gRPC on an in-process server, matches per second, with
-   GetPlayer calls per second as the baseline. Ranks are checked against the plain count.
+   the p50/p99 of top-100, rank-of-player and players-around-a-player reads (through the
+   service's `leaderboards` module, a transaction each, as the service runs them), with a plain
+   index count of the entries ahead as the baseline; then RecordMatch through gRPC on an
+   in-process server, matches per second, with GetPlayer calls per second as the baseline. Ranks
+   are checked against the plain count.
 
 Options: ``--players N`` (default 1,000,000), ``--selfplay N`` matches (default 1,600),
 ``--record N`` matches (default 1,500), ``--seed S`` of the self-play (default 6),
@@ -58,7 +59,7 @@ from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.config import Config
 from services.common.db import Database
 from services.common.server import Server
-from services.ranking import core, leaderboards, models, ratings
+from services.ranking import leaderboards, models, ratings
 from services.ranking.leaderboards import EntryChange, Position
 from services.ranking.periods import SLOT_MICROSECONDS
 from services.ranking.progress import level_for
@@ -267,7 +268,7 @@ class Synthetic:
 
 def synthetic_players(count: int, now: datetime, seed: int = 6) -> Iterator[Synthetic]:
     rng = random.Random(seed)
-    now_us = core.micros(now)
+    now_us = leaderboards.micros(now)
     three_years = 3 * 365 * 86400 * 1_000_000
     for index in range(count):
         matches = int(rng.lognormvariate(2.5, 1.3)) + 1  # median about 13; a long tail of regulars
@@ -384,8 +385,8 @@ def positional(sql: str, names: list[str]) -> str:
 
 async def bench_reads(db: Database, dsn: str, schema: str, ids: list[str]) -> None:
     """Interleaved, so that the machine's noise falls on every figure alike: per round a `SELECT 1`
-    through the same path (the noise floor), a rank through the core and as bare SQL, and every
-    third round a top-100 (core and bare SQL) and a window around a player."""
+    through the same path (the noise floor), a rank through the service's code and as bare SQL,
+    and every third round a top-100 (both ways too) and a window around a player."""
     rng = random.Random(60)
     connection = await asyncpg.connect(dsn, server_settings={"search_path": schema})
     try:
@@ -410,7 +411,7 @@ async def bench_reads(db: Database, dsn: str, schema: str, ids: list[str]) -> No
                 select_one = in_transaction(lambda session: session.execute(text("SELECT 1")))
                 await measure("select1", select_one)
                 ranked = await measure(
-                    "rank", in_transaction(functools.partial(core.leaderboard_rank, board=board, player=player))
+                    "rank", in_transaction(functools.partial(leaderboards.leaderboard_rank, board=board, player=player))
                 )
                 row = await measure(
                     "rank_sql", rank_sql.fetchrow(board, player, leaderboards.BUCKET_WIDTH, slot_length)
@@ -419,14 +420,16 @@ async def bench_reads(db: Database, dsn: str, schema: str, ids: list[str]) -> No
                 if round_ % 3 == 0:
                     page = await measure(
                         "top100",
-                        in_transaction(functools.partial(core.leaderboard_page, board=board, after=None, limit=100)),
+                        in_transaction(
+                            functools.partial(leaderboards.leaderboard_page, board=board, after=None, limit=100)
+                        ),
                     )
                     assert len(page[0]) == 100
                     await measure("top100_sql", top_sql.fetch(board))
                     window = await measure(
                         "around",
                         in_transaction(
-                            functools.partial(core.neighbours, board=board, player=player, above=5, below=5)
+                            functools.partial(leaderboards.neighbours, board=board, player=player, above=5, below=5)
                         ),
                     )
                     assert len(window) >= 6
@@ -473,7 +476,7 @@ async def plain_sample(db: Database, board: str, players: list[str], index: int)
 async def check_ranks(db: Database, board: str, players: list[str]) -> None:
     for player in players:
         async with db.transaction() as session:
-            counted = (await core.leaderboard_rank(session, board, player)).rank
+            counted = (await leaderboards.leaderboard_rank(session, board, player)).rank
         plain = await plain_rank(db, board, player)
         if counted != plain:
             raise AssertionError(f"{board} {player}: counted rank {counted}, plain count {plain}")
