@@ -1,5 +1,6 @@
-"""The ranking service's gRPC API: a thin servicer (read the caller, check the input,
-call core, build the reply; errors are mapped by the server pipeline).
+"""The ranking service's gRPC API: a thin servicer (read the caller, check the input, call the
+domain modules: core, profiles, rating_store, leaderboards; build the reply; errors are mapped by
+the server pipeline).
 
 Who may call what: RecordMatch, services only; BatchGetRatings, services and admins; ListXpEvents,
 a player for themselves, services and admins for anyone; profiles, ratings, rating histories and
