@@ -1,5 +1,17 @@
 """The state of one hand ("mão"): the deal, the turn, every rule of play, and what each seat sees.
 
+Why one module over the 600-line rule: it is one class, ``HandState``, whose methods share one
+invariant: nothing changes until an action has been checked in full, every change goes through
+``_do`` and bumps ``version``, which is what keeps the legal-action memo (``_legal``) and the views
+valid. The checks are written against the transitions themselves: ``_may_take_pile`` applies the
+take in place and undoes it field by field, ``_finishable_after`` plays the action on a clone with
+``_do``, and ``apply`` trusts the plans that ``legal_actions`` memoised. Checks, transitions and the
+memo must therefore be read and changed together. mypyc compiles the class as one native class
+(its slots as struct fields, its methods called through its vtable); split into modules, the checks
+on the hot paths of ``legal_actions`` and ``apply`` would reach into private fields from outside
+the class. Scoring, the record and the snapshot (``to_json``/``from_json``) are short and read the
+same fields.
+
 ``HandState`` follows OpenSpiel's ``State``: ``legal_actions()``, ``apply(action)``,
 ``is_terminal()``, ``returns()``, ``clone()``, and ``view(seat)`` for the per-player observation.
 Applying an action validates it completely before changing anything, and returns the ``Event``s

@@ -1,5 +1,6 @@
-"""The ranking service's gRPC API: a thin servicer (read the caller, check the input,
-call core, build the reply; errors are mapped by the server pipeline).
+"""The ranking service's gRPC API: a thin servicer (read the caller, check the input, call the
+domain modules: core, profiles, rating_store, leaderboards; build the reply; errors are mapped by
+the server pipeline).
 
 Who may call what: RecordMatch, services only; BatchGetRatings, services and admins; ListXpEvents,
 a player for themselves, services and admins for anyone; profiles, ratings, rating histories and
@@ -23,7 +24,7 @@ from services.common.auth import Kind, current_identity
 from services.common.errors import InvalidArgumentError
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.common.server import Deps
-from services.ranking import core, leaderboards, models
+from services.ranking import core, leaderboards, matches, models, profiles, rating_store, ratings
 from services.ranking.leaderboards import GLOBAL_SCOPE, XP_METRIC, Position
 from services.ranking.periods import Period, PeriodBounds, bounds, local_midnight
 from services.ranking.progress import Outcome
@@ -96,7 +97,7 @@ def _address(value: str, field: str) -> str | None:
     return address.compressed
 
 
-def _rating(view: core.RatingView) -> ranking_pb2.Rating:
+def _rating(view: ratings.RatingView) -> ranking_pb2.Rating:
     rating = ranking_pb2.Rating(
         player=f"players/{view.player}",
         preset=view.preset,
@@ -164,7 +165,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
 
     def _finished_match(
         self, request: ranking_pb2.RecordMatchRequest, now: datetime
-    ) -> tuple[ranking_pb2.RecordMatchRequest, core.FinishedMatch]:
+    ) -> tuple[ranking_pb2.RecordMatchRequest, matches.FinishedMatch]:
         """Check a RecordMatch request; return its canonical form (each address replaced by the
         number of its group of equal addresses) and the match it describes."""
         match_id = check.identifier(request.match_id, "match_id")
@@ -189,7 +190,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         canonical = ranking_pb2.RecordMatchRequest()
         canonical.CopyFrom(request)
         groups: dict[str, int] = {}
-        seats: list[core.SeatResult] = []
+        seats: list[matches.SeatResult] = []
         seen_players: set[str] = set()
         seen_seats: set[int] = set()
         for index, participant in enumerate(request.participants):
@@ -214,9 +215,9 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
             address = _address(participant.client_ip, f"{field}.client_ip")
             group = None if address is None else groups.setdefault(address, len(groups))
             canonical.participants[index].client_ip = "" if group is None else f"address-{group}"
-            seats.append(core.SeatResult(player, seat, outcome, participant.score, participant.canastras, group))
+            seats.append(matches.SeatResult(player, seat, outcome, participant.score, participant.canastras, group))
         self._check_sides(seats)
-        match = core.FinishedMatch(
+        match = matches.FinishedMatch(
             match_id=match_id,
             preset=preset,
             players=players,
@@ -230,7 +231,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         return canonical, match
 
     @staticmethod
-    def _check_sides(seats: list[core.SeatResult]) -> None:
+    def _check_sides(seats: list[matches.SeatResult]) -> None:
         """One side wins: the WON players all on one side, the LOST players all on the other."""
         sides: dict[Outcome, set[int]] = {Outcome.WON: set(), Outcome.LOST: set()}
         for seat in seats:
@@ -247,7 +248,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         current_identity()
         player = check.player(request.name, "name")
         async with self.deps.db.transaction() as session:
-            profile = await core.get_profile(session, player)
+            profile = await profiles.get_profile(session, player)
         s = profile.stats
         return ranking_pb2.PlayerProfile(
             name=f"players/{player}",
@@ -274,7 +275,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         size = check.page_size(request.page_size, default=20, maximum=100)
         before = self._sequence_token(request.page_token, player)
         async with self.deps.db.transaction() as session:
-            events, next_before = await core.list_xp_events(session, player, limit=size, before_seq=before)
+            events, next_before = await profiles.list_xp_events(session, player, limit=size, before_seq=before)
         return ranking_pb2.ListXpEventsResponse(
             events=[
                 ranking_pb2.XpEvent(
@@ -314,7 +315,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         preset = _preset(request.preset, "preset")
         players = _table_size(request.players, "players")
         async with self.deps.db.transaction() as session:
-            (view,) = await core.get_ratings(session, [player], preset, players)
+            (view,) = await rating_store.get_ratings(session, [player], preset, players)
         return _rating(view)
 
     async def BatchGetRatings(
@@ -329,7 +330,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         preset = _preset(request.preset, "preset")
         players = _table_size(request.players, "players")
         async with self.deps.db.transaction() as session:
-            views = await core.get_ratings(session, ids, preset, players)
+            views = await rating_store.get_ratings(session, ids, preset, players)
         return ranking_pb2.BatchGetRatingsResponse(ratings=[_rating(v) for v in views])
 
     async def ListRatingHistory(
@@ -343,7 +344,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         kind = f"{preset}/{players}"
         before = self._sequence_token(request.page_token, player, kind)
         async with self.deps.db.transaction() as session:
-            views, next_before = await core.rating_history(
+            views, next_before = await rating_store.rating_history(
                 session, player, preset, players, limit=size, before_seq=before
             )
         token = "" if next_before is None else check.encode_page_token({"p": player, "k": kind, "before": next_before})
@@ -351,7 +352,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
 
     # -- leaderboards ---------------------------------------------------------------------------
 
-    def _board(self, request: Any) -> core.BoardRef:
+    def _board(self, request: Any) -> leaderboards.BoardRef:
         check.message(request, "leaderboard")
         board = request.leaderboard
         scope = check.enum(board.scope, "leaderboard.scope", ranking_pb2.Leaderboard.Scope.DESCRIPTOR)
@@ -368,16 +369,16 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
             check.require(board.players == 0, "leaderboard.players", "must be 0 for XP leaderboards")
             metric_name = XP_METRIC
         at = _instant(board.at, "leaderboard.at") if board.HasField("at") else self.clock()
-        return core.board_ref(metric_name, scope_name, period, at, self.settings.time_zone)
+        return leaderboards.board_ref(metric_name, scope_name, period, at, self.settings.time_zone)
 
     @staticmethod
-    def _entry(board: core.BoardRef, ranked: core.Ranked) -> ranking_pb2.LeaderboardEntry:
+    def _entry(board: leaderboards.BoardRef, ranked: leaderboards.Ranked) -> ranking_pb2.LeaderboardEntry:
         score = ranked.position.score
         return ranking_pb2.LeaderboardEntry(
             rank=ranked.rank,
             player=f"players/{ranked.position.player}",
             value=float(score) if board.metric == XP_METRIC else score / 100,
-            achieve_time=_timestamp(core.from_micros(ranked.position.achieved_us)),
+            achieve_time=_timestamp(leaderboards.from_micros(ranked.position.achieved_us)),
         )
 
     async def ListLeaderboardEntries(
@@ -392,7 +393,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
             # The token pins the period it started in, so a page never jumps to the next day.
             board, after = self._board_position(board, position)
         async with self.deps.db.transaction() as session:
-            ranked, more = await core.leaderboard_page(session, board.key, after=after, limit=size)
+            ranked, more = await leaderboards.leaderboard_page(session, board.key, after=after, limit=size)
         reply = ranking_pb2.ListLeaderboardEntriesResponse(entries=[self._entry(board, r) for r in ranked])
         if more:
             last = ranked[-1].position
@@ -404,7 +405,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
             reply.period_end.CopyFrom(_timestamp(board.bounds.end))
         return reply
 
-    def _board_position(self, board: core.BoardRef, token: dict[str, Any]) -> tuple[core.BoardRef, Position]:
+    def _board_position(self, board: leaderboards.BoardRef, token: dict[str, Any]) -> tuple[leaderboards.BoardRef, Position]:
         start, score, achieved, player = (token.get(k) for k in ("b", "s", "a", "p"))
         valid = (
             isinstance(start, str)
@@ -420,7 +421,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         pinned = self._period_named(board.bounds, start)
         check.require(pinned is not None, "page_token", "not a page token of this leaderboard")
         assert pinned is not None
-        return core.BoardRef(board.metric, board.scope, pinned), Position(score, achieved, player)
+        return leaderboards.BoardRef(board.metric, board.scope, pinned), Position(score, achieved, player)
 
     def _period_named(self, current: PeriodBounds, start: str) -> PeriodBounds | None:
         """The bounds of the period of the same kind that starts on local date `start`."""
@@ -440,7 +441,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         board = self._board(request)
         player = check.player(request.player, "player")
         async with self.deps.db.transaction() as session:
-            ranked = await core.leaderboard_rank(session, board.key, player)
+            ranked = await leaderboards.leaderboard_rank(session, board.key, player)
         return self._entry(board, ranked)
 
     async def ListLeaderboardNeighbors(
@@ -452,7 +453,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         above = check.page_size(request.before, "before", default=5, maximum=50)
         below = check.page_size(request.after, "after", default=5, maximum=50)
         async with self.deps.db.transaction() as session:
-            ranked = await core.neighbours(session, board.key, player, above=above, below=below)
+            ranked = await leaderboards.neighbours(session, board.key, player, above=above, below=below)
         return ranking_pb2.ListLeaderboardNeighborsResponse(entries=[self._entry(board, r) for r in ranked])
 
 

@@ -23,6 +23,10 @@ levels:
              (slot = achieved_us // the period's slot length, periods.SLOT_MICROSECONDS);
 and the index counts only the entries tied on score in the player's own slot that come first.
 Each part reads at most a few hundred rows, whatever the board's size.
+
+On top of the entries and counts, what the service asks of its boards: the changes a recorded
+match makes (`update_boards`), a request's board resolved to the key of its period (`board_ref`),
+and entries read with their ranks (`leaderboard_page`, `leaderboard_rank`, `neighbours`).
 """
 
 from __future__ import annotations
@@ -30,14 +34,19 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import Table, and_, select, text, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from services.ranking.errors import NotOnLeaderboardError
+from services.ranking.matches import FinishedMatch
 from services.ranking.models import board_counts, board_entries
-from services.ranking.periods import SLOT_MICROSECONDS, Period
+from services.ranking.periods import SLOT_MICROSECONDS, Period, PeriodBounds, bounds
+from services.ranking.ratings import RatingView
 
 BUCKET_WIDTH = 1024
 GLOBAL_SCOPE = "*"
@@ -236,7 +245,7 @@ def _key(position: Position) -> Any:
     return tuple_(-position.score, position.achieved_us, position.player)
 
 
-async def after(session: AsyncSession, board: str, position: Position | None, limit: int) -> list[Position]:
+async def entries_after(session: AsyncSession, board: str, position: Position | None, limit: int) -> list[Position]:
     """Up to `limit` entries after `position` (from the top when None), in board order."""
     e = board_entries.c
     query = select(e.order_score, e.achieved_us, e.player).where(e.board == board)
@@ -246,7 +255,7 @@ async def after(session: AsyncSession, board: str, position: Position | None, li
     return [Position(-r.order_score, r.achieved_us, r.player) for r in rows]
 
 
-async def before(session: AsyncSession, board: str, position: Position, limit: int) -> list[Position]:
+async def entries_before(session: AsyncSession, board: str, position: Position, limit: int) -> list[Position]:
     """Up to `limit` entries just before `position`, in board order."""
     e = board_entries.c
     rows = await session.execute(
@@ -256,3 +265,125 @@ async def before(session: AsyncSession, board: str, position: Position, limit: i
         .limit(limit)
     )
     return [Position(-r.order_score, r.achieved_us, r.player) for r in reversed(rows.all())]
+
+
+# -- times --------------------------------------------------------------------------------------
+
+
+def micros(moment: datetime) -> int:
+    """An aware datetime as microseconds since the epoch (`achieved_us`)."""
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(value: int) -> datetime:
+    """`micros` undone: the aware (UTC) datetime."""
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=value)
+
+
+# -- what a match changes -----------------------------------------------------------------------
+
+
+async def update_boards(
+    session: AsyncSession,
+    match: FinishedMatch,
+    gained: dict[str, int],
+    ratings_after: dict[str, RatingView],
+    overall_after: dict[str, RatingView],
+    zone: ZoneInfo,
+) -> None:
+    """XP boards (global and the modality) gain each player's XP; rating boards take each rated
+    player's new ordinal; in every period that contains the match's end time."""
+    end_us = micros(match.end_time)
+    starts = {period: bounds(period, match.end_time, zone).start_name for period in Period}
+    # (board, player) -> XP to add (XP boards), or the score that replaces the old one (ratings).
+    additions: dict[tuple[str, str], int] = {}
+    replacements: dict[tuple[str, str], int] = {}
+    metric = rating_metric(match.players)
+    for period, start in starts.items():
+        for scope in (GLOBAL_SCOPE, match.preset):
+            xp_board = board_key(XP_METRIC, scope, period, start)
+            for player, xp in gained.items():
+                if xp > 0:
+                    additions[(xp_board, player)] = xp
+            rating_board = board_key(metric, scope, period, start)
+            source = overall_after if scope == GLOBAL_SCOPE else ratings_after
+            for player, rating in source.items():
+                replacements[(rating_board, player)] = rating_score(rating.ordinal)
+    keys = [*additions, *replacements]
+    if not keys:
+        return
+    existing = await current(session, [b for b, _ in keys], [p for _, p in keys])
+    changes: list[EntryChange] = []
+    for key, xp in additions.items():
+        old = existing.get(key)
+        new_score = (old.score if old else 0) + xp
+        changes.append(
+            EntryChange(
+                key[0], key[1], old, Position(new_score, max(end_us, old.achieved_us if old else end_us), key[1])
+            )
+        )
+    for key, score in replacements.items():
+        old = existing.get(key)
+        if old is not None and old.score == score and old.achieved_us >= end_us:
+            continue
+        changes.append(
+            EntryChange(key[0], key[1], old, Position(score, max(end_us, old.achieved_us if old else end_us), key[1]))
+        )
+    await apply(session, changes)
+
+
+# -- reading, ranked ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ranked:
+    rank: int
+    position: Position
+
+
+@dataclass(frozen=True)
+class BoardRef:
+    """Which leaderboard a request names, resolved to a key for the period that contains `at`."""
+
+    metric: str
+    scope: str
+    bounds: PeriodBounds
+
+    @property
+    def key(self) -> str:
+        return board_key(self.metric, self.scope, self.bounds.period, self.bounds.start_name)
+
+
+def board_ref(metric: str, scope: str, period: Period, at: datetime, zone: ZoneInfo) -> BoardRef:
+    return BoardRef(metric, scope, bounds(period, at, zone))
+
+
+async def leaderboard_page(
+    session: AsyncSession, board: str, *, after: Position | None, limit: int
+) -> tuple[list[Ranked], bool]:
+    """Up to `limit` entries after `after` (from the top when None), ranked; and whether more follow."""
+    positions = await entries_after(session, board, after, limit + 1)
+    more = len(positions) > limit
+    positions = positions[:limit]
+    if not positions:
+        return [], False
+    first = 1 if after is None else await rank_of(session, board, positions[0])
+    return [Ranked(first + i, p) for i, p in enumerate(positions)], more
+
+
+async def leaderboard_rank(session: AsyncSession, board: str, player: str) -> Ranked:
+    found = await rank_of_player(session, board, player)
+    if found is None:
+        raise NotOnLeaderboardError(player)
+    position, rank = found
+    return Ranked(rank, position)
+
+
+async def neighbours(session: AsyncSession, board: str, player: str, *, above: int, below: int) -> list[Ranked]:
+    """`above` entries before the player, the player, `below` entries after, with their ranks."""
+    own = await leaderboard_rank(session, board, player)
+    earlier = await entries_before(session, board, own.position, above) if above else []
+    later = await entries_after(session, board, own.position, below) if below else []
+    first = own.rank - len(earlier)
+    return [Ranked(first + i, p) for i, p in enumerate([*earlier, own.position, *later])]

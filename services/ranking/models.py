@@ -15,6 +15,8 @@ No client address is stored anywhere: RecordMatch compares the seats' addresses 
 keeps only whether two of them were equal (`matches.shared_address`).
 """
 
+from datetime import UTC, datetime
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -139,3 +141,8 @@ board_counts = Table(
     Column("slot", BigInteger, primary_key=True),
     Column("count", BigInteger, nullable=False),
 )
+
+
+def aware(moment: datetime) -> datetime:
+    """A datetime read back from these tables: SQLite gives it naive; it was stored as UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

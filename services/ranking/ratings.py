@@ -17,6 +17,8 @@ rated on the table's result.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from openskill.models import PlackettLuce
 
@@ -41,6 +43,51 @@ class Skill:
 
 def ordinal(mu: float, sigma: float) -> float:
     return mu - ORDINAL_SIGMAS * sigma
+
+
+@dataclass(frozen=True)
+class RatingView:
+    """A player's rating for one preset (or `*`) and table size, as stored and shown: `matches`
+    rated so far, and, in a history or a RecordMatch answer, the match that set it."""
+
+    player: str
+    preset: str
+    players: int
+    mu: float
+    sigma: float
+    matches: int
+    updated_at: datetime | None = None
+    match_id: str = ""
+
+    @property
+    def ordinal(self) -> float:
+        return ordinal(self.mu, self.sigma)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "player": self.player,
+            "preset": self.preset,
+            "players": self.players,
+            "mu": self.mu,
+            "sigma": self.sigma,
+            "matches": self.matches,
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+            "match_id": self.match_id,
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> RatingView:
+        updated = data["updated_at"]
+        return RatingView(
+            player=data["player"],
+            preset=data["preset"],
+            players=data["players"],
+            mu=data["mu"],
+            sigma=data["sigma"],
+            matches=data["matches"],
+            updated_at=datetime.fromisoformat(updated) if updated else None,
+            match_id=data["match_id"],
+        )
 
 
 def rate_sides(sides: list[list[Skill]], winner: int) -> list[list[Skill]]:

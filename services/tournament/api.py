@@ -1,5 +1,5 @@
 """The tournament service's gRPC API: a thin servicer (read the caller, check the input, call
-core, build the reply; errors are mapped by the server pipeline).
+core or registration, build the reply; errors are mapped by the server pipeline).
 
 Who may call what: admins create and cancel tournaments; players (or a service or admin acting
 for one) register and unregister themselves; only the game-session service reports results;
@@ -25,6 +25,7 @@ from services.common.errors import InvalidArgumentError, PermissionDeniedError, 
 from services.common.server import Deps
 from services.tournament import records
 from services.tournament.core import Tournaments, TournamentSpec
+from services.tournament.registration import Registrations
 from services.tournament.views import STATES
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
@@ -181,15 +182,24 @@ def _int_position(position: dict[str, Any], key: str, field: str) -> int:
 
 
 class TournamentApi(tournament_pb2_grpc.TournamentServiceServicer):
-    def __init__(self, deps: Deps, core: Tournaments | None = None) -> None:
+    def __init__(
+        self, deps: Deps, core: Tournaments | None = None, registrations: Registrations | None = None
+    ) -> None:
         self.deps = deps
         self._core = core
+        self._registrations = registrations
 
     @property
     def core(self) -> Tournaments:
         if self._core is None:  # a servicer built without its core (tests of the server frame)
             raise UnavailableError("the tournament service is not ready")
         return self._core
+
+    @property
+    def registrations(self) -> Registrations:
+        if self._registrations is None:  # a servicer built without its core, as above
+            raise UnavailableError("the tournament service is not ready")
+        return self._registrations
 
     async def CreateTournament(
         self, request: tournament_pb2.CreateTournamentRequest, context: Context
@@ -250,14 +260,14 @@ class TournamentApi(tournament_pb2_grpc.TournamentServiceServicer):
         tournament = _tournament_id(request.tournament, "tournament")
         check.request_id(request.request_id)
         partner = check.player(request.partner, "partner") if request.partner else None
-        return await self.core.register(identity.principal, request, tournament, player, partner)
+        return await self.registrations.register(identity.principal, request, tournament, player, partner)
 
     async def Unregister(self, request: tournament_pb2.UnregisterRequest, context: Context) -> tournament_pb2.Entrant:
         identity = current_identity()
         player = identity.require_player()
         tournament = _tournament_id(request.tournament, "tournament")
         check.request_id(request.request_id)
-        return await self.core.unregister(identity.principal, request, tournament, player)
+        return await self.registrations.unregister(identity.principal, request, tournament, player)
 
     async def ListEntrants(
         self, request: tournament_pb2.ListEntrantsRequest, context: Context

@@ -18,6 +18,7 @@ from services.tournament.core import Notifier, Tournaments
 from services.tournament.ports import Services
 from services.tournament.progress import Progress
 from services.tournament.records import Clock
+from services.tournament.registration import Registrations
 from services.tournament.remote import GrpcServices
 from services.tournament.scheduler import Scheduler
 from services.tournament.settings import TournamentSettings
@@ -28,6 +29,7 @@ class Running:
     """What one served instance is made of (tests reach the scheduler through it)."""
 
     core: Tournaments
+    registrations: Registrations
     progress: Progress
     scheduler: Scheduler
 
@@ -50,12 +52,14 @@ def registrar(
             models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours), clock=now
         )
         core = Tournaments(deps.db, remote, chosen, now, store, Notifier())
-        progress = Progress(core)
+        registrations = Registrations(core)
+        progress = Progress(core, registrations)
         scheduler = Scheduler(progress)
         core.wake = scheduler.wake
-        tournament_pb2_grpc.add_TournamentServiceServicer_to_server(api.TournamentApi(deps, core), server)
+        servicer = api.TournamentApi(deps, core, registrations)
+        tournament_pb2_grpc.add_TournamentServiceServicer_to_server(servicer, server)
         if on_ready is not None:
-            on_ready(Running(core, progress, scheduler))
+            on_ready(Running(core, registrations, progress, scheduler))
         return _lifecycle(scheduler)
 
     return register

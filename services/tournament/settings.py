@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from services.common.config import ConfigError, Number, Setting, Text
@@ -128,6 +129,12 @@ class TournamentSettings:
     retry_seconds: float = 2.0
     #: The longest wait between retries.
     max_retry_seconds: float = 300.0
+
+    def retry_delay(self, failures: int) -> timedelta:
+        """The wait before retrying a tournament step or a table call that has failed `failures`
+        times in a row: `retry_seconds`, doubled at each further failure, at most
+        `max_retry_seconds`."""
+        return timedelta(seconds=min(self.retry_seconds * 2 ** max(0, failures - 1), self.max_retry_seconds))
 
 
 def load(env: Mapping[str, str] | None = None) -> TournamentSettings:

@@ -24,7 +24,7 @@ from services.common import validation as check
 from services.common.auth import Identity, Kind, current_identity
 from services.common.errors import InvalidArgumentError, PermissionDeniedError
 from services.common.server import Deps
-from services.wallet import core
+from services.wallet import core, records
 from services.wallet.settings import MAX_CHIPS, WalletSettings
 from services.wallet.store import Batch, Store
 from services.wallet.transactions import Clock, Transactions, utc_now
@@ -65,12 +65,12 @@ _POT_STATE = {
     "settled": wallet_pb2.Account.POT_STATE_SETTLED,
     "voided": wallet_pb2.Account.POT_STATE_VOIDED,
 }
-_OUTCOME: dict[int, core.Outcome] = {
+_OUTCOME: dict[int, records.Outcome] = {
     common_pb2.OUTCOME_WON: "won",
     common_pb2.OUTCOME_LOST: "lost",
     common_pb2.OUTCOME_ABANDONED: "abandoned",
 }
-_GRANT_KIND: dict[int, core.GrantKind] = {
+_GRANT_KIND: dict[int, records.GrantKind] = {
     wallet_pb2.GrantRequest.KIND_STARTING: "starting",
     wallet_pb2.GrantRequest.KIND_DAILY_BONUS: "daily_bonus",
     wallet_pb2.GrantRequest.KIND_PROMOTION: "promotion",
@@ -86,7 +86,7 @@ def _timestamp(moment: datetime) -> Timestamp:
     return Timestamp(seconds=seconds, nanos=moment.microsecond * 1000)
 
 
-def account_pb(record: core.AccountRecord) -> wallet_pb2.Account:
+def account_pb(record: records.AccountRecord) -> wallet_pb2.Account:
     return wallet_pb2.Account(
         name=f"accounts/{record.id}",
         kind=_KIND[record.kind],
@@ -100,7 +100,7 @@ def account_pb(record: core.AccountRecord) -> wallet_pb2.Account:
     )
 
 
-def transfer_pb(record: core.TransferRecord) -> wallet_pb2.Transfer:
+def transfer_pb(record: records.TransferRecord) -> wallet_pb2.Transfer:
     return wallet_pb2.Transfer(
         name=f"transfers/{record.id}",
         debit_account=f"accounts/{record.debit_account}",
@@ -130,7 +130,7 @@ def _account_id(name: str, field: str) -> str:
     check.require(name.startswith("accounts/"), field, "must be a resource name `accounts/{account}`")
     account_id = name.removeprefix("accounts/")
     try:
-        _, ref = core.parse_account_id(account_id)
+        _, ref = records.parse_account_id(account_id)
     except ValueError:
         raise InvalidArgumentError(
             field, "the account id must be `player-{player}`, `house`, `treasury`, `match-{match}` or `tournament-{id}`"
@@ -140,12 +140,12 @@ def _account_id(name: str, field: str) -> str:
     return account_id
 
 
-def _pot(request: wallet_pb2.HoldBetsRequest | wallet_pb2.SettleRequest | wallet_pb2.VoidRequest) -> core.Pot:
+def _pot(request: wallet_pb2.HoldBetsRequest | wallet_pb2.SettleRequest | wallet_pb2.VoidRequest) -> records.Pot:
     which = request.WhichOneof("pot")
     if which == "match_id":
-        return core.Pot("match", check.identifier(request.match_id, "match_id"))
+        return records.Pot("match", check.identifier(request.match_id, "match_id"))
     if which == "tournament":
-        return core.Pot("tournament", check.resource_id(request.tournament, "tournament", "tournaments"))
+        return records.Pot("tournament", check.resource_id(request.tournament, "tournament", "tournaments"))
     raise InvalidArgumentError("match_id", "required: a match_id, or a tournament")
 
 
@@ -178,11 +178,11 @@ def _ttl(request: wallet_pb2.HoldBetsRequest, maximum: timedelta) -> timedelta |
     return ttl
 
 
-def _outcomes(request: wallet_pb2.SettleRequest) -> tuple[list[core.MatchOutcome], int]:
+def _outcomes(request: wallet_pb2.SettleRequest) -> tuple[list[records.MatchOutcome], int]:
     count = len(request.outcomes)
     check.require(count in (2, 4), "outcomes", f"a match has 2 or 4 players, not {count}")
     check.require(len(request.prizes) == 0, "prizes", "only for a tournament")
-    outcomes: list[core.MatchOutcome] = []
+    outcomes: list[records.MatchOutcome] = []
     seen: set[str] = set()
     for i, item in enumerate(request.outcomes):
         player = check.player(item.player, f"outcomes[{i}].player")
@@ -192,7 +192,7 @@ def _outcomes(request: wallet_pb2.SettleRequest) -> tuple[list[core.MatchOutcome
         check.enum(item.outcome, f"outcomes[{i}].outcome", common_pb2.Outcome.DESCRIPTOR)
         if item.outcome == common_pb2.OUTCOME_VOID:
             raise InvalidArgumentError(f"outcomes[{i}].outcome", "a void match is annulled with Void, not settled")
-        outcomes.append(core.MatchOutcome(player, item.seat, _OUTCOME[item.outcome]))
+        outcomes.append(records.MatchOutcome(player, item.seat, _OUTCOME[item.outcome]))
     seats = sorted(o.seat for o in outcomes)
     check.require(seats == list(range(count)), "outcomes", f"the seats must be 0 to {count - 1}, each once")
     winners = [o for o in outcomes if o.outcome == "won"]
@@ -203,11 +203,11 @@ def _outcomes(request: wallet_pb2.SettleRequest) -> tuple[list[core.MatchOutcome
     return outcomes, first
 
 
-def _prizes(request: wallet_pb2.SettleRequest) -> list[core.PrizeShare]:
+def _prizes(request: wallet_pb2.SettleRequest) -> list[records.PrizeShare]:
     check.require(len(request.outcomes) == 0, "outcomes", "only for a match")
     check.require(not request.HasField("first_seat"), "first_seat", "only for a match")
     check.require(1 <= len(request.prizes) <= MAX_TOURNAMENT_STAKES, "prizes", f"1 to {MAX_TOURNAMENT_STAKES}")
-    prizes: list[core.PrizeShare] = []
+    prizes: list[records.PrizeShare] = []
     seen: set[str] = set()
     for i, item in enumerate(request.prizes):
         player = check.player(item.player, f"prizes[{i}].player")
@@ -215,7 +215,7 @@ def _prizes(request: wallet_pb2.SettleRequest) -> list[core.PrizeShare]:
         seen.add(player)
         check.int_range(item.place, f"prizes[{i}].place", 1, MAX_TOURNAMENT_STAKES)
         check.int_range(item.share_bp, f"prizes[{i}].share_bp", 1, 10_000)
-        prizes.append(core.PrizeShare(player, item.place, item.share_bp))
+        prizes.append(records.PrizeShare(player, item.place, item.share_bp))
     total = sum(p.share_bp for p in prizes)
     check.require(total == 10_000, "prizes", f"the shares must add up to 10000 basis points, not {total}")
     return prizes
@@ -224,16 +224,16 @@ def _prizes(request: wallet_pb2.SettleRequest) -> list[core.PrizeShare]:
 # -- identity ---------------------------------------------------------------------------------
 
 
-def _mover() -> tuple[Identity, core.Caller]:
+def _mover() -> tuple[Identity, records.Caller]:
     """Only services and admins move chips."""
     identity = current_identity()
     identity.require_kind(Kind.SERVICE, Kind.ADMIN)
-    return identity, core.Caller(identity.principal, identity.acting_for)
+    return identity, records.Caller(identity.principal, identity.acting_for)
 
 
 def _may_read(identity: Identity, account_id: str) -> None:
-    if identity.kind is Kind.PLAYER and account_id != core.player_account(identity.name):
-        raise PermissionDeniedError(f"{identity.principal} may read only accounts/{core.player_account(identity.name)}")
+    if identity.kind is Kind.PLAYER and account_id != records.player_account(identity.name):
+        raise PermissionDeniedError(f"{identity.principal} may read only accounts/{records.player_account(identity.name)}")
 
 
 # -- the servicer -----------------------------------------------------------------------------
@@ -274,7 +274,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
             reserve=reserve,
             escrow=escrow,
             batch_pots=batch_pots,
-            batch_accounts=[core.player_account(p) for p in batch_players],
+            batch_accounts=[records.player_account(p) for p in batch_players],
         )
 
     async def GetAccount(self, request: wallet_pb2.GetAccountRequest, context: Context) -> wallet_pb2.Account:
@@ -365,17 +365,17 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
         identity, caller = _mover()
         request_id = check.request_id(request.request_id)
         pot = _pot(request)
-        work: Callable[[Store], Awaitable[tuple[core.SettleResult, Batch]]]
+        work: Callable[[Store], Awaitable[tuple[records.SettleResult, Batch]]]
         if pot.kind == "match":
             outcomes, first_seat = _outcomes(request)
 
-            def work(store: Store) -> Awaitable[tuple[core.SettleResult, Batch]]:
+            def work(store: Store) -> Awaitable[tuple[records.SettleResult, Batch]]:
                 return self.wallet.settle_match(store, caller, request_id, pot.ref, outcomes, first_seat)
 
         else:
             prizes = _prizes(request)
 
-            def work(store: Store) -> Awaitable[tuple[core.SettleResult, Batch]]:
+            def work(store: Store) -> Awaitable[tuple[records.SettleResult, Batch]]:
                 return self.wallet.settle_tournament(store, caller, request_id, pot.ref, prizes)
 
         async def plan(store: Store) -> tuple[wallet_pb2.SettleResponse, Batch]:
@@ -424,11 +424,11 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
         identity, caller = _mover()
         request_id = check.request_id(request.request_id)
         check.require(not (request.match_id and request.tournament), "tournament", "not together with match_id")
-        pot: core.Pot | None = None
+        pot: records.Pot | None = None
         if request.match_id:
-            pot = core.Pot("match", check.identifier(request.match_id, "match_id"))
+            pot = records.Pot("match", check.identifier(request.match_id, "match_id"))
         elif request.tournament:
-            pot = core.Pot("tournament", check.resource_id(request.tournament, "tournament", "tournaments"))
+            pot = records.Pot("tournament", check.resource_id(request.tournament, "tournament", "tournaments"))
 
         async def plan(store: Store) -> tuple[wallet_pb2.ExpireHoldsResponse, Batch]:
             result, batch = await self.wallet.expire_holds(store, caller, request_id, pot)
@@ -460,10 +460,10 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
     ) -> wallet_pb2.Transfer:
         identity = current_identity()
         identity.require_kind(Kind.ADMIN)
-        caller = core.Caller(identity.principal, identity.acting_for)
+        caller = records.Caller(identity.principal, identity.acting_for)
         request_id = check.request_id(request.request_id)
         account_id = _account_id(request.account, "account")
-        check.require(account_id != core.TREASURY, "account", "the treasury is the other side of every correction")
+        check.require(account_id != records.TREASURY, "account", "the treasury is the other side of every correction")
         check.require(request.amount_chips != 0, "amount_chips", "must not be zero")
         _amount(abs(request.amount_chips), "amount_chips")
         note = check.text(request.note, "note", max_length=MAX_NOTE)

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
 from services.wallet import models
-from services.wallet.core import POSTED_PHASES, TREASURY
+from services.wallet.records import POSTED_PHASES, TREASURY
 
 accounts = models.accounts
 transfers = models.transfers

@@ -1,10 +1,12 @@
-"""The wallet service's domain logic: the double-entry ledger, with no grpc here.
+"""The wallet service's domain logic: the double-entry ledger's operations and their rules (who
+may hold, settle, void, grant or correct what), with no grpc here. What they take and return is
+in `records.py`; the rows a decision writes, and their effect on the balances, in `planning.py`.
 
 Each mutating operation runs inside a transaction that `services.wallet.transactions` opened (and,
 for the calls, made idempotent) and goes in three steps: read and lock what it needs through the
 `store.Store`, decide (or raise one of the errors of `errors.py`, and the transaction rolls back
 whole, so nothing is half-applied), and return its result with the `store.Batch` of every row it
-writes; the caller writes the batch (with the stored answer) in one go.
+writes (`planning.TransferPlan`); the caller writes the batch (with the stored answer) in one go.
 
 The model (docs/wallet.md):
 - An account's stored `balance` is the sum of its posted transfers (credits minus debits), `held`
@@ -23,9 +25,8 @@ The model (docs/wallet.md):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Row, func, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -41,14 +42,29 @@ from services.wallet.errors import (
     PotClosedError,
     WrongAccountKindError,
 )
+from services.wallet.planning import TransferPlan
+from services.wallet.records import (
+    HOUSE,
+    POSTED_PHASES,
+    TREASURY,
+    AccountRecord,
+    Caller,
+    ExpireResult,
+    GrantKind,
+    HoldResult,
+    MatchOutcome,
+    Pot,
+    PrizeShare,
+    SettleResult,
+    Statement,
+    TransferRecord,
+    parse_account_id,
+    player_account,
+)
 from services.wallet.settings import WalletSettings
 from services.wallet.store import TRANSFER_COLUMNS, Batch, Hold, Locked, Store, aware
 from services.wallet.transactions import Clock, utc_now
 
-HOUSE = "house"
-TREASURY = "treasury"
-#: Transfer phases that change posted balances.
-POSTED_PHASES = ("single", "post")
 MAX_MATCH_STAKES = 4
 #: Transfer rows a match's settlement or void can write at most: 4 postings or releases, up to 4
 #: payouts, the house's share. The claim reserves that many ids in its own statement.
@@ -58,209 +74,8 @@ EXPIRY_BATCH = 500
 #: Who the background expiry sweep acts as.
 SWEEPER = "services/wallet"
 
-Outcome = Literal["won", "lost", "abandoned"]
-GrantKind = Literal["starting", "daily_bonus", "promotion"]
-
 accounts = models.accounts
 transfers = models.transfers
-
-
-# -- names ------------------------------------------------------------------------------------
-
-
-def player_account(player: str) -> str:
-    return f"player-{player}"
-
-
-@dataclass(frozen=True)
-class Pot:
-    """A match's or a tournament's escrow."""
-
-    kind: Literal["match", "tournament"]
-    ref: str
-
-    @property
-    def account(self) -> str:
-        return f"{self.kind}-{self.ref}"
-
-    def describe(self) -> str:
-        return f"match {self.ref}" if self.kind == "match" else f"tournaments/{self.ref}"
-
-    def tags(self) -> dict[str, str | None]:
-        """The transfer columns that say which match or tournament a transfer belongs to."""
-        if self.kind == "match":
-            return {"match_id": self.ref, "tournament": None}
-        return {"match_id": None, "tournament": self.ref}
-
-
-def parse_account_id(account_id: str) -> tuple[str, str | None]:
-    """(kind, player or pot ref) of a syntactically valid account id, else ValueError."""
-    if account_id in (HOUSE, TREASURY):
-        return account_id, None
-    for prefix, kind in (("player-", "player"), ("match-", "escrow"), ("tournament-", "escrow")):
-        if account_id.startswith(prefix):
-            return kind, account_id[len(prefix) :]
-    raise ValueError(account_id)
-
-
-# -- records ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who asks: `services/...` or `admins/...`, and the player it acts for, if any."""
-
-    principal: str
-    acting_for: str | None = None
-
-
-@dataclass(frozen=True)
-class AccountRecord:
-    id: str
-    kind: str
-    player: str | None
-    balance: int
-    held: int
-    incoming: int
-    pot_state: str | None
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True)
-class TransferRecord:
-    id: int
-    phase: str
-    pending_id: int | None
-    debit_account: str
-    credit_account: str
-    amount: int
-    reason: str
-    match_id: str | None
-    tournament: str | None
-    requested_by: str
-    on_behalf_of: str | None
-    request_id: str
-    note: str
-    created_at: datetime
-    expires_at: datetime | None
-    #: Statements only: the transfer that resolved this hold, and the account's balance after.
-    resolved_by: int | None = None
-    balance_after: int | None = None
-
-
-@dataclass(frozen=True)
-class HoldResult:
-    holds: list[TransferRecord]
-    expire_time: datetime
-
-
-@dataclass(frozen=True)
-class SettleResult:
-    transfers: list[TransferRecord]
-    pot: int
-    house_cut: int
-
-
-@dataclass(frozen=True)
-class ExpireResult:
-    expired: list[TransferRecord]
-    more: bool
-
-
-@dataclass(frozen=True)
-class Statement:
-    transfers: list[TransferRecord]
-    #: The id to continue below, or None on the last page.
-    next_before: int | None
-
-
-@dataclass(frozen=True)
-class MatchOutcome:
-    player: str
-    seat: int
-    outcome: Outcome
-
-
-@dataclass(frozen=True)
-class PrizeShare:
-    player: str
-    place: int
-    share_bp: int
-
-
-class _Plan:
-    """The transfer rows an operation will write, and the accounts they change."""
-
-    def __init__(
-        self, caller: Caller, request_id: str, now: datetime, locked: dict[str, Locked], note: str = ""
-    ) -> None:
-        self.caller = caller
-        self.request_id = request_id
-        self.now = now
-        self.locked = locked
-        self.note = note
-        self.rows: list[dict[str, Any]] = []
-        self.system: dict[str, int] = {}
-
-    def add(
-        self,
-        phase: str,
-        debit: str,
-        credit: str,
-        amount: int,
-        reason: str,
-        tags: dict[str, str | None],
-        *,
-        pending_id: int | None = None,
-        expires_at: datetime | None = None,
-    ) -> None:
-        """A transfer row, and its effect on the balances: a posted transfer (single, post)
-        moves `amount` between the posted balances; a hold moves it into held and incoming; a
-        release (void, expire) and a posting take it out of them again."""
-        self.rows.append(
-            {
-                "id": 0,
-                "phase": phase,
-                "pending_id": pending_id,
-                "debit_account": debit,
-                "credit_account": credit,
-                "amount": amount,
-                "reason": reason,
-                "match_id": tags.get("match_id"),
-                "tournament": tags.get("tournament"),
-                "requested_by": self.caller.principal,
-                "on_behalf_of": self.caller.acting_for,
-                "request_id": self.request_id,
-                "note": self.note,
-                "created_at": self.now,
-                "expires_at": expires_at,
-            }
-        )
-        if phase in ("pending", "post", "void", "expire"):
-            sign = 1 if phase == "pending" else -1
-            self.locked[debit].d_held += sign * amount
-            self.locked[credit].d_incoming += sign * amount
-        if phase in POSTED_PHASES:
-            self._post(debit, -amount)
-            self._post(credit, amount)
-
-    def _post(self, account_id: str, amount: int) -> None:
-        if account_id in self.locked:
-            self.locked[account_id].d_balance += amount
-        elif account_id in (HOUSE, TREASURY):
-            self.system[account_id] = self.system.get(account_id, 0) + amount
-        else:
-            raise AssertionError(f"{account_id} changed without its lock")
-
-    async def finish(self, store: Store) -> tuple[list[TransferRecord], Batch]:
-        """Gives the rows their ids and makes the batch that writes them."""
-        ids = await store.reserve_ids(len(self.rows))
-        for row, transfer_id in zip(self.rows, ids, strict=True):
-            row["id"] = transfer_id
-        records = [TransferRecord(**row) for row in self.rows]
-        batch = Batch(now=self.now, transfers=self.rows, accounts=list(self.locked.values()), system=self.system)
-        return records, batch
 
 
 def _closed(pot: Pot, state: str | None) -> PotClosedError:
@@ -370,7 +185,7 @@ class Wallet:
         if not await store.open_player(account_id, player, now):
             raise AccountExistsError(f"accounts/{account_id} is open already")
         account = Locked(account_id, "player", 0, 0, 0, None)
-        plan = _Plan(caller, request_id, now, {account_id: account}, note="starting grant")
+        plan = TransferPlan(caller, request_id, now, {account_id: account}, note="starting grant")
         grant = self.settings.starting_grant_chips
         if grant > 0:
             plan.add("single", TREASURY, account_id, grant, "grant", {})
@@ -409,7 +224,7 @@ class Wallet:
         if kind != "promotion" and await store.has_grant_claim(player, kind, period):
             what = "the starting grant" if kind == "starting" else f"the daily bonus of {period} (UTC)"
             raise GrantRefusedError(f"players/{player} has already received {what}")
-        plan = _Plan(caller, request_id, now, locked, note=note or kind.replace("_", " "))
+        plan = TransferPlan(caller, request_id, now, locked, note=note or kind.replace("_", " "))
         plan.add("single", TREASURY, account_id, amount, "grant", {})
         (transfer,), batch = await plan.finish(store)
         if kind != "promotion":
@@ -435,7 +250,7 @@ class Wallet:
             raise InsufficientChipsError(
                 f"accounts/{account_id} has {available} chips available, fewer than the {-amount} to debit"
             )
-        plan = _Plan(caller, request_id, now, locked, note=note)
+        plan = TransferPlan(caller, request_id, now, locked, note=note)
         if amount > 0:
             plan.add("single", TREASURY, account_id, amount, "correction", {})
         else:
@@ -488,7 +303,7 @@ class Wallet:
                     f"{pot.describe()} has {len(holding)} live stakes;"
                     f" {len(stakes)} more would exceed {MAX_MATCH_STAKES}"
                 )
-        plan = _Plan(caller, request_id, now, locked)
+        plan = TransferPlan(caller, request_id, now, locked)
         for player, amount in stakes:
             plan.add("pending", player_account(player), escrow, amount, "bet", pot.tags(), expires_at=expires_at)
         holds, batch = await plan.finish(store)
@@ -582,7 +397,7 @@ class Wallet:
         cut: int,
     ) -> tuple[SettleResult, Batch]:
         """Posts the holds into the escrow, pays `payouts` and `cut` out of it, closes the pot."""
-        plan = _Plan(caller, request_id, now, locked)
+        plan = TransferPlan(caller, request_id, now, locked)
         tags = pot.tags()
         for hold in holds:
             plan.add("post", hold.account, pot.account, hold.amount, "bet", tags, pending_id=hold.transfer_id)
@@ -595,7 +410,7 @@ class Wallet:
         return SettleResult(rows, sum(hold.amount for hold in holds), cut), batch
 
     async def _close(
-        self, store: Store, plan: _Plan, holds: Sequence[Hold], pot: Pot, state: str | None
+        self, store: Store, plan: TransferPlan, holds: Sequence[Hold], pot: Pot, state: str | None
     ) -> tuple[list[TransferRecord], Batch]:
         escrow = plan.locked[pot.account]
         if escrow.balance + escrow.d_balance != 0:  # every chip posted into the escrow leaves it
@@ -630,7 +445,7 @@ class Wallet:
                     raise HoldStateError(f"{field_name}[{i}]: players/{player} has no live stake in {pot.describe()}")
         affected = [by_account[player_account(p)] for p in only] if only else holds
         await self._lock_holders(store, locked, affected)
-        plan = _Plan(caller, request_id, now, locked, note=reason)
+        plan = TransferPlan(caller, request_id, now, locked, note=reason)
         tags = pot.tags()
         penalised_accounts = {player_account(p) for p in penalised}
         returned = [hold for hold in affected if hold.account not in penalised_accounts]
@@ -663,7 +478,7 @@ class Wallet:
         locked = await store.lock([h.pot for h in found] + [h.account for h in found])
         # Under the locks the set is stable; another transaction may have resolved some meanwhile.
         current = await store.holds_by_id([h.transfer_id for h in found], now) if found else []
-        plan = _Plan(caller, request_id, now, locked)
+        plan = TransferPlan(caller, request_id, now, locked)
         for hold in current:
             tags = {"match_id": hold.match_id, "tournament": hold.tournament}
             plan.add("expire", hold.account, hold.pot, hold.amount, "refund", tags, pending_id=hold.transfer_id)

@@ -27,7 +27,7 @@ from services.common.db import Database
 from services.common.server import Deps, ServiceSpec
 from services.common.server import main as common_main
 from services.wallet import audit as audit_module
-from services.wallet import core
+from services.wallet import core, records
 from services.wallet.api import WalletApi
 from services.wallet.settings import WalletSettings
 from services.wallet.settings import load as load_settings
@@ -52,11 +52,11 @@ class Sweeper:
 
     async def sweep(self) -> int:
         """One pass: every hold past its time, in batches; returns how many expired."""
-        caller = core.Caller(core.SWEEPER)
+        caller = records.Caller(core.SWEEPER)
         count = 0
         while True:
 
-            async def expire(store: Store) -> core.ExpireResult:
+            async def expire(store: Store) -> records.ExpireResult:
                 result, batch = await self.wallet.expire_holds(store, caller, "", None)
                 await store.write(batch)
                 return result

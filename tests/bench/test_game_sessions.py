@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench import game_sessions
+from bench import game_sessions, session_driver
 from tests.services.harness import ROOT
 
 FIGURES = {
@@ -127,7 +127,7 @@ async def test_the_driver_settles_its_collector_young_objects_frozen_each_time()
     assert garbage() is not None
     tracked_before = {id(o) for o in gc.get_objects()}
     assert all(id(k) in tracked_before for k in kept)
-    task = asyncio.ensure_future(game_sessions.settle_collector(0.01, settled))
+    task = asyncio.ensure_future(session_driver.settle_collector(0.01, settled))
     try:
         await asyncio.wait_for(first.wait(), timeout=10)
         tracked_after = {id(o) for o in gc.get_objects()}  # every generation but the frozen one

@@ -11,7 +11,7 @@ import pytest
 
 from services.common import migrations
 from services.common.db import Database
-from services.ranking import core
+from services.ranking import core, matches
 from services.ranking.progress import Outcome
 from services.ranking.service import SPEC
 
@@ -30,23 +30,23 @@ async def db(database: Database) -> AsyncIterator[Database]:
 
 def seat(
     player: str, seat: int, outcome: Outcome, score: int = 0, canastras: int = 0, group: int | None = None
-) -> core.SeatResult:
-    return core.SeatResult(player, seat, outcome, score, canastras, group)
+) -> matches.SeatResult:
+    return matches.SeatResult(player, seat, outcome, score, canastras, group)
 
 
 def match(
     match_id: str,
-    *seats: core.SeatResult,
+    *seats: matches.SeatResult,
     preset: str = "aberto",
     players: int | None = None,
     express: bool = False,
     competitive: bool = True,
     annulled: bool = False,
     end_time: datetime = NOW,
-) -> core.FinishedMatch:
+) -> matches.FinishedMatch:
     size = players if players is not None else (4 if len(seats) > 2 else 2)
     content = repr((match_id, seats, preset, size, express, competitive, annulled, end_time))
-    return core.FinishedMatch(
+    return matches.FinishedMatch(
         match_id=match_id,
         preset=preset,
         players=size,
@@ -59,10 +59,10 @@ def match(
     )
 
 
-def duel(match_id: str, winner: str, loser: str, **options: object) -> core.FinishedMatch:
+def duel(match_id: str, winner: str, loser: str, **options: object) -> matches.FinishedMatch:
     return match(match_id, seat(winner, 0, Outcome.WON, 1500), seat(loser, 1, Outcome.LOST, 700), **options)  # type: ignore[arg-type]
 
 
-async def record(db: Database, finished: core.FinishedMatch, now: datetime = NOW) -> core.MatchRecorded:
+async def record(db: Database, finished: matches.FinishedMatch, now: datetime = NOW) -> matches.MatchRecorded:
     async with db.transaction() as session:
         return await core.record_match(session, finished, zone=ZONE, now=now)

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from services.common.db import Database
-from services.ranking import core, leaderboards
+from services.ranking import core, leaderboards, rating_store
 from services.ranking.errors import NotOnLeaderboardError
 from services.ranking.leaderboards import BUCKET_WIDTH, EntryChange, Position
 from services.ranking.periods import SLOT_MICROSECONDS, Period
@@ -24,9 +24,9 @@ def at(text: str) -> datetime:
 
 
 async def page(db: Database, metric: str, scope: str, period: Period, moment: datetime) -> list[tuple[str, int]]:
-    ref = core.board_ref(metric, scope, period, moment, ZONE)
+    ref = leaderboards.board_ref(metric, scope, period, moment, ZONE)
     async with db.transaction() as session:
-        ranked, _ = await core.leaderboard_page(session, ref.key, after=None, limit=100)
+        ranked, _ = await leaderboards.leaderboard_page(session, ref.key, after=None, limit=100)
     assert [r.rank for r in ranked] == list(range(1, len(ranked) + 1))
     return [(r.position.player, r.position.score) for r in ranked]
 
@@ -66,10 +66,10 @@ async def test_the_configured_zone_decides_the_day(db: Database) -> None:
     async with db.transaction() as session:
         await core.record_match(session, duel("m1", "alice", "bob", end_time=late), zone=utc, now=late)
     assert await page(db, "xp", "*", Period.DAILY, late) == []  # Sunday in Sao Paulo: not there
-    key = core.board_ref("xp", "*", Period.DAILY, late, utc).key
+    key = leaderboards.board_ref("xp", "*", Period.DAILY, late, utc).key
     assert key == "xp|*|day|2026-11-30"
     async with db.transaction() as session:
-        ranked, _ = await core.leaderboard_page(session, key, after=None, limit=10)
+        ranked, _ = await leaderboards.leaderboard_page(session, key, after=None, limit=10)
     assert [r.position.player for r in ranked] == ["alice", "bob"]
 
 
@@ -93,7 +93,7 @@ async def test_global_and_modality_scopes_and_the_rating_boards(db: Database) ->
     two = await page(db, "r2", "*", Period.DAILY, now)
     assert [p for p, _ in two] == ["alice", "bob"]
     async with db.transaction() as session:
-        (alice,) = await core.get_ratings(session, ["alice"], "fechado", 2)
+        (alice,) = await rating_store.get_ratings(session, ["alice"], "fechado", 2)
     assert two[0][1] == round(alice.ordinal * 100)  # the ordinal, in hundredths
     assert [p for p, _ in await page(db, "r4", "aberto", Period.WEEKLY, now)][:2] == ["carol", "erin"]
     assert await page(db, "r4", "fechado", Period.ALL_TIME, now) == []
@@ -108,12 +108,12 @@ async def test_ties_rank_by_earlier_achievement_then_player_id(db: Database) -> 
     ranked = await page(db, "xp", "*", Period.DAILY, base)
     assert ranked[:4] == [("cid", 40), ("zoe", 40), ("amy", 40), ("bob", 40)]
     assert [p for p, _ in ranked[4:]] == ["x4", "x1", "x2", "x3"]  # the 5 XP losers, the same way
-    key = core.board_ref("xp", "*", Period.DAILY, base, ZONE).key
+    key = leaderboards.board_ref("xp", "*", Period.DAILY, base, ZONE).key
     async with db.transaction() as session:
-        assert (await core.leaderboard_rank(session, key, "amy")).rank == 3
-        assert (await core.leaderboard_rank(session, key, "x3")).rank == 8
+        assert (await leaderboards.leaderboard_rank(session, key, "amy")).rank == 3
+        assert (await leaderboards.leaderboard_rank(session, key, "x3")).rank == 8
         with pytest.raises(NotOnLeaderboardError):
-            await core.leaderboard_rank(session, key, "nobody")
+            await leaderboards.leaderboard_rank(session, key, "nobody")
 
 
 async def _fill(db: Database, board: str, entries: list[Position]) -> None:
@@ -130,17 +130,17 @@ async def test_paging_and_windows_around_a_player(db: Database) -> None:
     after = None
     async with db.transaction() as session:
         while True:
-            ranked, more = await core.leaderboard_page(session, board, after=after, limit=5)
+            ranked, more = await leaderboards.leaderboard_page(session, board, after=after, limit=5)
             seen += [(r.rank, r.position.player) for r in ranked]
             if not more:
                 break
             after = ranked[-1].position
         assert seen == [(i + 1, f"p{i:02d}") for i in range(23)]
 
-        def window(ranked: list[core.Ranked]) -> list[tuple[int, str]]:
+        def window(ranked: list[leaderboards.Ranked]) -> list[tuple[int, str]]:
             return [(r.rank, r.position.player) for r in ranked]
 
-        assert window(await core.neighbours(session, board, "p10", above=2, below=3)) == [
+        assert window(await leaderboards.neighbours(session, board, "p10", above=2, below=3)) == [
             (9, "p08"),
             (10, "p09"),
             (11, "p10"),
@@ -148,13 +148,16 @@ async def test_paging_and_windows_around_a_player(db: Database) -> None:
             (13, "p12"),
             (14, "p13"),
         ]
-        assert window(await core.neighbours(session, board, "p01", above=5, below=1)) == [
+        assert window(await leaderboards.neighbours(session, board, "p01", above=5, below=1)) == [
             (1, "p00"),
             (2, "p01"),
             (3, "p02"),
         ]
-        assert window(await core.neighbours(session, board, "p22", above=1, below=5)) == [(22, "p21"), (23, "p22")]
-        assert window(await core.neighbours(session, board, "p05", above=0, below=0)) == [(6, "p05")]
+        assert window(await leaderboards.neighbours(session, board, "p22", above=1, below=5)) == [
+            (22, "p21"),
+            (23, "p22"),
+        ]
+        assert window(await leaderboards.neighbours(session, board, "p05", above=0, below=0)) == [(6, "p05")]
 
 
 @pytest.mark.parametrize("period", [Period.ALL_TIME, Period.DAILY])
@@ -178,7 +181,7 @@ async def test_counted_ranks_equal_the_entries_ahead_through_random_changes(db: 
         async with db.transaction() as session:
             for expected, p in enumerate(order, start=1):
                 assert await leaderboards.rank_of(session, board, p) == expected, p
-                assert await core.leaderboard_rank(session, board, p.player) == core.Ranked(expected, p)
+                assert await leaderboards.leaderboard_rank(session, board, p.player) == leaderboards.Ranked(expected, p)
             # A position that is nobody's ranks just after everyone ahead of it.
             probe = Position(order[40].score, order[40].achieved_us, order[40].player + "~")
             assert await leaderboards.rank_of(session, board, probe) == 42

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from services.common.db import Database
-from services.ranking import core, models
+from services.ranking import leaderboards, models, profiles, rating_store
 from services.ranking.errors import MatchConflictError
 from services.ranking.progress import Outcome
 from services.ranking.ratings import DEFAULT_MU, DEFAULT_SIGMA
@@ -20,14 +20,14 @@ from tests.services.ranking.conftest import NOW, duel, match, record, seat
 W, L, A, V = Outcome.WON, Outcome.LOST, Outcome.ABANDONED, Outcome.VOID
 
 
-async def profile(db: Database, player: str) -> core.Profile:
+async def profile(db: Database, player: str) -> profiles.Profile:
     async with db.transaction() as session:
-        return await core.get_profile(session, player)
+        return await profiles.get_profile(session, player)
 
 
 async def board(db: Database, key: str) -> list[tuple[int, str, int]]:
     async with db.transaction() as session:
-        ranked, _ = await core.leaderboard_page(session, key, after=None, limit=100)
+        ranked, _ = await leaderboards.leaderboard_page(session, key, after=None, limit=100)
     return [(r.rank, r.position.player, r.position.score) for r in ranked]
 
 
@@ -47,13 +47,13 @@ async def test_xp_for_points_and_express_wins_and_losses_with_statistics(db: Dat
     assert [(r.player, r.xp_gained, r.xp_total) for r in express.results] == [("bob", 20, 25), ("alice", 5, 45)]
     alice = await profile(db, "alice")
     assert (alice.xp, alice.level, alice.level_start_xp, alice.next_level_xp) == (45, 1, 0, 100)
-    assert alice.stats == core.Stats(matches=2, wins=1, losses=1, abandonments=0, canastras=1, average_score=700)
+    assert alice.stats == profiles.Stats(matches=2, wins=1, losses=1, abandonments=0, canastras=1, average_score=700)
     bob = await profile(db, "bob")
-    assert bob.stats == core.Stats(matches=2, wins=1, losses=1, abandonments=0, canastras=2, average_score=500)
+    assert bob.stats == profiles.Stats(matches=2, wins=1, losses=1, abandonments=0, canastras=2, average_score=500)
     assert await board(db, "xp|*|all|-") == [(1, "alice", 45), (2, "bob", 25)]
     assert await board(db, "xp|aberto|day|2026-11-29") == [(1, "alice", 45), (2, "bob", 25)]
     # A player never recorded: level 1, nothing.
-    assert await profile(db, "carol") == core.Profile("carol", 0, 1, 0, 100)
+    assert await profile(db, "carol") == profiles.Profile("carol", 0, 1, 0, 100)
 
 
 async def test_practice_and_annulled_matches_give_nothing(db: Database) -> None:
@@ -65,7 +65,7 @@ async def test_practice_and_annulled_matches_give_nothing(db: Database) -> None:
             (0, 0, False, None)
         ] * 2
     for player in ("alice", "bob"):
-        assert await profile(db, player) == core.Profile(player, 0, 1, 0, 100)  # no statistics either
+        assert await profile(db, player) == profiles.Profile(player, 0, 1, 0, 100)  # no statistics either
     assert await row_count(db, models.xp_events) == 0
     assert await row_count(db, models.ratings) == 0
     assert await row_count(db, models.board_entries) == 0
@@ -111,7 +111,7 @@ async def test_an_abandoning_player_gets_no_xp_counts_an_abandonment_and_is_rate
     assert after["carol"] is not None and after["carol"].mu > DEFAULT_MU
     assert after["bob"] is not None and after["bob"].mu < DEFAULT_MU
     alice = await profile(db, "alice")
-    assert alice.stats == core.Stats(matches=1, wins=0, losses=0, abandonments=1, canastras=0, average_score=1200)
+    assert alice.stats == profiles.Stats(matches=1, wins=0, losses=0, abandonments=1, canastras=0, average_score=1200)
     # She is on no XP board (nothing gained), but on the rating boards with her lower rating.
     assert [p for _, p, _ in await board(db, "xp|*|all|-")] == ["carol", "bob", "dave"]
     assert next(p for _, p, _ in await board(db, "r4|aberto|all|-")) == "carol"
@@ -146,14 +146,14 @@ async def test_level_ups_are_in_the_result_and_in_the_players_feed(db: Database)
     assert [r.level for r in mine] == [1, 1, 2, 2, 2, 2, 2, 3]
     assert [r.level_up for r in mine] == [False, False, True, False, False, False, False, True]
     async with db.transaction() as session:
-        page, before = await core.list_xp_events(session, "alice", limit=3)
+        page, before = await profiles.list_xp_events(session, "alice", limit=3)
         assert [(e.match_id, e.xp_total, e.level_up) for e in page] == [
             ("m7", 320, True),
             ("m6", 280, False),
             ("m5", 240, False),
         ]
         assert page[0].time == NOW + timedelta(minutes=7)
-        rest, end = await core.list_xp_events(session, "alice", limit=10, before_seq=before)
+        rest, end = await profiles.list_xp_events(session, "alice", limit=10, before_seq=before)
     assert [e.match_id for e in rest] == ["m4", "m3", "m2", "m1", "m0"] and end is None
     assert [e.level_up for e in rest] == [False, False, True, False, False]
 
@@ -163,12 +163,12 @@ async def test_ratings_per_modality_and_table_size_with_history(db: Database) ->
         await record(db, duel(f"m{i}", "alice", "bob", end_time=NOW + timedelta(minutes=i)))
     await record(db, duel("f1", "bob", "alice", preset="fechado"))
     async with db.transaction() as session:
-        aberto = await core.get_ratings(session, ["alice", "bob", "nobody"], "aberto", 2)
-        fechado = await core.get_ratings(session, ["alice"], "fechado", 2)
-        pairs = await core.get_ratings(session, ["alice"], "aberto", 4)
-        overall = await core.get_ratings(session, ["alice"], "*", 2)
-        history, before = await core.rating_history(session, "alice", "aberto", 2, limit=2)
-        older, end = await core.rating_history(session, "alice", "aberto", 2, limit=2, before_seq=before)
+        aberto = await rating_store.get_ratings(session, ["alice", "bob", "nobody"], "aberto", 2)
+        fechado = await rating_store.get_ratings(session, ["alice"], "fechado", 2)
+        pairs = await rating_store.get_ratings(session, ["alice"], "aberto", 4)
+        overall = await rating_store.get_ratings(session, ["alice"], "*", 2)
+        history, before = await rating_store.rating_history(session, "alice", "aberto", 2, limit=2)
+        older, end = await rating_store.rating_history(session, "alice", "aberto", 2, limit=2, before_seq=before)
     alice, bob, nobody = aberto
     assert alice.matches == 3 and alice.ordinal > 0 > bob.ordinal
     assert (nobody.mu, nobody.sigma, nobody.matches, nobody.updated_at) == (DEFAULT_MU, DEFAULT_SIGMA, 0, None)
@@ -188,5 +188,5 @@ async def test_concurrent_recording_applies_each_match_once(db: Database) -> Non
     alice = await profile(db, "alice")
     assert alice.xp == 6 * 40 and alice.stats.matches == 6
     async with db.transaction() as session:
-        (rating,) = await core.get_ratings(session, ["alice"], "aberto", 2)
+        (rating,) = await rating_store.get_ratings(session, ["alice"], "aberto", 2)
     assert rating.matches == 6

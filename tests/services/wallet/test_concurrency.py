@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from buraco.v1 import common_pb2, wallet_pb2
 from services.common.db import Database
 from services.common.errors import ServiceError
-from services.wallet import core, models
+from services.wallet import models, records
 from services.wallet.settings import WalletSettings
 from services.wallet.store import Batch, Claimed, ClaimRequest, PgStore, Store
 from services.wallet.transactions import Transactions
@@ -218,7 +218,7 @@ async def test_a_settlement_that_waited_for_the_pot_sees_the_holds_made_meanwhil
         store = PgStore(late)
         wallet = ledger.api.wallet
         _, batch = await wallet.hold_bets(
-            store, core.Caller("services/tournament"), "b2", core.Pot("tournament", "t"), [("z", 100)], None
+            store, records.Caller("services/tournament"), "b2", records.Pot("tournament", "t"), [("z", 100)], None
         )
         await store.write(batch)  # z's buy-in is written, not committed: the escrow stays locked
         prizes = [wallet_pb2.Prize(player="players/x", place=1, share_bp=10_000)]

@@ -1,36 +1,8 @@
-"""Ranking benchmark: ``python -m bench.ranking`` (``make bench-ranking``); runs outside CI.
-
-Prints one figure per line as ``bench: NAME VALUE UNIT``:
-
-1. The rating model's predictive accuracy on engine self-play. Bot players of five strengths (the
-   random-legal bot, made weaker by skipping its melds and additions with a probability: 0, 0.5,
-   0.7, 0.8, 0.9; the heuristic bot as a sixth, strongest level when the engine has it) play express
-   matches, 2 players and pairs. Ratings are learned match by match per table size, as the service
-   does; over the second half of the matches (held out: each is predicted before the model learns
-   from it) it reports how often the higher-rated side wins, the log-loss and the Brier score of the
-   predicted win probability, next to a coin flip and to an oracle that knows each bot's strength.
-   The same for OpenSkill's other models on the same results.
-2. At 1,000,000 players on PostgreSQL, in a schema of its own (dropped at the end): players,
-   ratings and two all-time leaderboards (XP with many ties; ratings) are loaded with COPY; then
-   the p50/p99 of top-100, rank-of-player and players-around-a-player reads (through the core, a
-   transaction each, as the service runs them), with a plain index count of the entries ahead as
-   the baseline; then RecordMatch through gRPC on an in-process server, matches per second, with
-   GetPlayer calls per second as the baseline. Ranks are checked against the plain count.
-
-Options: ``--players N`` (default 1,000,000), ``--selfplay N`` matches (default 1,600),
-``--record N`` matches (default 1,500), ``--seed S`` of the self-play (default 6),
-``--postgres URL`` (default BURACO_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test),
-``--skip-selfplay``, ``--skip-database``.
-"""
+"""Part 2 of the ranking benchmark: the database at scale, on PostgreSQL: leaderboard reads and
+RecordMatch at 1,000,000 players (bench/ranking/__init__.py describes it)."""
 
 from __future__ import annotations
 
-from services.common.transport import use_suite_transport
-
-use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
-# ruff: noqa: E402  (the imports below come after that call on purpose)
-
-import argparse
 import asyncio
 import functools
 import json
@@ -50,207 +22,26 @@ from typing import Any
 import asyncpg
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from openskill.models import BradleyTerryFull, PlackettLuce, ThurstoneMostellerFull
 from sqlalchemy import text
 
+from bench.ranking import emit
 from buraco.v1 import common_pb2, ranking_pb2, ranking_pb2_grpc
-from engine.actions import Action, Discard
-from engine.bots.base import Bot, make_bot
-from engine.match import MatchState
-from engine.rules import ruleset_from_spec
 from services.common import migrations
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
 from services.common.config import Config
 from services.common.db import Database
 from services.common.server import Server
-from services.ranking import core, leaderboards, models, ratings
+from services.ranking import leaderboards, models, ratings
 from services.ranking.leaderboards import EntryChange, Position
 from services.ranking.periods import SLOT_MICROSECONDS
 from services.ranking.progress import level_for
 from services.ranking.service import SPEC
-
-DEFAULT_URL = os.environ.get("BURACO_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def emit(name: str, value: float, unit: str, digits: int = 3) -> None:
-    print(f"bench: {name} {value:.{digits}f} {unit}", flush=True)
 
 
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
-
-# -- 1. predictive accuracy on self-play ---------------------------------------------------------
-
-
-class HesitantBot:
-    """The random-legal bot, weakened: in the play phase, with probability `skip` it discards at
-    once instead of melding or adding (where a discard is legal)."""
-
-    def __init__(self, skip: float, seed: int) -> None:
-        self.inner = make_bot("random", seed)
-        self.skip = skip
-        self.rng = random.Random(seed * 7919 + 1)
-        self.name = f"random-skip-{skip}"
-
-    def choose(self, view: Any, legal: list[Action]) -> Action:
-        if view["phase"] == "play" and self.rng.random() < self.skip:
-            discards = [a for a in legal if isinstance(a, Discard)]
-            if discards and len(discards) < len(legal):
-                return self.inner.choose_discard(view, legal)
-        return self.inner.choose(view, legal)
-
-    def choose_discard(self, view: Any, legal: list[Action]) -> Discard:
-        return self.inner.choose_discard(view, legal)
-
-
-@dataclass(frozen=True)
-class BotPlayer:
-    name: str
-    #: Strength rank for the oracle: lower is stronger.
-    level: int
-    kind: str
-    skip: float
-
-    def bot(self, seed: int) -> Bot:
-        if self.kind == "heuristic":
-            return make_bot("heuristic", seed)
-        return HesitantBot(self.skip, seed)
-
-
-@dataclass(frozen=True)
-class Result:
-    players: int
-    sides: tuple[tuple[BotPlayer, ...], tuple[BotPlayer, ...]]
-    winner: int
-
-
-def heuristic_available() -> bool:
-    try:
-        make_bot("heuristic", 0)
-    except ValueError:
-        return False
-    return True
-
-
-def population() -> list[BotPlayer]:
-    skips = [0.0, 0.5, 0.7, 0.8, 0.9]
-    levels: list[tuple[str, float]] = [("random", s) for s in skips]
-    if heuristic_available():
-        levels.insert(0, ("heuristic", 0.0))
-    return [
-        BotPlayer(f"{kind}-{skip}-{copy}", level, kind, skip)
-        for level, (kind, skip) in enumerate(levels)
-        for copy in range(6)
-    ]
-
-
-def play(result_players: list[BotPlayer], seed: int) -> int:
-    """One express match (one hand); the winning side."""
-    size = len(result_players)
-    rules = ruleset_from_spec({"preset": "aberto", "target": 0})
-    state = MatchState(rules, size, seed % size)
-    bots = [p.bot(seed * 10 + i) for i, p in enumerate(result_players)]
-    state.start_hand(seed=seed)
-    while not state.is_over():
-        if state.needs_deal():  # express: never, but a tie rule could ask for another hand
-            state.start_hand(seed=seed + 10**6)
-        hand = state.hand
-        assert hand is not None
-        seat = hand.to_act
-        state.apply(bots[seat].choose(hand.view(seat), hand.legal_actions()), seat)
-    winner = state.winner
-    assert winner is not None
-    return winner
-
-
-def selfplay(matches: int, seed: int = 6) -> list[Result]:
-    rng = random.Random(seed)
-    people = population()
-    results: list[Result] = []
-    for index in range(matches):
-        size = 2 if index % 3 else 4  # two thirds 2-player, one third pairs
-        seated = rng.sample(people, size)
-        winner = play(seated, seed * 100_000 + index)
-        results.append(Result(size, (tuple(seated[0::2]), tuple(seated[1::2])), winner))
-    return results
-
-
-@dataclass
-class Scores:
-    correct: float = 0.0
-    log_loss: float = 0.0
-    brier: float = 0.0
-    count: int = 0
-
-    def add(self, p_winner: float) -> None:
-        self.correct += 1.0 if p_winner > 0.5 else 0.5 if p_winner == 0.5 else 0.0
-        p = min(max(p_winner, 1e-12), 1 - 1e-12)
-        self.log_loss -= math.log(p)
-        self.brier += (1.0 - p_winner) ** 2
-        self.count += 1
-
-
-def evaluate(model: Any, results: list[Result], held_out_from: int) -> Scores:
-    """Learn match by match (one rating per bot player and table size); score each held-out match's
-    prediction made before learning from it."""
-    table: dict[tuple[str, int], Any] = {}
-    scores = Scores()
-    for index, result in enumerate(results):
-        teams = [[table.setdefault((p.name, result.players), model.rating()) for p in side] for side in result.sides]
-        if index >= held_out_from:
-            scores.add(model.predict_win(teams)[result.winner])
-        ranks = [0.0 if side == result.winner else 1.0 for side in range(2)]
-        rated = model.rate(teams, ranks=ranks)
-        for side, team in zip(result.sides, rated, strict=True):
-            for player, rating in zip(side, team, strict=True):
-                table[(player.name, result.players)] = rating
-    return scores
-
-
-def oracle(results: list[Result], held_out_from: int) -> float:
-    """How often the side of the stronger bots (by construction) won."""
-    right = 0.0
-    held = results[held_out_from:]
-    for result in held:
-        strength = [sum(p.level for p in side) for side in result.sides]
-        if strength[0] == strength[1]:
-            right += 0.5
-        else:
-            right += 1.0 if strength[result.winner] < strength[1 - result.winner] else 0.0
-    return right / len(held)
-
-
-def bench_accuracy(matches: int, seed: int) -> None:
-    started = time.perf_counter()
-    results = selfplay(matches, seed)
-    emit("selfplay_matches", len(results), "matches", 0)
-    emit("selfplay_seconds", time.perf_counter() - started, "s", 1)
-    held_out_from = len(results) // 2
-    emit("rating_heldout_matches", len(results) - held_out_from, "matches", 0)
-    service_model = evaluate(ratings.MODEL, results, held_out_from)
-    n = service_model.count
-    emit("rating_accuracy_higher_rated_wins", service_model.correct / n, "ratio")
-    emit("rating_log_loss", service_model.log_loss / n, "nats")
-    emit("rating_brier", service_model.brier / n, "score")
-    emit("rating_log_loss_coin_flip", math.log(2), "nats")
-    emit("rating_brier_coin_flip", 0.25, "score")
-    best = oracle(results, held_out_from)
-    emit("rating_accuracy_oracle", best, "ratio")
-    emit("rating_accuracy_ratio_to_oracle", (service_model.correct / n) / best, "ratio")
-    for name, model in (
-        ("plackett_luce", PlackettLuce()),
-        ("bradley_terry", BradleyTerryFull()),
-        ("thurstone_mosteller", ThurstoneMostellerFull()),
-    ):
-        other = evaluate(model, results, held_out_from)
-        emit(f"rating_accuracy_{name}", other.correct / other.count, "ratio")
-        emit(f"rating_log_loss_{name}", other.log_loss / other.count, "nats")
-        emit(f"rating_brier_{name}", other.brier / other.count, "score")
-
-
-# -- 2. the database at scale --------------------------------------------------------------------
 
 XP_BOARD = "xp|*|all|-"
 RATING_BOARD = "r2|aberto|all|-"
@@ -272,7 +63,7 @@ class Synthetic:
 
 def synthetic_players(count: int, now: datetime, seed: int = 6) -> Iterator[Synthetic]:
     rng = random.Random(seed)
-    now_us = core.micros(now)
+    now_us = leaderboards.micros(now)
     three_years = 3 * 365 * 86400 * 1_000_000
     for index in range(count):
         matches = int(rng.lognormvariate(2.5, 1.3)) + 1  # median about 13; a long tail of regulars
@@ -389,8 +180,8 @@ def positional(sql: str, names: list[str]) -> str:
 
 async def bench_reads(db: Database, dsn: str, schema: str, ids: list[str]) -> None:
     """Interleaved, so that the machine's noise falls on every figure alike: per round a `SELECT 1`
-    through the same path (the noise floor), a rank through the core and as bare SQL, and every
-    third round a top-100 (core and bare SQL) and a window around a player."""
+    through the same path (the noise floor), a rank through the service's code and as bare SQL,
+    and every third round a top-100 (both ways too) and a window around a player."""
     rng = random.Random(60)
     connection = await asyncpg.connect(dsn, server_settings={"search_path": schema})
     try:
@@ -415,7 +206,7 @@ async def bench_reads(db: Database, dsn: str, schema: str, ids: list[str]) -> No
                 select_one = in_transaction(lambda session: session.execute(text("SELECT 1")))
                 await measure("select1", select_one)
                 ranked = await measure(
-                    "rank", in_transaction(functools.partial(core.leaderboard_rank, board=board, player=player))
+                    "rank", in_transaction(functools.partial(leaderboards.leaderboard_rank, board=board, player=player))
                 )
                 row = await measure(
                     "rank_sql", rank_sql.fetchrow(board, player, leaderboards.BUCKET_WIDTH, slot_length)
@@ -424,14 +215,16 @@ async def bench_reads(db: Database, dsn: str, schema: str, ids: list[str]) -> No
                 if round_ % 3 == 0:
                     page = await measure(
                         "top100",
-                        in_transaction(functools.partial(core.leaderboard_page, board=board, after=None, limit=100)),
+                        in_transaction(
+                            functools.partial(leaderboards.leaderboard_page, board=board, after=None, limit=100)
+                        ),
                     )
                     assert len(page[0]) == 100
                     await measure("top100_sql", top_sql.fetch(board))
                     window = await measure(
                         "around",
                         in_transaction(
-                            functools.partial(core.neighbours, board=board, player=player, above=5, below=5)
+                            functools.partial(leaderboards.neighbours, board=board, player=player, above=5, below=5)
                         ),
                     )
                     assert len(window) >= 6
@@ -478,7 +271,7 @@ async def plain_sample(db: Database, board: str, players: list[str], index: int)
 async def check_ranks(db: Database, board: str, players: list[str]) -> None:
     for player in players:
         async with db.transaction() as session:
-            counted = (await core.leaderboard_rank(session, board, player)).rank
+            counted = (await leaderboards.leaderboard_rank(session, board, player)).rank
         plain = await plain_rank(db, board, player)
         if counted != plain:
             raise AssertionError(f"{board} {player}: counted rank {counted}, plain count {plain}")
@@ -622,25 +415,3 @@ async def bench_database(url: str, players: int, record: int) -> None:
             await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         finally:
             await connection.close()
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.ranking")
-    parser.add_argument("--players", type=int, default=1_000_000)
-    parser.add_argument("--selfplay", type=int, default=1600)
-    parser.add_argument("--record", type=int, default=1500)
-    parser.add_argument("--seed", type=int, default=6, help="seed of the self-play matches")
-    parser.add_argument("--postgres", default=DEFAULT_URL)
-    parser.add_argument("--skip-selfplay", action="store_true")
-    parser.add_argument("--skip-database", action="store_true")
-    args = parser.parse_args()
-    if not args.skip_selfplay:
-        if not heuristic_available():
-            print("# the heuristic bot is not available: strengths come from the weakened random bot", flush=True)
-        bench_accuracy(args.selfplay, args.seed)
-    if not args.skip_database:
-        asyncio.run(bench_database(args.postgres, args.players, args.record))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,39 @@
+"""Ranking benchmark: ``python -m bench.ranking`` (``make bench-ranking``); runs outside CI.
+
+Its two parts are independent: ``accuracy.py`` (1. below) and ``scale.py`` (2.); ``__main__.py``
+reads the options and runs them.
+
+Prints one figure per line as ``bench: NAME VALUE UNIT``:
+
+1. The rating model's predictive accuracy on engine self-play. Bot players of five strengths (the
+   random-legal bot, made weaker by skipping its melds and additions with a probability: 0, 0.5,
+   0.7, 0.8, 0.9; the heuristic bot as a sixth, strongest level when the engine has it) play express
+   matches, 2 players and pairs. Ratings are learned match by match per table size, as the service
+   does; over the second half of the matches (held out: each is predicted before the model learns
+   from it) it reports how often the higher-rated side wins, the log-loss and the Brier score of the
+   predicted win probability, next to a coin flip and to an oracle that knows each bot's strength.
+   The same for OpenSkill's other models on the same results.
+2. At 1,000,000 players on PostgreSQL, in a schema of its own (dropped at the end): players,
+   ratings and two all-time leaderboards (XP with many ties; ratings) are loaded with COPY; then
+   the p50/p99 of top-100, rank-of-player and players-around-a-player reads (through the
+   service's `leaderboards` module, a transaction each, as the service runs them), with a plain
+   index count of the entries ahead as the baseline; then RecordMatch through gRPC on an
+   in-process server, matches per second, with GetPlayer calls per second as the baseline. Ranks
+   are checked against the plain count.
+
+Options: ``--players N`` (default 1,000,000), ``--selfplay N`` matches (default 1,600),
+``--record N`` matches (default 1,500), ``--seed S`` of the self-play (default 6),
+``--postgres URL`` (default BURACO_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test),
+``--skip-selfplay``, ``--skip-database``.
+"""
+
+from __future__ import annotations
+
+from services.common.transport import use_suite_transport
+
+use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
+
+
+def emit(name: str, value: float, unit: str, digits: int = 3) -> None:
+    print(f"bench: {name} {value:.{digits}f} {unit}", flush=True)
+
