@@ -291,6 +291,9 @@ class TableActor:
                 command.done(result, None)
             finally:
                 self._busy = False
+            # nothing of a done command stays alive while the actor waits (the collector would
+            # find it young at its next pass, and keep it)
+            command = future = result = None  # type: ignore[assignment]
 
     def retire(self, error: Exception | None = None) -> None:
         """Stop using this copy (see the module docstring); `error` is what its streams end with."""
