@@ -1,5 +1,6 @@
 """The matchmaking service's gRPC API: a thin servicer (read the caller, check the input,
-call core, build the reply; errors are mapped by the server pipeline).
+call the tickets, the parties or the lobby, build the reply; errors are mapped by the server
+pipeline).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from engine.rules import PRESETS
 from services.common import validation as check
 from services.common.auth import Identity, Kind, current_identity
 from services.common.server import Deps
-from services.matchmaking.core import Core, Viewer
+from services.matchmaking.core import Viewer
 from services.matchmaking.lobby import UPDATABLE, Filters, Lobby
 from services.matchmaking.options import check_preferences, check_table_options
+from services.matchmaking.parties import Parties
+from services.matchmaking.tickets import Tickets
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
@@ -31,9 +34,10 @@ def acting_player(identity: Identity) -> str:
 
 
 class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
-    def __init__(self, deps: Deps, core: Core, lobby: Lobby) -> None:
+    def __init__(self, deps: Deps, tickets: Tickets, parties: Parties, lobby: Lobby) -> None:
         self.deps = deps
-        self.core = core
+        self.tickets = tickets
+        self.parties = parties
         self.lobby = lobby
 
     # -- tickets ----------------------------------------------------------------------------------
@@ -51,12 +55,12 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
         if request.ticket.party:
             party = check.resource_id(request.ticket.party, "ticket.party", "parties")
             check.require(preferences.seats == 4, "ticket.party", "a party plays as partners: 4-player tables only")
-        return await self.core.create_ticket(identity.principal, player, request, preferences, party)
+        return await self.tickets.create_ticket(identity.principal, player, request, preferences, party)
 
     async def GetTicket(self, request: matchmaking_pb2.GetTicketRequest, context: Context) -> matchmaking_pb2.Ticket:
         identity = current_identity()
         ticket = check.resource_id(request.name, "name", "tickets")
-        return await self.core.get_ticket(ticket, viewer_of(identity))
+        return await self.tickets.get_ticket(ticket, viewer_of(identity))
 
     async def CancelTicket(
         self, request: matchmaking_pb2.CancelTicketRequest, context: Context
@@ -64,7 +68,7 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
         identity = current_identity()
         ticket = check.resource_id(request.name, "name", "tickets")
         check.request_id(request.request_id)
-        return await self.core.cancel_ticket(identity.principal, request, ticket, viewer_of(identity))
+        return await self.tickets.cancel_ticket(identity.principal, request, ticket, viewer_of(identity))
 
     async def ConfirmTicket(
         self, request: matchmaking_pb2.ConfirmTicketRequest, context: Context
@@ -72,14 +76,14 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
         identity = current_identity()
         ticket = check.resource_id(request.name, "name", "tickets")
         check.request_id(request.request_id)
-        return await self.core.confirm_ticket(identity.principal, request, ticket, viewer_of(identity))
+        return await self.tickets.confirm_ticket(identity.principal, request, ticket, viewer_of(identity))
 
     async def WatchTicket(
         self, request: matchmaking_pb2.WatchTicketRequest, context: Context
     ) -> AsyncIterator[matchmaking_pb2.Ticket]:
         identity = current_identity()
         ticket = check.resource_id(request.name, "name", "tickets")
-        async for update in self.core.watch_ticket(ticket, viewer_of(identity)):
+        async for update in self.tickets.watch_ticket(ticket, viewer_of(identity)):
             yield update
 
     # -- parties ----------------------------------------------------------------------------------
@@ -88,12 +92,12 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
         identity = current_identity()
         player = acting_player(identity)
         check.request_id(request.request_id)
-        return await self.core.create_party(identity.principal, request, player)
+        return await self.parties.create_party(identity.principal, request, player)
 
     async def GetParty(self, request: matchmaking_pb2.GetPartyRequest, context: Context) -> matchmaking_pb2.Party:
         identity = current_identity()
         party = check.resource_id(request.name, "name", "parties")
-        return await self.core.get_party(party, viewer_of(identity))
+        return await self.parties.get_party(party, viewer_of(identity))
 
     async def InviteToParty(
         self, request: matchmaking_pb2.InviteToPartyRequest, context: Context
@@ -104,21 +108,21 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
         check.request_id(request.request_id)
         invitee = check.player(request.player, "player")
         check.require(invitee != player, "player", "the leader is already in the party")
-        return await self.core.invite_to_party(identity.principal, request, party, player, invitee)
+        return await self.parties.invite_to_party(identity.principal, request, party, player, invitee)
 
     async def JoinParty(self, request: matchmaking_pb2.JoinPartyRequest, context: Context) -> matchmaking_pb2.Party:
         identity = current_identity()
         player = acting_player(identity)
         party = check.resource_id(request.name, "name", "parties")
         check.request_id(request.request_id)
-        return await self.core.join_party(identity.principal, request, party, player)
+        return await self.parties.join_party(identity.principal, request, party, player)
 
     async def LeaveParty(self, request: matchmaking_pb2.LeavePartyRequest, context: Context) -> matchmaking_pb2.Party:
         identity = current_identity()
         player = acting_player(identity)
         party = check.resource_id(request.name, "name", "parties")
         check.request_id(request.request_id)
-        return await self.core.leave_party(identity.principal, request, party, player)
+        return await self.parties.leave_party(identity.principal, request, party, player)
 
     # -- the lobby --------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from services.matchmaking import models
 from services.matchmaking.core import Core, aware
 from services.matchmaking.matcher import Waiting, match_pass
 from services.matchmaking.saga import Sagas
+from services.matchmaking.tickets import Tickets
 
 log = logging.getLogger("buraco.matchmaking")
 
@@ -38,9 +39,10 @@ MIN_PASS_GAP_SECONDS = 0.25
 
 
 class Loop:
-    def __init__(self, core: Core, sagas: Sagas) -> None:
+    def __init__(self, core: Core, sagas: Sagas, tickets: Tickets) -> None:
         self.core = core
         self.sagas = sagas
+        self.tickets = tickets
         self.settings = core.settings
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -140,7 +142,7 @@ class Loop:
         if now - self._polled >= self.settings.watch_poll_seconds:
             self._polled = now
             try:
-                await self.core.poll_watched()
+                await self.tickets.poll_watched()
             except Exception:
                 log.exception("polling the watched tickets failed")
         proposed = 0 if self._stopping else await self.match_once()

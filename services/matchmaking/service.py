@@ -20,10 +20,12 @@ from services.matchmaking.core import Clock, Core
 from services.matchmaking.lobby import Lobby
 from services.matchmaking.loop import Loop
 from services.matchmaking.metrics import MatchmakingMetrics
+from services.matchmaking.parties import Parties
 from services.matchmaking.ports import Platform
 from services.matchmaking.remote import GrpcPlatform
 from services.matchmaking.saga import Sagas
 from services.matchmaking.settings import MatchmakingSettings
+from services.matchmaking.tickets import Tickets
 
 
 @dataclass
@@ -60,11 +62,12 @@ def registrar(
             writes=Database.write,
         )
         core = Core(deps.db, remote, chosen, now, store)
+        tickets = Tickets(core)
         sagas = Sagas(core, MatchmakingMetrics(deps.registry))
-        loop = Loop(core, sagas)
+        loop = Loop(core, sagas, tickets)
         core.wake = loop.wake
         lobby = Lobby(core, sagas)
-        servicer = api.MatchmakingApi(deps, core, lobby)
+        servicer = api.MatchmakingApi(deps, tickets, Parties(core), lobby)
         matchmaking_pb2_grpc.add_MatchmakingServiceServicer_to_server(servicer, server)
         if on_ready is not None:
             on_ready(Running(core, sagas, loop))

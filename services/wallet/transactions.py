@@ -63,17 +63,9 @@ from services.common.db import Database, LazyPool
 from services.common.errors import AlreadyExistsError, ServiceError
 from services.common.idempotency import request_hash
 from services.wallet.errors import TooMuchContentionError
-from services.wallet.store import (
-    Batch,
-    Claimed,
-    ClaimRequest,
-    Hold,
-    Locked,
-    PgStore,
-    SqliteStore,
-    Store,
-    aware,
-)
+from services.wallet.pg_store import PgStore
+from services.wallet.sqlite_store import SqliteStore
+from services.wallet.store import Batch, Claimed, ClaimRequest, Hold, Locked, Store, aware
 
 T = TypeVar("T")
 R = TypeVar("R", bound=Message)

@@ -1,6 +1,6 @@
 """Fixtures of the game-session tests: in-process servers on each database with a clock the tests
 move, bots without delay, a fixed deal seed, and fake wallet/ranking calls that record what the
-outbox delivers."""
+outbox delivers; a table started with its players' streams, and the error of a refused call."""
 
 from __future__ import annotations
 
@@ -223,3 +223,24 @@ def subscribe(stub: Any, metadata: Any, table: str, after_seq: int = 0) -> Strea
 
 def settings(**changes: Any) -> GameSessionSettings:
     return replace(SETTINGS, **changes)
+
+
+async def rpc_error(call: Any) -> grpc.aio.AioRpcError:
+    """The error `call` ends with (the test fails if it succeeds)."""
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    return info.value
+
+
+async def started(cluster: Cluster, table_id: str, *who: str, **opts: Any) -> dict[str, Stream]:
+    """Create a table and subscribe its players; returns their streams once the deal is in."""
+    stub = cluster.stub()
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
+    await stub.CreateTable(table_request(table_id, *who, **opts), metadata=svc)
+    registry = cluster.nodes[0].api.deps.registry
+    assert (registry.get_sample_value("buraco_tables_active", {"service": "game_session"}) or 0) >= 1
+    streams = {name: subscribe(stub, cluster.token(Kind.PLAYER, name), f"tables/{table_id}")
+               for name in sorted(set(who) - {"bot"})}
+    for stream in streams.values():
+        await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
+    return streams

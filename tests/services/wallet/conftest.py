@@ -1,5 +1,6 @@
 """Fixtures of the wallet's tests: a migrated ledger on each database, a servicer called
-directly (no network) as any identity, a clock the tests move, and a snapshot of every table."""
+directly (no network) as any identity, a clock the tests move, a snapshot of every table, a
+refused call proved to change no row, and the audit a test asks for at its end (`audited`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import asyncpg
+import grpc
 import pytest
 from google.protobuf.message import Message
 from sqlalchemy import select
@@ -23,6 +25,7 @@ from services.common import migrations
 from services.common.auth import Identity, Kind, reset_current_identity, set_current_identity
 from services.common.config import Config
 from services.common.db import Database
+from services.common.errors import ServiceError
 from services.common.server import Deps
 from services.wallet import models
 from services.wallet.api import WalletApi
@@ -173,6 +176,20 @@ class Ledger:
         return result
 
 
+async def refused(ledger: Ledger, code: grpc.StatusCode, method: str, request: Any, identity: Any = SERVICE) -> str:
+    """Calls and expects `code`; proves the call changed no row. Returns the message."""
+    before = await ledger.snapshot()
+    with pytest.raises(ServiceError) as caught:
+        await ledger.call(method, request, identity)
+    assert caught.value.code == code, (caught.value.code, caught.value.message)
+    assert await ledger.snapshot() == before
+    return caught.value.message
+
+
+def stakes(**amounts: int) -> list[wallet_pb2.Stake]:
+    return [wallet_pb2.Stake(player=f"players/{p}", amount_chips=a) for p, a in amounts.items()]
+
+
 def make_ledger(
     db: Database, settings: WalletSettings | None = None, clock: Clock | None = None, fault: FaultHook | None = None
 ) -> Ledger:
@@ -203,3 +220,11 @@ async def ledger_factory(wallet_db: Database) -> AsyncIterator[Callable[..., Led
 @pytest.fixture
 def ledger(ledger_factory: Callable[..., Ledger]) -> Ledger:
     return ledger_factory()
+
+
+@pytest.fixture
+async def audited(ledger: Ledger) -> AsyncIterator[None]:
+    """Every test that uses it ends with a clean audit of what it left behind."""
+    yield
+    report = await ledger.audit()
+    assert report.ok, report.problems

@@ -19,8 +19,9 @@ from buraco.v1 import common_pb2, wallet_pb2
 from services.common.db import Database
 from services.common.errors import ServiceError
 from services.wallet import models, records
+from services.wallet.pg_store import PgStore
 from services.wallet.settings import WalletSettings
-from services.wallet.store import Batch, Claimed, ClaimRequest, PgStore, Store
+from services.wallet.store import Batch, Claimed, ClaimRequest, Store
 from services.wallet.transactions import Transactions
 from tests.services.wallet.conftest import GAME, SERVICE, Ledger, fresh_schema, make_ledger, migrated
 

@@ -14,12 +14,12 @@ import asyncpg
 import pytest
 
 from services.common.db import Database
-from services.wallet import store
+from services.wallet import pg_store
 from services.wallet.transactions import Transactions
 from tests.services.wallet.conftest import fresh_schema
 
 #: The statements every batch runs, and how many parameters each takes.
-HOT = {"claim": (store._PG_CLAIM, 8), "lock": (store._PG_LOCK, 2), "write": (store._PG_WRITE, 39)}
+HOT = {"claim": (pg_store._PG_CLAIM, 8), "lock": (pg_store._PG_LOCK, 2), "write": (pg_store._PG_WRITE, 39)}
 
 
 @pytest.fixture

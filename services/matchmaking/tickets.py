@@ -1,0 +1,362 @@
+"""Quick-match tickets: a player's (or a party's) request for one kind of table, from creation
+through the matching loop's proposal and every player's confirmation to the start saga's outcome;
+their views (window, position, estimated wait) and their watch streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buraco.v1 import matchmaking_pb2
+from services.matchmaking import models
+from services.matchmaking.core import Core, Preferences, Viewer, aware, new_id, preferences_of, timestamp
+from services.matchmaking.errors import DependencyUnavailableError, NotAllowedError, StateError, TicketNotFoundError
+from services.matchmaking.parties import party_row
+from services.matchmaking.ports import CallError, Unreachable
+
+Ticket = matchmaking_pb2.Ticket
+#: Ticket states in the database and on the wire.
+TICKET_STATES = {
+    "searching": Ticket.STATE_SEARCHING,
+    "proposed": Ticket.STATE_PROPOSED,
+    "matched": Ticket.STATE_MATCHED,
+    "failed": Ticket.STATE_FAILED,
+    "cancelled": Ticket.STATE_CANCELLED,
+}
+LIVE_TICKET = ("searching", "proposed")
+#: How far back finished waits count for the estimated wait.
+WAIT_HISTORY = timedelta(hours=1)
+#: How often a watch stream rebuilds a searching ticket's view when nothing else changed.
+REFRESH_SECONDS = 5.0
+
+
+class Tickets:
+    """A replica's tickets. One instance serves the API and the matching loop: the loop's
+    `poll_watched` reads the versions of the tickets this instance's watch streams follow."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.db = core.db
+        self.clock = core.clock
+        self.settings = core.settings
+        self.platform = core.platform
+        #: Watched tickets: open streams per ticket, and the version each last sent.
+        self._watchers: dict[str, int] = {}
+        self._watched_versions: dict[str, int] = {}
+
+    # -- views and streams ------------------------------------------------------------------------
+
+    async def _ticket_row(self, session: AsyncSession, ticket_id: str, viewer: Viewer) -> Any:
+        row = (await session.execute(select(models.tickets).where(models.tickets.c.id == ticket_id))).first()
+        if row is None or not (viewer.privileged or viewer.player in row.players):
+            raise TicketNotFoundError(f"tickets/{ticket_id} not found")
+        return row
+
+    async def _position(self, session: AsyncSession, row: Any) -> tuple[int, float | None]:
+        """The ticket's place in its bucket (1 is next) and the mean recent wait there."""
+        t = models.tickets
+        bucket = and_(
+            t.c.preset == row.preset,
+            t.c.seats == row.seats,
+            t.c.length == row.length,
+            t.c.target_points == row.target_points,
+            t.c.mode == row.mode,
+            t.c.bet_chips == row.bet_chips,
+        )
+        later_same_front = or_(t.c.queued_at < row.queued_at, and_(t.c.queued_at == row.queued_at, t.c.id < row.id))
+        ahead = and_(t.c.front == row.front, later_same_front)
+        if not row.front:
+            ahead = or_(t.c.front.is_(True), ahead)
+        position = (
+            await session.execute(select(func.count()).where(t.c.state == "searching", bucket, ahead))
+        ).scalar_one()
+        since = self.clock() - WAIT_HISTORY
+        mean_wait = (
+            await session.execute(
+                select(func.avg(t.c.wait_seconds)).where(bucket, t.c.wait_seconds.is_not(None), t.c.update_time > since)
+            )
+        ).scalar_one()
+        return int(position) + 1, None if mean_wait is None else float(mean_wait)
+
+    async def ticket_view(self, session: AsyncSession, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
+        now = self.clock()
+        out = matchmaking_pb2.Ticket(
+            name=f"tickets/{row.id}",
+            players=[f"players/{p}" for p in row.players],
+            party=f"parties/{row.party}" if row.party else "",
+            preferences=preferences_of(row).pb(),
+            state=TICKET_STATES[row.state],
+            failure_reason=row.failure_reason,
+            create_time=timestamp(row.create_time),
+            update_time=timestamp(row.update_time),
+        )
+        if row.state == "searching":
+            waited = (now - aware(row.queued_at)).total_seconds()
+            half = self.settings.windows.half_width(waited)
+            out.rating_low = row.rating - half
+            out.rating_high = row.rating + half
+            position, mean_wait = await self._position(session, row)
+            out.position = position
+            windows = self.settings.windows
+            expected = mean_wait if mean_wait is not None else windows.open_seconds or windows.step_seconds
+            out.estimated_wait.CopyFrom(Duration(seconds=max(0, math.ceil(expected - waited))))
+        if row.state in ("proposed", "matched") and row.saga_id:
+            player = viewer.player if viewer.player in row.seat_of else row.players[0]
+            out.assignment.CopyFrom(
+                matchmaking_pb2.MatchAssignment(
+                    table=row.game_table,
+                    game_session_address=row.game_address,
+                    match_id=row.saga_id,
+                    seat=int(row.seat_of.get(player, 0)),
+                )
+            )
+        if row.state == "proposed" and row.confirm_deadline is not None:
+            out.confirm_deadline.CopyFrom(timestamp(row.confirm_deadline))
+        return out
+
+    async def get_ticket(self, ticket_id: str, viewer: Viewer) -> matchmaking_pb2.Ticket:
+        async with self.db.read() as session:
+            return await self.ticket_view(session, await self._ticket_row(session, ticket_id, viewer), viewer)
+
+    async def watch_ticket(self, ticket_id: str, viewer: Viewer) -> AsyncIterator[matchmaking_pb2.Ticket]:
+        """The ticket now, then every change, until it is final. Woken by this replica's changes,
+        and by `poll_watched` (the matching loop's one query for every watched ticket's version)
+        for changes made by other replicas; a searching ticket's view is also rebuilt every
+        REFRESH_SECONDS (its window, position and estimated wait move with time)."""
+        # (The first read is a full one: NOT_FOUND ends the stream before it sends anything.)
+        key = f"ticket:{ticket_id}"
+        sent = b""
+        self._watchers[ticket_id] = self._watchers.get(ticket_id, 0) + 1
+        try:
+            while True:
+                event = self.core.notifier.event(key)
+                async with self.db.read() as session:
+                    row = await self._ticket_row(session, ticket_id, viewer)
+                    view = await self.ticket_view(session, row, viewer)
+                self._watched_versions[ticket_id] = row.version
+                data = view.SerializeToString(deterministic=True)
+                if data != sent:
+                    sent = data
+                    yield view
+                if row.state not in LIVE_TICKET:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(REFRESH_SECONDS):
+                        await event.wait()
+        finally:
+            left = self._watchers.pop(ticket_id, 1) - 1
+            if left > 0:
+                self._watchers[ticket_id] = left
+            else:
+                self._watched_versions.pop(ticket_id, None)
+
+    async def poll_watched(self) -> int:
+        """Wakes the streams of watched tickets whose version changed in the database (another
+        replica changed them): one query per 500 watched tickets. Returns how many changed."""
+        t = models.tickets
+        watched = dict(self._watched_versions)
+        changed: list[str] = []
+        names = list(watched)
+        for start in range(0, len(names), 500):
+            async with self.db.read() as session:
+                rows = await session.execute(select(t.c.id, t.c.version).where(t.c.id.in_(names[start : start + 500])))
+                changed += [row.id for row in rows if row.version != watched[row.id]]
+        self.core.notifier.changed(*(f"ticket:{ticket_id}" for ticket_id in changed))
+        return len(changed)
+
+    # -- changes ----------------------------------------------------------------------------------
+
+    async def _rating(self, players: Sequence[str], preferences: Preferences) -> float:
+        try:
+            ratings = await self.platform.ratings(players, preferences.preset, preferences.seats)
+        except Unreachable as error:
+            raise DependencyUnavailableError(f"ranking did not answer ({error.code}); retry") from None
+        except CallError as error:
+            raise DependencyUnavailableError(f"ranking refused to answer ({error.code})") from None
+        return sum(ratings.get(p, 0.0) for p in players) / len(players)
+
+    async def _party_members(self, party_id: str, player: str) -> list[str]:
+        async with self.db.read() as session:
+            party = await party_row(session, party_id, Viewer(player))
+        if party.leader != player:
+            raise NotAllowedError(f"only the party's leader (players/{party.leader}) queues it")
+        if party.state != "open" or len(party.members) != 2:
+            raise StateError(f"parties/{party_id} needs two members to queue; it has {len(party.members)}")
+        return list(party.members)
+
+    async def create_ticket(
+        self,
+        scope: str,
+        player: str,
+        request: matchmaking_pb2.CreateTicketRequest,
+        preferences: Preferences,
+        party_id: str | None,
+    ) -> matchmaking_pb2.Ticket:
+        stored = await self.core.prior_answer(scope, "CreateTicket", request, matchmaking_pb2.Ticket)
+        if stored is not None:
+            return stored
+        players = await self._party_members(party_id, player) if party_id else [player]
+        if preferences.competitive:
+            await self.core.check_eligible(players, preferences.bet_chips)
+        rating = await self._rating(players, preferences)
+        ticket_id = new_id()
+
+        async def work(session: AsyncSession) -> matchmaking_pb2.Ticket:
+            now = self.clock()
+            if party_id:  # the party may have changed while the other services answered
+                party = await party_row(session, party_id, Viewer(player))
+                if party.state != "open" or list(party.members) != players:
+                    raise StateError(f"parties/{party_id} changed; queue again")
+            live = (
+                await session.execute(select(models.queue_members).where(models.queue_members.c.player.in_(players)))
+            ).first()
+            if live is not None:
+                raise StateError(f"players/{live.player} already has a live ticket: tickets/{live.ticket_id}")
+            seen = await session.execute(select(models.recent).where(models.recent.c.player.in_(players)))
+            met = sorted({other for row in seen for other in row.others} - set(players))
+            try:
+                async with session.begin_nested():
+                    await session.execute(
+                        insert(models.queue_members), [{"player": p, "ticket_id": ticket_id} for p in players]
+                    )
+            except IntegrityError:
+                raise StateError("a player of this ticket was queued by another call just now") from None
+            await session.execute(
+                insert(models.tickets).values(
+                    id=ticket_id,
+                    owner=player,
+                    players=players,
+                    party=party_id,
+                    preset=preferences.preset,
+                    seats=preferences.seats,
+                    length=preferences.length,
+                    target_points=preferences.target_points,
+                    mode=preferences.mode,
+                    bet_chips=preferences.bet_chips,
+                    rating=rating,
+                    state="searching",
+                    front=False,
+                    queued_at=now,
+                    recent=met,
+                    saga_id=None,
+                    confirmed=[],
+                    seat_of={},
+                    confirm_deadline=None,
+                    game_table="",
+                    game_address="",
+                    failure_reason="",
+                    wait_seconds=None,
+                    version=1,
+                    create_time=now,
+                    update_time=now,
+                )
+            )
+            row = await self._ticket_row(session, ticket_id, Viewer(player))
+            return await self.ticket_view(session, row, Viewer(player))
+
+        reply = await self.core.once(scope, "CreateTicket", request, matchmaking_pb2.Ticket, work)
+        self.core.wake()
+        return reply
+
+    async def cancel_ticket(
+        self, scope: str, request: matchmaking_pb2.CancelTicketRequest, ticket_id: str, viewer: Viewer
+    ) -> matchmaking_pb2.Ticket:
+        saga_to_fail: list[str] = []
+
+        async def work(session: AsyncSession) -> matchmaking_pb2.Ticket:
+            row = await self._ticket_row(session, ticket_id, viewer)
+            if row.state == "cancelled":
+                return await self.ticket_view(session, row, viewer)
+            if row.state in ("matched", "failed"):
+                raise StateError(f"tickets/{ticket_id} is {row.state}: it can no longer be cancelled")
+            if row.state == "proposed":
+                saga = (
+                    await session.execute(select(models.sagas.c.state).where(models.sagas.c.id == row.saga_id))
+                ).scalar_one()
+                if saga != "confirming":
+                    raise StateError(f"tickets/{ticket_id}: the match is starting; it can no longer be cancelled")
+                # Declining a proposal: the start compensates, requeueing the others at the front.
+                saga_to_fail.append(row.saga_id)
+            now = self.clock()
+            await session.execute(
+                update(models.tickets)
+                .where(models.tickets.c.id == ticket_id)
+                .values(state="cancelled", saga_id=row.saga_id, version=row.version + 1, update_time=now)
+            )
+            await session.execute(delete(models.queue_members).where(models.queue_members.c.ticket_id == ticket_id))
+            if saga_to_fail:
+                await session.execute(
+                    update(models.sagas)
+                    .where(models.sagas.c.id == row.saga_id, models.sagas.c.state == "confirming")
+                    .values(
+                        state="compensating",
+                        failure_reason="a player declined the match",
+                        next_attempt_at=now,
+                        update_time=now,
+                    )
+                )
+            row = await self._ticket_row(session, ticket_id, viewer)
+            return await self.ticket_view(session, row, viewer)
+
+        reply = await self.core.once(scope, "CancelTicket", request, matchmaking_pb2.Ticket, work)
+        self.core.notifier.changed(f"ticket:{ticket_id}")
+        if saga_to_fail:
+            self.core.wake()
+        return reply
+
+    async def confirm_ticket(
+        self, scope: str, request: matchmaking_pb2.ConfirmTicketRequest, ticket_id: str, viewer: Viewer
+    ) -> matchmaking_pb2.Ticket:
+        complete: list[bool] = []
+
+        async def work(session: AsyncSession) -> matchmaking_pb2.Ticket:
+            row = await self._ticket_row(session, ticket_id, viewer)
+            if row.state != "proposed":
+                raise StateError(f"tickets/{ticket_id} is {row.state}: only a proposed match is confirmed")
+            now = self.clock()
+            if row.confirm_deadline is not None and aware(row.confirm_deadline) < now:
+                raise StateError(f"tickets/{ticket_id}: the time to confirm has passed")
+            # A player confirms for themself; a service or admin for every player of the ticket.
+            confirming: list[str] = (
+                [viewer.player] if viewer.player is not None and viewer.player in row.players else list(row.players)
+            )
+            confirmed = sorted(set(row.confirmed) | set(confirming))
+            await session.execute(
+                update(models.tickets)
+                .where(models.tickets.c.id == ticket_id)
+                .values(confirmed=confirmed, version=row.version + 1, update_time=now)
+            )
+            saga = (
+                await session.execute(select(models.sagas).where(models.sagas.c.id == row.saga_id).with_for_update())
+            ).one()
+            others = (
+                await session.execute(
+                    select(models.tickets.c.players, models.tickets.c.confirmed).where(
+                        models.tickets.c.id.in_(saga.tickets), models.tickets.c.id != ticket_id
+                    )
+                )
+            ).all()
+            everyone = set(row.players) <= set(confirmed) and all(set(p) <= set(c) for p, c in others)
+            if everyone and saga.state == "confirming":
+                await session.execute(
+                    update(models.sagas).where(models.sagas.c.id == saga.id).values(next_attempt_at=now)
+                )
+                complete.append(True)
+            row = await self._ticket_row(session, ticket_id, viewer)
+            return await self.ticket_view(session, row, viewer)
+
+        reply = await self.core.once(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket, work)
+        self.core.notifier.changed(f"ticket:{ticket_id}")
+        if complete:
+            self.core.wake()
+        return reply
