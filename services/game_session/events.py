@@ -316,6 +316,8 @@ KINDS: dict[str, EventKind] = {k.name: k for k in (
 )}
 #: Types after which a table changes no more: its streams end with them.
 FINAL_TYPES = frozenset(name for name, k in KINDS.items() if k.final)
+#: Types every viewer sees alike (no private layer).
+PUBLIC_TYPES = frozenset(name for name, k in KINDS.items() if k.public)
 
 
 def kind(name: str) -> EventKind:

@@ -71,17 +71,18 @@ class SealedEntryError(RuntimeError):
 class Entry:
     """One logged event of a table (see the module docstring)."""
 
-    __slots__ = ("_data", "_encodings", "_event", "_sealed", "_text", "public", "request", "seq", "type")
+    # Every entry of a match stays in memory while its table is live (old hands as text only):
+    # a slot more is 8 bytes times every event of every table, so what can be derived is.
+    __slots__ = ("_data", "_encodings", "_event", "_text", "request", "seq", "type")
 
     def __init__(self, seq: int, data: dict[str, Any], event: Event | None = None) -> None:
         self.seq = seq
         self.type = str(data["t"])
-        self.public = events.kind(self.type).public
+        events.kind(self.type)  # an unknown type is refused here, when the entry is made or read
         self._data: dict[str, Any] | None = data
         self._event = event
         self._text: str | None = None
         self._encodings: Encodings | None = None
-        self._sealed = False
         #: (scope, request_id) of the request that made this change, on its first entry, while the
         #: table is live in this process (a `Play` stream names the requests it answers with it)
         self.request: tuple[str, str] | None = None
@@ -97,7 +98,13 @@ class Entry:
     # -- content --------------------------------------------------------------------------------
     @property
     def sealed(self) -> bool:
-        return self._sealed
+        """Whether the entry is sealed (its dict let go)."""
+        return self._data is None
+
+    @property
+    def public(self) -> bool:
+        """Whether everyone sees the same event (no private layer)."""
+        return self.type in events.PUBLIC_TYPES
 
     @property
     def data(self) -> dict[str, Any]:
@@ -141,10 +148,10 @@ class Entry:
         """Once written and published: encode the forms the streams will ask for (each seat's and,
         when `spectators` (someone watches now) or the event is public, the spectators'; none with
         `players` 0), fix the text, let the dict and the engine event go. A second seal does nothing."""
-        if self._sealed:
+        if self._data is None:
             return
         if players:
-            if self.public:
+            if self.type in events.PUBLIC_TYPES:
                 encodings = Encodings(everyone=self._frame(None))
             else:
                 encodings = Encodings(
@@ -153,7 +160,6 @@ class Entry:
                 )
             self._encodings = encodings
         self.text()
-        self._sealed = True
         self._data = None
         self._event = None
 
@@ -173,7 +179,7 @@ class Entry:
         as an element of `TableChanges.events` (`wire.frame`)."""
         encodings = self._encodings
         if encodings is not None:
-            form = encodings.get(self.public, viewer)
+            form = encodings.get(self.type in events.PUBLIC_TYPES, viewer)
             if form is not None:
                 return form
         return self._frame(viewer)

@@ -184,6 +184,11 @@ class Streams:
                     await answered.wait()
                 unanswered += 1
                 actor.post_change(work, key, done)
+                # Nothing of this move stays referenced here while the stream waits for the next
+                # one (seconds, at a player's pace): the actor frees it once answered, and the
+                # collector's settle never finds it young and alive (each such survivor costs
+                # every settle, then memory until frozen objects are freed).
+                del message, body, done, work, key
         except asyncio.CancelledError:
             raise
         except Exception as error:
