@@ -63,10 +63,10 @@ class RecordedConnection(TableConnection):
         at = self.fallbacks.index(before) + 1 if before in self.fallbacks else 0
         self.address = self.fallbacks[at % len(self.fallbacks)]
 
-    async def start(self) -> None:
+    async def start(self, wait: bool = True) -> None:
         started = time.perf_counter()
         try:
-            await super().start()
+            await super().start(wait)
         except grpc.aio.AioRpcError as error:
             self.calls.recorder.error("rpc", self.stream_name, error.code().name)
             raise
@@ -74,12 +74,12 @@ class RecordedConnection(TableConnection):
         self.calls.recorder.ok("rpc", self.stream_name, delay)
         self.calls.recorder.first_event("rpc", self.stream_name, delay)
 
-    async def _play_action(self, method: str, request: Any) -> game_session_pb2.ActionResult:
+    async def send(self, method: str, request: Any) -> game_session_pb2.ActionResult:
         """As TableConnection's, timed: from sending the action to its answer on the stream."""
         name = f"game_session.Play/{method}"
         started = time.perf_counter()
         try:
-            result = await super()._play_action(method, request)
+            result = await super().send(method, request)
         except ActionRefused as refused:
             self.calls.recorder.error("rpc", name, refused.code.name)
             raise

@@ -82,9 +82,9 @@ def channel(
 
 def balancing(address: str) -> list[tuple[str, Any]] | None:
     """Channel options for `address`: a `dns:///name:port` target (a headless Service in
-    Kubernetes) spreads calls over every address the name resolves to (round robin); any other
-    target keeps gRPC's default (one connection)."""
-    return [("grpc.lb_policy_name", "round_robin")] if address.startswith("dns:") else None
+    Kubernetes) or a list of addresses (`ipv4:10.0.0.1:50052,10.0.0.2:50052`) spreads calls over
+    every address (round robin); any other target keeps gRPC's default (one connection)."""
+    return [("grpc.lb_policy_name", "round_robin")] if address.startswith(("dns:", "ipv4:", "ipv6:")) else None
 
 
 class ChannelPool:
@@ -101,7 +101,8 @@ class ChannelPool:
         channels = self._channels.setdefault(address, [])
         if len(channels) < self.size:
             # a distinct option keeps grpc from sharing one subchannel between them
-            channels.append(grpc.aio.insecure_channel(address, options=[("grpc.channel_pool_index", len(channels))]))
+            options = [("grpc.channel_pool_index", len(channels)), *(balancing(address) or ())]
+            channels.append(grpc.aio.insecure_channel(address, options=options))
             return channels[-1]
         self._next += 1
         return channels[self._next % len(channels)]

@@ -88,12 +88,14 @@ class TableConnection:
         channels: ChannelPool | None = None,
         by_change: bool = True,
         play: bool = False,
+        model: TableModel | None = None,
     ) -> None:
         self.address = address  # where calls go now: the entry address, or the owner it redirected to
         self.home = address  # the entry address (a load balancer in production), to fall back to
         self.metadata = (("authorization", f"Bearer {token}"),)
         self.table = table
-        self.model = TableModel(table)
+        #: what the stream has told (a `StreamPosition` for a relay that keeps no game state)
+        self.model = model if model is not None else TableModel(table)
         self.on_event = on_event
         self.retry_seconds = retry_seconds
         #: the longest pause between two attempts to reconnect or retry (they start at 50 ms and
@@ -119,6 +121,9 @@ class TableConnection:
         self.accepted: list[tuple[str, Any, game_session_pb2.ActionResult]] = []  # kept with keep_received
         # every message as it arrives (stream events, duplicates included, and unary responses)
         self.on_message: Callable[[str, Any], None] | None = None
+        #: each change once applied: its new events (none repeated across a resume), in order
+        self.on_change: Callable[[list[game_session_pb2.TableEvent]], None] | None = None
+        self._change: list[game_session_pb2.TableEvent] = []
         self.reconnects = 0
         self.stream_error: BaseException | None = None
         #: futures of the tasks waiting for the model's next change (`wait_until`), all woken by it
@@ -148,6 +153,10 @@ class TableConnection:
             self._channel_address = self.address
         return self._stub
 
+    def set_token(self, token: str) -> None:
+        """Send `token` from the next call or resumed stream on (a refreshed one)."""
+        self.metadata = (("authorization", f"Bearer {token}"),)
+
     def retarget(self, address: str) -> None:
         """Use another entry address from now on (the service moved)."""
         self.home = self.address = address
@@ -163,10 +172,18 @@ class TableConnection:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def follower(self) -> asyncio.Task[None] | None:
+        """The task following the stream (done when the stream has ended for good)."""
+        return self._follower
+
     # --- the stream -------------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Start following the stream; returns once the first event (the snapshot) is applied."""
+    async def start(self, wait: bool = True) -> None:
+        """Start following the stream; returns once the first event (the snapshot) is applied
+        (`wait`), or at once (a stream resumed at its last event has nothing to send yet)."""
         self._follower = asyncio.get_running_loop().create_task(self._follow())
+        if not wait:
+            return
         ready = asyncio.get_running_loop().create_task(self._ready.wait())
         done, _ = await asyncio.wait({ready, self._follower}, return_when=asyncio.FIRST_COMPLETED)
         if ready not in done:
@@ -192,6 +209,10 @@ class TableConnection:
                             self.on_message(method, event)
                         self._apply(event)
                     await self._applied()
+                    if self._change:
+                        change, self._change = self._change, []
+                        if self.on_change is not None:
+                            self.on_change(change)
                     if update is not None:
                         self._answered(update)
                     delay = min(0.05, self.retry_delay_max)
@@ -279,6 +300,8 @@ class TableConnection:
                 timing.samples.append((sent, time.perf_counter() - sent))
         if self.on_event is not None:
             self.on_event(event)
+        if self.on_change is not None:
+            self._change.append(event)
 
     async def _applied(self) -> None:
         """A whole change is in the model: wake whoever waits on it."""
@@ -370,7 +393,7 @@ class TableConnection:
             timing.pending[(self.table, request.expected_seq + 1)] = time.perf_counter()
         if self.play:
             try:
-                result = await self._play_action(method, request)
+                result = await self.send(method, request)
             except ActionRefused:
                 if timing is not None:
                     timing.pending.pop((self.table, request.expected_seq + 1), None)
@@ -388,33 +411,39 @@ class TableConnection:
             self.accepted.append((method, request, result))
         return result
 
-    async def _play_action(self, method: str, request: Any) -> game_session_pb2.ActionResult:
-        """Send an action on the Play stream; its result once the stream has delivered its change.
-        Sent again on the next stream if this one drops first (the same request_id: applied once)."""
+    async def send(self, method: str, request: Any) -> game_session_pb2.ActionResult:
+        """Send an action (`method`: a key of PLAY_FIELDS, `request` its request) on the Play
+        stream; its result once the stream has delivered its change. Sent again on the next stream
+        if this one drops first (the same request_id: applied once)."""
         if self._follower is None or self._follower.done():
             raise ConnectionError(f"the Play stream of {self.table} is not open")
         message = game_session_pb2.PlayRequest(**{PLAY_FIELDS[method]: request})
         pending = _PendingAction(message, asyncio.get_running_loop().create_future())
         self._pending[request.request_id] = pending
-        async with self._write_lock:
-            call = self._play_call
-            if call is not None and pending.sent_on is not call:
-                try:
-                    await call.write(message)
-                    pending.sent_on = call
-                except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as error:
-                    self._write_failed(call, error)  # sent again on the resumed stream
-        if self._follower.done():  # it ended meanwhile, and failed what was pending then
-            self._fail_pending()
-        # answered by the stream (`_answered`), failed when the stream ends for good
-        # (`_fail_pending`), or timed out here: one future, no asyncio.wait per action
-        timer = asyncio.get_running_loop().call_later(
-            self.retry_seconds + 10, self._time_out, request.request_id, method)
-        try:
+        timer: asyncio.TimerHandle | None = None
+        try:  # from here on, a caller that goes away (cancelled) leaves nothing pending behind
+            async with self._write_lock:
+                call = self._play_call
+                if call is not None and pending.sent_on is not call:
+                    try:
+                        await call.write(message)
+                        pending.sent_on = call
+                    except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as error:
+                        self._write_failed(call, error)  # sent again on the resumed stream
+            if self._follower.done():  # it ended meanwhile, and failed what was pending then
+                self._fail_pending()
+            # answered by the stream (`_answered`), failed when the stream ends for good
+            # (`_fail_pending`), or timed out here: one future, no asyncio.wait per action
+            timer = asyncio.get_running_loop().call_later(
+                self.retry_seconds + 10, self._time_out, request.request_id, method)
             return await pending.answer
         finally:
-            timer.cancel()
-            self._pending.pop(request.request_id, None)
+            if timer is not None:
+                timer.cancel()
+            if self._pending.get(request.request_id) is pending:
+                del self._pending[request.request_id]
+            if not pending.answer.done():
+                pending.answer.cancel()
 
     def _write_failed(self, call: Any, error: BaseException) -> None:
         """A write on the Play call failed: unless the server ended the call with a status of its

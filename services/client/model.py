@@ -398,6 +398,30 @@ class TableModel:
 
 # --- cards -------------------------------------------------------------------------------------------
 
+class StreamPosition(TableModel):
+    """Only where a table's stream is: its last sequence number and whether the match is over.
+    For a relay (the gateway) that passes each change on and keeps no game state of its own:
+    the events are not read beyond their kind."""
+
+    def apply(self, event: TableEvent) -> bool:
+        kind = event.WhichOneof("event")
+        if kind == "snapshot":
+            table = event.snapshot.table
+            if event.snapshot.HasField("table"):
+                self.seq = max(self.seq, table.seq)
+                self.finished = table.state in (game_session_pb2.Table.STATE_FINISHED,
+                                                game_session_pb2.Table.STATE_CANCELLED)
+            self.seq = max(self.seq, event.seq)
+            return True
+        if event.seq and event.seq <= self.seq:
+            return False
+        if event.seq:
+            self.seq = event.seq
+        if kind in ("match_ended", "table_cancelled"):
+            self.finished = True
+        return True
+
+
 def card_code(text: str) -> int:
     return parse(text)
 

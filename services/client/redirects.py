@@ -114,10 +114,24 @@ class Owners:
         """The stub for the replica at `address`; empty: the entry address."""
         return self.clients.game_session_at(address) if address else self.clients.game_session
 
+    def channel(self, address: str = "") -> grpc.aio.Channel:
+        """The channel to the replica at `address`; empty: the entry address."""
+        return self.clients.channel_at(address) if address else self.clients.channel("game_session")
+
     async def call(
         self, call: Callable[[game_session_pb2_grpc.GameSessionServiceAsyncStub], Awaitable[T]], address: str = ""
     ) -> T:
         """`call(stub)` at the replica at `address` (empty: the entry address), then at each owner
+        a redirect names (`follow`)."""
+        return await self.follow(lambda at: call(self.stub(at)), address)
+
+    async def call_on(self, call: Callable[[grpc.aio.Channel], Awaitable[T]], address: str = "") -> T:
+        """`call(channel)`, as `call` does with a stub: for a caller that makes its own
+        multi-callables (the gateway's calls by method path)."""
+        return await self.follow(lambda at: call(self.channel(at)), address)
+
+    async def follow(self, call: Callable[[str], Awaitable[T]], address: str = "") -> T:
+        """`call(address)` at `address` (empty: the entry address), then at each owner
         a redirect names. A redirect that names no owner yet is followed, after its
         `retry_after` (at most `max_wait`), at the entry address; so is a named owner that does
         not answer (UNAVAILABLE and no redirect). Any other failure is raised as it is; more than
@@ -125,7 +139,7 @@ class Owners:
         hops = 0
         while True:
             try:
-                return await call(self.stub(address))
+                return await call(address)
             except grpc.aio.AioRpcError as error:
                 redirect = redirect_of(error)
                 if redirect is None:

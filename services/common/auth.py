@@ -303,11 +303,22 @@ class Minter:
         self._kid = key_id(key.public_key())
         self._audience = audience
 
-    def mint(self, kind: Kind, name: str, *, ttl: float = 3600.0, client_ip: str | None = None) -> str:
+    def mint(
+        self,
+        kind: Kind,
+        name: str,
+        *,
+        ttl: float = 3600.0,
+        client_ip: str | None = None,
+        claims: Mapping[str, Any] | None = None,
+    ) -> str:
+        """A token for `name`, valid `ttl` seconds; `claims` adds claims of the minter's own (the
+        gateway's session end), never in place of the standard ones nor of `ip`."""
         if not NAME_PATTERN.fullmatch(name):
             raise ValueError(f"{name!r} is not a valid name ([a-z0-9][a-z0-9_-]{{0,62}})")
         now = int(time.time())
-        claims: dict[str, Any] = {
+        payload: dict[str, Any] = {k: v for k, v in (claims or {}).items() if k != "ip"}
+        payload |= {
             "sub": name,
             "kind": kind.value,
             "aud": self._audience,
@@ -316,8 +327,8 @@ class Minter:
             "jti": uuid.uuid4().hex,
         }
         if client_ip:
-            claims["ip"] = client_ip
-        return jwt.encode(claims, self._key, algorithm=self._algorithm, headers={"kid": self._kid})
+            payload["ip"] = client_ip
+        return jwt.encode(payload, self._key, algorithm=self._algorithm, headers={"kid": self._kid})
 
 
 def keys_from_config(config: Config) -> tuple[Verifier, Minter | None]:
