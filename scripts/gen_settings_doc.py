@@ -37,6 +37,7 @@ SECTIONS: dict[str, str] = {
     "game_session": "services.game_session.settings",
     "tournament": "services.tournament.settings",
     "wallet": "services.wallet.settings",
+    "gateway": "services.gateway.settings",
 }
 
 

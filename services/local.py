@@ -2,10 +2,11 @@
 
 Each service gets its own port (matchmaking 50051, game sessions 50052, wallet 50053, ranking
 50054, tournaments 50055; metrics 9101..9105), its own SQLite database under `var/` (migrated at
-start, as local mode does), and the addresses of the others. When all of them listen, the
-addresses are printed. Their JSON logs are shown one line each, prefixed with the service's name.
-Ctrl-C (SIGINT) or SIGTERM stops them all gracefully; if one dies, the others are stopped too and
-the exit status is 1.
+start, as local mode does), and the addresses of the others; the gateway (the web table, the JSON
+API and the socket) listens on 8080 (metrics 9106) with the development sign-in. When all of them
+listen, the addresses are printed, the web address first. Their JSON logs are shown one line
+each, prefixed with the service's name. Ctrl-C (SIGINT) or SIGTERM stops them all gracefully; if
+one dies, the others are stopped too and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from services.common.config import DEFAULT_PORTS
 from services.common.transport import GRPC_EXPERIMENTS
 
 STOP_TIMEOUT = 30.0
+GATEWAY = "gateway"
+#: what `--only` may name: the gRPC services, then the gateway
+PROCESSES = [*DEFAULT_PORTS, GATEWAY]
 
 
 def _render(service: str, line: str) -> str:
@@ -43,12 +47,14 @@ def _render(service: str, line: str) -> str:
 
 
 class Supervisor:
-    def __init__(self, *, port_base: int, metrics_base: int, var: Path, services: Sequence[str]) -> None:
+    def __init__(self, *, port_base: int, metrics_base: int, var: Path, services: Sequence[str],
+                 gateway_port: int = 8080) -> None:
         self.var = var
         self.services = list(services)
         order = list(DEFAULT_PORTS)
         self.ports = {name: port_base + order.index(name) for name in order}
-        self.metrics_ports = {name: metrics_base + order.index(name) for name in order}
+        self.metrics_ports = {name: metrics_base + PROCESSES.index(name) for name in PROCESSES}
+        self.gateway_port = gateway_port
         self.processes: dict[str, asyncio.subprocess.Process] = {}
         self.ready: dict[str, asyncio.Event] = {name: asyncio.Event() for name in self.services}
         self.stopping = False
@@ -57,11 +63,14 @@ class Supervisor:
         env = dict(os.environ)
         env.update(
             BURACO_ENV="local",
-            BURACO_PORT=str(self.ports[service]),
             BURACO_METRICS_PORT=str(self.metrics_ports[service]),
             BURACO_DEV_KEYS_DIR=str(self.var / "dev-keys"),
         )
-        env.setdefault("BURACO_DATABASE_URL", f"sqlite+aiosqlite:///{self.var / service}.db")
+        if service == GATEWAY:
+            env["BURACO_GATEWAY_PORT"] = str(self.gateway_port)
+        else:
+            env["BURACO_PORT"] = str(self.ports[service])
+            env.setdefault("BURACO_DATABASE_URL", f"sqlite+aiosqlite:///{self.var / service}.db")
         # The suite's gRPC transport (services/common/transport.py), chosen before the service's
         # process imports grpc; an operator's own GRPC_EXPERIMENTS wins.
         env.setdefault("GRPC_EXPERIMENTS", GRPC_EXPERIMENTS)
@@ -119,7 +128,14 @@ class Supervisor:
 
     def _print_ready(self) -> None:
         lines = ["", "[local] every service is listening:"]
+        if GATEWAY in self.services:
+            lines.append(f"  web table     http://localhost:{self.gateway_port}/   (sign in with any name)")
         for name in self.services:
+            if name == GATEWAY:
+                lines.append(
+                    f"  {name:<13} localhost:{self.gateway_port}    metrics http://localhost:{self.metrics_ports[name]}/metrics"
+                )
+                continue
             lines.append(
                 f"  {name:<13} localhost:{self.ports[name]}   metrics http://localhost:{self.metrics_ports[name]}/metrics"
             )
@@ -151,13 +167,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port-base", type=int, default=50051, help="matchmaking's port; the others follow")
     parser.add_argument("--metrics-base", type=int, default=9101, help="matchmaking's metrics port")
     parser.add_argument("--var", type=Path, default=Path("var"), help="folder for databases and dev keys")
-    parser.add_argument("--only", nargs="+", choices=list(DEFAULT_PORTS), help="start only these services")
+    parser.add_argument("--gateway-port", type=int, default=8080, help="the gateway's HTTP port (the web table)")
+    parser.add_argument("--only", nargs="+", choices=PROCESSES, help="start only these services")
     args = parser.parse_args(argv)
     supervisor = Supervisor(
         port_base=args.port_base,
         metrics_base=args.metrics_base,
         var=args.var,
-        services=args.only or list(DEFAULT_PORTS),
+        services=args.only or PROCESSES,
+        gateway_port=args.gateway_port,
     )
     return asyncio.run(supervisor.run())
 

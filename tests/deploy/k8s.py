@@ -18,13 +18,23 @@ OVERLAYS = ROOT / "deploy" / "k8s" / "overlays"
 Object = dict[str, Any]
 
 
+#: The player edge: a process of its own, served over HTTP, not gRPC (its own checks).
+EDGE = "gateway"
+
+
 def services() -> list[str]:
-    """Every service package: a folder of services/ with a __main__.py, but the shared code and the CLI."""
+    """Every gRPC service package: a folder of services/ with a __main__.py, but the shared code,
+    the CLI and the gateway."""
     return sorted(
         p.parent.name
         for p in (ROOT / "services").glob("*/__main__.py")
-        if p.parent.name not in ("common", "cli")
+        if p.parent.name not in ("common", "cli", EDGE)
     )
+
+
+def processes() -> list[str]:
+    """Every process the deployment runs: the gRPC services and the gateway."""
+    return [*services(), EDGE]
 
 
 def k8s_name(service: str) -> str:

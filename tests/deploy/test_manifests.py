@@ -11,6 +11,7 @@ import pytest
 
 from services.common import config as config_module
 from tests.deploy.k8s import (
+    EDGE,
     ROOT,
     Object,
     containers,
@@ -136,7 +137,7 @@ def test_every_service_is_deployed_probed_and_configured(overlay: str, service: 
 def test_every_pod_is_locked_down_and_bounded(overlay: str) -> None:
     objects = render(overlay)
     pods = list(pod_specs(objects))
-    assert len(pods) == len(SERVICES) + 2  # the services, the migration Job, the wallet audit
+    assert len(pods) == len(SERVICES) + 3  # the services, the gateway, the migration Job, the wallet audit
     for label, pod in pods:
         security = pod["securityContext"]
         assert security["runAsNonRoot"] is True and security["runAsUser"] > 0, label
@@ -163,6 +164,50 @@ def test_every_pod_is_locked_down_and_bounded(overlay: str) -> None:
                     assert "secret" in volumes[volume], f"{where}: {path} should be a read-only Secret"
             image = container["image"]
             assert re.fullmatch(r"[\w./-]*buraco:[\w.-]+", image) and not image.endswith(":latest"), where
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_gateway_is_deployed_probed_and_configured(overlay: str, tmp_path: Path) -> None:
+    from services.gateway import service as gateway_service
+
+    objects = render(overlay)
+    deployment = workload(objects, EDGE)
+    container = _service_container(objects, EDGE)
+    assert container["command"] == ["python", "-m", "services.gateway"]
+    data = dict(_configmap(objects)["data"])
+    data |= {name: entry["value"] for name, entry in env(container).items() if "value" in entry}
+    keys = tmp_path / "keys.pem"
+    keys.write_text("")
+    data |= {"BURACO_JWT_PUBLIC_KEYS": str(keys), "BURACO_JWT_PRIVATE_KEY": str(keys)}
+    config, settings = gateway_service.load(data)  # production's rules hold: oidc, no `*` origin
+    assert config.env == "production" and config.host == "0.0.0.0" and settings.sign_in == "oidc"
+    assert _ports(container) == {"http": settings.port, "metrics": config.metrics_port}
+    for name in ("game_session", "wallet", "matchmaking", "ranking", "tournament"):
+        assert config.addresses[name].startswith("dns:///"), name
+    # HTTP probes: liveness on /healthz, readiness on /readyz (503 while it stops).
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"]["buraco.io/gateway"] == "true"  # the services admit it
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    assert volumes["jwt-private"]["secret"]["secretName"] == "buraco-jwt-gateway"
+    svc = one(objects, "Service", "gateway")
+    assert labels_match(svc["spec"]["selector"], template["metadata"]["labels"])
+    assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["http"]
+    assert "replicas" not in deployment["spec"]
+    assert one(objects, "HorizontalPodAutoscaler", "gateway")["spec"]["minReplicas"] >= 1
+    assert labels_match(one(objects, "PodDisruptionBudget", "gateway")["spec"]["selector"]["matchLabels"],
+                        template["metadata"]["labels"])
+    # Its network policy: HTTP from anywhere (the edge), and calls to every service.
+    policy = one(objects, "NetworkPolicy", "gateway")["spec"]
+    assert policy["ingress"] == [{"ports": [{"protocol": "TCP", "port": "http"}]}]
+    callees = {(r["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"], r["ports"][0]["port"])
+               for r in policy["egress"]}
+    assert callees == {(k8s_name(s), p) for s, p in config_module.DEFAULT_PORTS.items()}
+    # The namespace admits gateways, its own included.
+    (namespace,) = find(objects, "Namespace")
+    assert namespace["metadata"]["labels"]["buraco.io/gateways"] == "true"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -10,7 +10,7 @@ import pytest
 from google.protobuf.descriptor import FileDescriptor
 
 from buraco.v1 import game_session_pb2, matchmaking_pb2, ranking_pb2, tournament_pb2, wallet_pb2
-from tests.deploy.k8s import ROOT, Object, find, one, overlays, render, services, workload
+from tests.deploy.k8s import ROOT, Object, find, one, overlays, processes, render, workload
 
 REQUIRED_ALERTS = {
     "BuracoHighErrorRate",
@@ -96,7 +96,7 @@ def test_prometheus_scrapes_every_service(overlay: str) -> None:
     selector = monitor["spec"]["selector"]["matchLabels"]
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
-    for service in services():
+    for service in processes():
         template = workload(objects, service)["spec"]["template"]
         assert all(template["metadata"]["labels"].get(k) == v for k, v in selector.items()), service
         ports = [p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 
 from buraco.v1 import wallet_pb2
@@ -39,7 +41,7 @@ def _free_block(size: int) -> int:
 
 
 def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path: Path) -> None:
-    base, metrics = _free_block(5), _free_block(5)
+    base, metrics, gateway = _free_block(5), _free_block(6), _free_block(1)
     env = {key: value for key, value in os.environ.items() if not key.startswith("BURACO_")}
     process = subprocess.Popen(
         [
@@ -52,6 +54,8 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path: Path) -> None:
             str(metrics),
             "--var",
             str(tmp_path / "var"),
+            "--gateway-port",
+            str(gateway),
         ],
         cwd=ROOT,
         env={**env, "PYTHONPATH": str(ROOT)},
@@ -85,6 +89,12 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path: Path) -> None:
         )
         for name in DEFAULT_PORTS:
             assert (tmp_path / "var" / f"{name}.db").exists()  # migrated at start
+        # the gateway: the web address printed first, the page and the API served
+        assert any(f"web table     http://localhost:{gateway}/" in line for line in lines)
+        page = urllib.request.urlopen(f"http://127.0.0.1:{gateway}/", timeout=10)
+        assert page.status == 200 and b"<html" in page.read().lower()
+        with urllib.request.urlopen(f"http://127.0.0.1:{gateway}/v1/config", timeout=10) as answer:
+            assert json.loads(answer.read()) == {"signIn": "dev"}
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
     finally:
@@ -94,3 +104,4 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path: Path) -> None:
     reader.join(10)
     assert lines[-1] == "[local] stopped"
     assert sum("stopped streams_ended=0" in line for line in lines) == len(DEFAULT_PORTS)
+    assert any("[gateway]" in line and "stopped" in line for line in lines)
