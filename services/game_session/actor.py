@@ -413,6 +413,9 @@ class TableActor:
         if after_seq > table.seq:
             raise OutOfRangeError(f"after_seq {after_seq} is past the table's last event ({table.seq})")
         sub = Subscriber(viewer, player)
+        joining = viewer if table.live else None  # a seat's player joining a live table
+        if joining is not None:  # counted first, so that the snapshot shows the seat connected
+            table.seats[joining].streams += 1
         if after_seq == 0:
             snapshot = TableEvent(seq=table.seq, time=timestamp(self.now_ms()),
                                   snapshot=table.snapshot(viewer, self.hosting.address()))
@@ -429,15 +432,15 @@ class TableActor:
             opening = Opening(frames, last, final)
         if table.live or after_seq < table.seq:
             self.subscribers.append(sub)
-        if viewer is not None and table.live:
-            table.seats[viewer].streams += 1
-            grace = self.grace.pop(viewer, None)
+        if joining is not None:
+            seat = joining
+            grace = self.grace.pop(seat, None)
             if grace is not None:
                 grace.cancel()
             if table.state == State.STATE_WAITING:
                 self.schedule()  # everyone may be here now: deal
             else:
-                self.post_change(lambda t, out: social.returned(t, viewer, self.now_ms(), out))
+                self.post_change(lambda t, out: social.returned(t, seat, self.now_ms(), out))
         return sub, opening
 
     def _unsubscribe(self, sub: Subscriber) -> None:

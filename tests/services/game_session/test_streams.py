@@ -11,7 +11,7 @@ import pytest
 
 from buraco.v1 import game_session_pb2
 from services.common.auth import Kind
-from tests.services.game_session.conftest import Cluster, started, subscribe
+from tests.services.game_session.conftest import Cluster, started, subscribe, table_request
 
 
 async def test_resume_after_seq_spectators_and_out_of_range(cluster: Cluster) -> None:
@@ -33,6 +33,7 @@ async def test_resume_after_seq_spectators_and_out_of_range(cluster: Cluster) ->
     await spectator.wait(lambda events: bool(events))
     view = spectator.events[0].snapshot
     assert not view.HasField("viewer_seat") and not view.hand and [s.hand_size for s in view.seats] == [12, 11]
+    assert [s.connected for s in view.seats] == [True, True]  # both players' streams are open
     replayed = subscribe(stub, carol, "tables/open", after_seq=0 + 1)
     await replayed.wait_seq(drawn.result.seq)
     assert all(not e.hand_started.hand for e in replayed.of("hand_started"))
@@ -102,3 +103,20 @@ async def test_subscribe_changes_carries_the_same_events_in_whole_changes(cluste
         await negative.read()
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "after_seq" in (info.value.details() or "")
     await stream.close()
+
+
+async def test_a_players_first_snapshot_shows_their_own_seat_connected(cluster: Cluster) -> None:
+    """The stream a player opens counts before its snapshot is taken: their own seat is connected
+    in it, the other seat not until its player's stream is open."""
+    await cluster.start()
+    stub = cluster.stub()
+    await stub.CreateTable(table_request("first", "alice", "bob"), metadata=cluster.token(Kind.SERVICE, "matchmaking"))
+    alice = subscribe(stub, cluster.token(Kind.PLAYER, "alice"), "tables/first")
+    await alice.wait(lambda events: bool(events))
+    own = alice.events[0].snapshot
+    assert own.viewer_seat == 0 and [s.connected for s in own.seats] == [True, False]
+    bob = subscribe(stub, cluster.token(Kind.PLAYER, "bob"), "tables/first")
+    await bob.wait(lambda events: bool(events))
+    assert [s.connected for s in bob.events[0].snapshot.seats] == [True, True]
+    for stream in (alice, bob):
+        await stream.close()
