@@ -8,7 +8,7 @@ PIP_INSTALL := $(BIN)/pip install -q -c constraints.txt
 PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
-	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-sessions bench-matchmaking \
+	run migrate bench-engine engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-sessions bench-gateway bench-matchmaking \
 	bench-tournament clean
 
 help:
@@ -98,6 +98,11 @@ bench-wallet: venv ## wallet: 4-player hold-and-settle cycles/s and p99, SQLite 
 # cores; sizes from BURACO_BENCH_* (see bench/game_sessions.py), `ARGS=--smoke` for a tiny run.
 bench-sessions: venv engine-native ## game sessions: 1,000 tables at human pace (p99), the highest sustained action rate vs a grpc.aio echo
 	$(PY) -m bench.game_sessions $(ARGS)
+
+# The gateway pinned to core 0, its game session (PostgreSQL) and a driver of browser-like players
+# on the other cores; sizes from BURACO_BENCH_* (see bench/gateway.py), `ARGS=--smoke` for a tiny run.
+bench-gateway: venv engine-native ## gateway: latency it adds to a move vs direct gRPC at 1,000 players, players per gateway core (p99 < 100 ms), memory per socket
+	$(PY) -m bench.gateway $(ARGS)
 
 bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, tickets matched/s end to end and at steady rates (SQLite, PostgreSQL), match quality
 	$(PY) -m bench.matchmaking $(ARGS)

@@ -2,6 +2,7 @@
 
     python -m loadtest --players 40 --ramp 10 --duration 60 --fail-if 'p99<100ms' --out var/loadtest
     python -m loadtest --scenario backend --players 200 --processes 2 --journeys 3
+    python -m loadtest --scenario web --gateway http://localhost:8080 --players 40 --think-time 1
 
 Prints the report (per RPC and per journey step: throughput, p50/p95/p99/p99.9 latency, time to
 the first stream event, errors by status code), writes report.csv and report.json into --out, and
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--scenario",
         choices=SCENARIOS,
         default="journey",
-        help="journey (every service), tables (no matchmaking) or backend (wallet, ranking)",
+        help="journey (every service), tables (no matchmaking), backend (wallet, ranking) or web (as browsers,"
+        " through the gateway: --gateway)",
     )
     add("--only", choices=("wallet", "ranking"), help="backend scenario: load this service alone")
     add("--players", type=int, default=4, help="simulated players at once (a multiple of --seats; default 4)")
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--play-stream", action="store_true",
         help="players act on their Play stream (one bidirectional stream each) instead of unary calls")
     add("--targets", help="service=host:port,... or a bare host (default: BURACO_<SERVICE>_ADDRESS, localhost)")
+    add("--gateway", default="", metavar="URL", help="web scenario: the gateway's address (http://host:port)")
     add("--token-key", type=Path, default=None, help="PEM private key tokens are signed with (default: local dev key)")
     add("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco", help="the tokens' audience")
     add("--seed", default="loadtest", help="seed of the bots (backend scenario: and the deals); default loadtest")
@@ -91,6 +94,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         think_time_s=args.think_time,
         play_stream=args.play_stream,
         targets=parse_targets(args.targets, os.environ),
+        gateway=args.gateway.rstrip("/"),
         token_key=key,
         audience=args.audience,
         seed=args.seed,
@@ -118,20 +122,27 @@ def shards(settings: Settings) -> list[list[int]]:
     return out
 
 
+def run_shard(settings: Settings, indices: list[int]) -> tuple[Recorder, float]:
+    """One driver process's players, run to the end: the scenario's own driver."""
+    if settings.scenario == "web":
+        from loadtest import web
+
+        return asyncio.run(web.run_shard(settings, indices))
+    from loadtest import journey
+
+    return asyncio.run(journey.run_shard(settings, indices))
+
+
 def _run_shard(settings_json: dict[str, Any], indices: list[int]) -> tuple[dict[str, Any], float]:
     """A driver process's work (top level, so the spawn start method can pickle it)."""
-    from loadtest.journey import run_shard
-
-    recorder, elapsed = asyncio.run(run_shard(Settings.from_json(settings_json), indices))
+    recorder, elapsed = run_shard(Settings.from_json(settings_json), indices)
     return recorder.to_json(), elapsed
 
 
 def run(settings: Settings) -> tuple[Recorder, float]:
     parts = shards(settings)
     if settings.processes == 1:
-        from loadtest.journey import run_shard
-
-        return asyncio.run(run_shard(settings, parts[0]))
+        return run_shard(settings, parts[0])
     started = time.perf_counter()
     # spawn: gRPC's C core does not survive fork once a channel exists.
     context = multiprocessing.get_context("spawn")
@@ -154,14 +165,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 <= args.max_error_rate <= 1:
             parser.error("--max-error-rate is a fraction, 0 to 1")
         gates.append(max_error_rate_gate(args.max_error_rate))
-    if not settings.token_key.is_file():
+    if settings.scenario != "web" and not settings.token_key.is_file():  # web: players sign in at the gateway
         print(
             f"loadtest: no signing key at {settings.token_key}: start the suite first (`make run` creates "
             "var/dev-keys) or pass --token-key",
             file=sys.stderr,
         )
         return 2
-    targets = " ".join(f"{k}={v}" for k, v in settings.targets.items())
+    targets = (f"gateway={settings.gateway}" if settings.scenario == "web"
+               else " ".join(f"{k}={v}" for k, v in settings.targets.items()))
     print(
         f"loadtest: run {settings.run_id}, scenario {settings.scenario}, {settings.players} players "
         f"({settings.seats} per table) in {settings.processes} process(es), targets {targets}",

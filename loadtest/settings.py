@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("journey", "tables", "backend")
+SCENARIOS = ("journey", "tables", "backend", "web")
 BACKEND_SERVICES = ("wallet", "ranking")
 BOTS = ("heuristic", "random")
 
@@ -17,7 +17,9 @@ class Settings:
     #: sessions, wallet, ranking). `tables`: the same without matchmaking; the driver seats each
     #: group of players as matchmaking would (holds, CreateTable). `backend`: wallet and ranking
     #: only; the driver plays each match with the engine itself and makes the calls matchmaking
-    #: (holds) and the game-session service (settle, record) would make.
+    #: (holds) and the game-session service (settle, record) would make. `web`: the journey as
+    #: browsers make it, through the gateway (`gateway`): JSON over HTTP and one WebSocket per
+    #: player (loadtest.web).
     scenario: str = "journey"
     #: The backend scenario's services: both, or one alone (to measure it by itself).
     only: tuple[str, ...] = BACKEND_SERVICES
@@ -39,6 +41,8 @@ class Settings:
     #: of unary calls beside `SubscribeChanges`.
     play_stream: bool = False
     targets: dict[str, str] = field(default_factory=dict)
+    #: The gateway's base URL (`http://host:port`): the `web` scenario's one target.
+    gateway: str = ""
     token_key: Path = Path("var/dev-keys/dev-private.pem")
     audience: str = "buraco"
     seed: str = "loadtest"
@@ -61,6 +65,12 @@ class Settings:
             raise ValueError(f"--only takes {' or '.join(BACKEND_SERVICES)}")
         if self.scenario != "backend" and self.only != BACKEND_SERVICES:
             raise ValueError("--only is for --scenario backend")
+        if self.scenario == "web" and not self.gateway.startswith(("http://", "https://")):
+            raise ValueError("--scenario web needs --gateway URL (http://host:port, the gateway's address)")
+        if self.scenario != "web" and self.gateway:
+            raise ValueError("--gateway is for --scenario web")
+        if self.scenario == "web" and self.play_stream:
+            raise ValueError("--play-stream is not for --scenario web (the gateway holds the Play streams)")
         if self.seats not in (2, 4):
             raise ValueError("--seats must be 2 or 4")
         if self.players < self.seats or self.players % self.seats:
