@@ -200,7 +200,8 @@ async def owner_of(running: Suite, table: str) -> str:
 async def test_the_edge_refuses_clearly(db_target: DatabaseTarget, tmp_path: Path) -> None:
     gateway_env = {"BURACO_GATEWAY_RATE_PER_SECOND": "1", "BURACO_GATEWAY_RATE_BURST": "5",
                    "BURACO_GATEWAY_MAX_BODY_BYTES": "1024", "BURACO_GATEWAY_HELLO_SECONDS": "1",
-                   "BURACO_GATEWAY_SOCKETS_PER_PLAYER": "1"}
+                   "BURACO_GATEWAY_SOCKETS_PER_PLAYER": "1", "BURACO_GATEWAY_MAX_MESSAGE_BYTES": "512",
+                   "BURACO_GATEWAY_IDLE_SECONDS": "5", "BURACO_GATEWAY_ALLOWED_ORIGINS": "https://app.example"}
     async with edge(db_target, tmp_path, gateway_env=gateway_env) as running:
         player = WebPlayer(running.url, "eva")
         other = WebPlayer(running.url, "eva")
@@ -253,6 +254,30 @@ async def test_the_edge_refuses_clearly(db_target: DatabaseTarget, tmp_path: Pat
             with pytest.raises(ConnectionError):
                 await other.connect()
             assert (await other.closed)[0] == 4429
+            # the socket's own rate: beyond the player's bucket, an error saying when to retry
+            answers = [await player.request({"type": "unsubscribe", "id": f"none-{i}"}) for i in range(8)]
+            limited = [a for a in answers if a["error"]["code"] == "resource_exhausted"]
+            assert limited and all(d.get("retryAfterMs", 0) > 0 for a in limited for d in a["error"]["details"])
+            # a message over the size limit closes the socket (1009), by the server under the gateway
+            assert player.socket is not None
+            await player.socket.send('{"type":"ping","pad":"' + "x" * 1000 + '"}')
+            assert (await player.closed)[0] == 1009
+            # idle, with nothing subscribed: closed (1008)
+            await player.close()
+            idle = WebPlayer(running.url, "eva")
+            idle.token = other.token
+            await idle.connect()
+            async with asyncio.timeout(30):
+                assert (await idle.closed)[0] == 1008
+            await idle.close()
+            # CORS: an allowed origin's preflight is answered, another's is not allowed
+            preflight = {"access-control-request-method": "POST", "access-control-request-headers": "authorization"}
+            allowed = await other.http.options("/buraco.v1.WalletService/GetAccount",
+                                                headers={"origin": "https://app.example", **preflight})
+            assert allowed.headers.get("access-control-allow-origin") == "https://app.example"
+            refused_origin = await other.http.options("/buraco.v1.WalletService/GetAccount",
+                                                       headers={"origin": "https://evil.example", **preflight})
+            assert "access-control-allow-origin" not in refused_origin.headers
         finally:
             await player.close()
             await other.close()
