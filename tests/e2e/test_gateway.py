@@ -22,10 +22,11 @@ import pytest
 import websockets
 from sqlalchemy import text
 
+from services.common.auth import Kind
 from tests.conftest import DatabaseTarget
 from tests.e2e.suite import SERVICES, Suite, _free_port, suite
 from tests.e2e.web import CallFailed, TableFeed, WebPlayer, play_until_over
-from tests.services.harness import ServiceProcess, service_process
+from tests.services.harness import ServiceProcess, dev_minter, service_process
 
 START = 1000
 #: A bot plays far faster than a person: the per-player limits of the edge are raised for it.
@@ -270,6 +271,15 @@ async def test_the_edge_refuses_clearly(db_target: DatabaseTarget, tmp_path: Pat
             async with asyncio.timeout(30):
                 assert (await idle.closed)[0] == 1008
             await idle.close()
+            # a token that expires without a refresh closes its socket (4401), saying why
+            short = WebPlayer(running.url, "eva")
+            short.token = dev_minter(tmp_path / "dev-keys").mint(Kind.PLAYER, "eva", ttl=2)
+            ready = await short.connect()
+            assert ready["expiresIn"] <= 2
+            async with asyncio.timeout(30):
+                code, reason = await short.closed
+            assert code == 4401 and "expired" in reason
+            await short.close()
             # CORS: an allowed origin's preflight is answered, another's is not allowed
             preflight = {"access-control-request-method": "POST", "access-control-request-headers": "authorization"}
             allowed = await other.http.options("/buraco.v1.WalletService/GetAccount",
