@@ -55,8 +55,8 @@ from engine.rules import preset
 from services.client.channels import ChannelPool
 from services.client.connection import ActionRefused, TableConnection, Timing, play_seat
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
+from services.common.collector import GC_THRESHOLDS
 from services.common.measure import percentile
-from services.game_session.collector import GC_THRESHOLDS
 from services.gateway.errors import status_named
 from services.gateway.signin import SESSION_END_CLAIM
 

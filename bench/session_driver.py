@@ -36,8 +36,8 @@ from engine.selfplay import play_hand
 from services.client.channels import ChannelPool
 from services.client.connection import TableConnection, Timing, play_seat
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
+from services.common.collector import GC_THRESHOLDS, collect_young_and_freeze
 from services.common.measure import percentile
-from services.game_session.collector import GC_THRESHOLDS, collect_young_and_freeze
 
 ECHO_METHOD = "/buraco.bench.Echo/Echo"
 #: seconds between two settles of the driver's collector (below)

@@ -10,10 +10,9 @@ from services.common.transport import use_suite_transport
 use_suite_transport()  # first: grpc reads its transport once, when imported (services/common/transport.py)
 
 import asyncio  # noqa: E402
-import gc  # noqa: E402
 
+from services.common import collector  # noqa: E402
 from services.common.server import main  # noqa: E402
-from services.game_session import collector  # noqa: E402
 from services.game_session.service import SPEC  # noqa: E402
 
 try:
@@ -25,8 +24,6 @@ else:
 
 # What was loaded at start lives as long as the process: out of the collector's sight (the
 # service does the same for tables as they age: `collector`).
-gc.freeze()
-collector.FREEZE_SURVIVORS = True
-gc.set_threshold(*collector.GC_THRESHOLDS)
+collector.tune()
 
 raise SystemExit(main(SPEC))

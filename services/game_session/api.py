@@ -17,6 +17,7 @@ import grpc
 from buraco.v1 import game_session_pb2, game_session_pb2_grpc
 from services.common import validation as check
 from services.common.auth import Kind, current_identity
+from services.common.collector import Settler
 from services.common.db import Database
 from services.common.errors import FailedPreconditionError, PermissionDeniedError
 from services.common.idempotency import IdempotencyStore, request_hash
@@ -25,7 +26,6 @@ from services.game_session import access, models, requests, social, store, views
 from services.game_session import settings as settings_module
 from services.game_session.actor import RequestKey, TableActor
 from services.game_session.clock import Clock, RealClock
-from services.game_session.collector import Settler
 from services.game_session.log import Entry
 from services.game_session.outbox import Call, Deliverer, grpc_calls
 from services.game_session.ownership import Ownership

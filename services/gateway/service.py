@@ -25,6 +25,7 @@ import uvicorn
 from services.common import config as common
 from services.common import logs, tracing
 from services.common.auth import keys_from_config
+from services.common.collector import Settler
 from services.common.config import Config, ConfigError, Setting
 from services.common.metrics import Metrics
 from services.gateway import settings as gateway_settings
@@ -165,9 +166,12 @@ class GatewayProcess:
         )
         server = self._server = _Server(server_config, self.gateway, lambda: self._started(port),
                                         signals=install_signal_handlers)
+        settler = Settler()
+        settler.start()
         try:
             await server.serve(sockets=[listener])
         finally:
+            await settler.stop()
             listener.close()
             await self.upstream.close()
             self.metrics.close()

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from services.game_session import collector
+from services.common import collector
 
 
 async def test_the_service_process_settles_the_collector_on_its_own_cadence(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,17 +1,19 @@
-"""The garbage collector of a game-session process: tuned for many long-lived tables.
+"""The garbage collector of a process that holds many long-lived objects per client: the
+game-session service (thousands per live table: its log, its engine state) and the gateway (per
+socket: its subscriptions, its streams upstream).
 
-A replica holds thousands of objects per live table (its log, its engine state), alive for a
-match's length, while every change allocates hundreds of short-lived containers freed at once by
-reference counting. Left alone, the collector re-scans the long-lived ones in every full
-collection (a pause every table feels) and runs its young passes far more often than they find
-anything. So the service's own process (`__main__`, which sets `FREEZE_SURVIVORS`):
+They live for a match's length or a player's session, while every message allocates hundreds of
+short-lived containers freed at once by reference counting. Left alone, the collector re-scans the
+long-lived ones in every full collection (a pause of hundreds of milliseconds that every table or
+socket feels) and runs its young passes far more often than they find anything. So such a
+service's own process (its `__main__`, which calls `tune()`):
 - raises the young generation's threshold (`GC_THRESHOLDS`);
 - every `GC_SETTLE_SECONDS` collects the young generations and moves every survivor out of the
   collector's sight (`gc.freeze`), so a pause only scans what was allocated and is still alive
   since the last settle. Cycles that become garbage later in frozen objects are not collected;
   the service makes few (asyncio's are young).
 The collector is process-wide: an in-process server (tests) leaves it alone. docs/game-session.md
-("Speed") gives the measurements behind the figures.
+("Speed") and docs/gateway.md ("Speed") give the measurements behind the figures.
 """
 
 from __future__ import annotations
@@ -20,12 +22,21 @@ import asyncio
 import contextlib
 import gc
 
-#: Set by the service's own process (`__main__`).
+#: Set by the service's own process (`tune()`, from its `__main__`).
 FREEZE_SURVIVORS = False
 #: Young collections every 10,000 allocations (Python's default is 700).
 GC_THRESHOLDS = (10_000, 10, 10)
 #: How often the process settles the collector.
 GC_SETTLE_SECONDS = 0.5
+
+
+def tune() -> None:
+    """For a service's own process, at start: what was loaded so far is frozen, young passes are
+    rarer, and the `Settler` of the process's servers runs."""
+    global FREEZE_SURVIVORS
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    FREEZE_SURVIVORS = True
 
 
 def collect_young_and_freeze() -> None:
@@ -42,7 +53,7 @@ class Settler:
 
     def start(self) -> None:
         if FREEZE_SURVIVORS:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="game-session-gc")
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="gc-settle")
 
     async def stop(self) -> None:
         if self._task is not None:
