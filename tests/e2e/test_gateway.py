@@ -29,8 +29,10 @@ from tests.e2e.web import CallFailed, TableFeed, WebPlayer, play_until_over
 from tests.services.harness import ServiceProcess, dev_minter, service_process
 
 START = 1000
-#: A bot plays far faster than a person: the per-player limits of the edge are raised for it.
-FAST_PLAYER = {"BURACO_GATEWAY_RATE_PER_SECOND": "10000", "BURACO_GATEWAY_RATE_BURST": "10000"}
+#: A bot plays far faster than a person, and every test player calls from one address: the
+#: edge's per-player and per-address limits are raised for them.
+FAST_PLAYER = {"BURACO_GATEWAY_RATE_PER_SECOND": "10000", "BURACO_GATEWAY_RATE_BURST": "10000",
+               "BURACO_GATEWAY_ADDRESS_RATE_PER_SECOND": "100000", "BURACO_GATEWAY_ADDRESS_RATE_BURST": "100000"}
 BET = 100
 HOUSE_CUT_PERCENT = 20
 
