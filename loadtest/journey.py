@@ -33,7 +33,7 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -514,29 +514,10 @@ class Driver:
 
     # -- the run ----------------------------------------------------------------------------------
     def _keep_going(self, done: int) -> bool:
-        s = self.settings
-        if self.stopping.is_set():
-            return False
-        return done < s.journeys if s.journeys else True
+        return keep_going(self.settings, self.stopping, done)
 
     async def run_player(self, player: Player, start_delay: float) -> None:
-        await asyncio.sleep(start_delay)
-        while self._keep_going(player.journeys):
-            started = time.perf_counter()
-            self.recorder.counters["journeys_started"] += 1
-            try:
-                await self.journey(player)
-            except RunEnded:
-                self.recorder.counters["left_queue_at_end"] += 1
-                break
-            except Exception:
-                self.recorder.counters["journeys_failed"] += 1
-                player.journeys += 1
-                await asyncio.sleep(FAILED_JOURNEY_PAUSE_S)
-                continue
-            player.journeys += 1
-            self.recorder.counters["journeys_completed"] += 1
-            self.recorder.ok("step", "journey", time.perf_counter() - started)
+        await run_journeys(self.recorder, player, start_delay, self._keep_going, self.journey)
 
     async def run_group(self, group: Sequence[Player], start_delay: float) -> None:
         await asyncio.sleep(start_delay)
@@ -597,3 +578,34 @@ async def run_shard(settings: Settings, indices: Sequence[int]) -> tuple[Recorde
         await driver.channels.close()
         await driver.game_channels.close()
     return recorder, elapsed
+
+
+def keep_going(settings: Settings, stopping: asyncio.Event, done: int) -> bool:
+    """Whether a player who has made `done` journeys starts another (the run not ending, and
+    `--journeys` not reached when it is set)."""
+    if stopping.is_set():
+        return False
+    return done < settings.journeys if settings.journeys else True
+
+
+async def run_journeys(recorder: Recorder, player: Player, start_delay: float,
+                       going: Callable[[int], bool], journey: Callable[[Player], Awaitable[None]]) -> None:
+    """One player's journeys, one after the other while `going(journeys made)`, each counted and
+    timed as the step `journey`; a failed one is counted and followed by a pause (every scenario)."""
+    await asyncio.sleep(start_delay)
+    while going(player.journeys):
+        started = time.perf_counter()
+        recorder.counters["journeys_started"] += 1
+        try:
+            await journey(player)
+        except RunEnded:
+            recorder.counters["left_queue_at_end"] += 1
+            break
+        except Exception:
+            recorder.counters["journeys_failed"] += 1
+            player.journeys += 1
+            await asyncio.sleep(FAILED_JOURNEY_PAUSE_S)
+            continue
+        player.journeys += 1
+        recorder.counters["journeys_completed"] += 1
+        recorder.ok("step", "journey", time.perf_counter() - started)

@@ -52,7 +52,7 @@ from websockets.asyncio.client import ClientConnection
 
 from buraco.v1 import game_session_pb2
 from loadtest.client import RunEnded, StepError, status_name
-from loadtest.journey import FAILED_JOURNEY_PAUSE_S, POLL_INTERVAL_S, POLL_MAX_S, Player
+from loadtest.journey import POLL_INTERVAL_S, POLL_MAX_S, Player, keep_going, run_journeys
 from loadtest.recorder import Recorder
 from loadtest.settings import Settings
 from loadtest.table import settlement
@@ -631,28 +631,10 @@ class WebDriver:
 
     # -- the run ----------------------------------------------------------------------------------
     def _keep_going(self, done: int) -> bool:
-        if self.stopping.is_set():
-            return False
-        return done < self.settings.journeys if self.settings.journeys else True
+        return keep_going(self.settings, self.stopping, done)
 
     async def run_player(self, player: Player, start_delay: float) -> None:
-        await asyncio.sleep(start_delay)
-        while self._keep_going(player.journeys):
-            started = time.perf_counter()
-            self.recorder.counters["journeys_started"] += 1
-            try:
-                await self.journey(player)
-            except RunEnded:
-                self.recorder.counters["left_queue_at_end"] += 1
-                break
-            except Exception:
-                self.recorder.counters["journeys_failed"] += 1
-                player.journeys += 1
-                await asyncio.sleep(FAILED_JOURNEY_PAUSE_S)
-                continue
-            player.journeys += 1
-            self.recorder.counters["journeys_completed"] += 1
-            self.recorder.ok("step", "journey", time.perf_counter() - started)
+        await run_journeys(self.recorder, player, start_delay, self._keep_going, self.journey)
 
 
 async def run_shard(settings: Settings, indices: Sequence[int],

@@ -18,6 +18,8 @@ import httpx
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from loadtest.web import next_move
+
 WAIT_SECONDS = 60.0
 
 
@@ -176,22 +178,6 @@ class WebPlayer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.reader
         await self.http.aclose()
-
-
-def next_move(hints: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """A simple player: draw; lay the first meld offered, else the first addition; then discard
-    the first card offered. None when there is nothing to do (not this seat's turn)."""
-    if hints.get("canDraw"):
-        return "Draw", {}
-    if hints.get("melds"):
-        meld = hints["melds"][0]
-        return "Meld", {"cards": meld["cards"], "wildAs": meld.get("wildAs", "")}
-    if hints.get("additions"):
-        addition = hints["additions"][0]
-        return "AddToMeld", {"meld": addition["meld"], "cards": addition["cards"]}
-    if hints.get("discards"):
-        return "Discard", {"card": hints["discards"][0]}
-    return None
 
 
 async def play_until_over(player: WebPlayer, sub: str, table: str) -> TableFeed:
