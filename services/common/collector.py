@@ -4,9 +4,9 @@ socket: its subscriptions, its streams upstream).
 
 They live for a match's length or a player's session, while every message allocates hundreds of
 short-lived containers freed at once by reference counting. Left alone, the collector re-scans the
-long-lived ones in every full collection (a pause of hundreds of milliseconds that every table or
-socket feels) and runs its young passes far more often than they find anything. So such a
-service's own process (its `__main__`, which calls `tune()`):
+long-lived ones in every full collection (a pause every table or socket feels) and runs its
+young passes far more often than they find anything. So such a service's own process (its
+`__main__`, which calls `tune()`):
 - raises the young generation's threshold (`GC_THRESHOLDS`);
 - every `GC_SETTLE_SECONDS` collects the young generations and moves every survivor out of the
   collector's sight (`gc.freeze`), so a pause only scans what was allocated and is still alive

@@ -2,8 +2,8 @@
 
 The event loop is uvloop's when it is installed, and the garbage collector is settled as the
 game-session service's is (services/common/collector.py): a gateway holds a few hundred objects
-per open socket for a session's length, and left alone the collector's full passes over them
-paused every socket for hundreds of milliseconds at 2,000 players.
+per open socket for a session's length, and the collector's full passes must never re-scan them
+all while every socket waits on the one event loop (docs/gateway.md, "Speed", has the figures).
 """
 
 from services.common.transport import use_suite_transport
