@@ -132,6 +132,19 @@ def engine_for(url: str, *, schema: str | None = None, **kwargs: Any) -> AsyncEn
     return create_async_engine(url, connect_args=connect_args, **kwargs)
 
 
+async def _sqlite_begin(connection: AsyncConnection, statement: str) -> None:
+    """`statement` (`BEGIN` or `BEGIN IMMEDIATE`) on SQLite in one call to the connection's thread.
+
+    Every driver call is a round trip to aiosqlite's thread, the main cost of a SQLite transaction
+    here; `exec_driver_sql` makes three (open a cursor, run, close it). The driver's own `execute`
+    makes one; its cursor holds no open statement once a BEGIN has run. The transaction it starts
+    is the one SQLAlchemy commits or rolls back (the sqlite3 module asks SQLite whether one is open).
+    """
+    driver = (await connection.get_raw_connection()).driver_connection
+    assert driver is not None  # a checked-out connection
+    await driver.execute(statement)
+
+
 class _Writer:
     """The process's one writer of a SQLite database (`async with writer:` holds it, queued in
     order): a lock, and the task holding it."""
@@ -197,7 +210,7 @@ class Database:
         try:
             async with self._write_turn(), self.sessions.begin() as session:
                 if self.dialect == "sqlite":
-                    await (await session.connection()).exec_driver_sql("BEGIN IMMEDIATE")
+                    await _sqlite_begin(await session.connection(), "BEGIN IMMEDIATE")
                 yield session
         except PoolTimeoutError:
             raise UnavailableError(BUSY_WRITE) from None
@@ -209,7 +222,7 @@ class Database:
         try:
             async with self._write_turn(), self.engine.connect() as connection:
                 if self.dialect == "sqlite":
-                    await connection.exec_driver_sql("BEGIN IMMEDIATE")
+                    await _sqlite_begin(connection, "BEGIN IMMEDIATE")
                 else:
                     await connection.begin()
                 try:
@@ -229,7 +242,7 @@ class Database:
         try:
             async with self._read_turn(), self.sessions() as session:
                 if self.dialect == "sqlite":
-                    await (await session.connection()).exec_driver_sql("BEGIN")
+                    await _sqlite_begin(await session.connection(), "BEGIN")
                 else:
                     await session.connection(execution_options=SNAPSHOT)
                 yield session  # closing the session rolls the snapshot back
@@ -242,7 +255,7 @@ class Database:
         try:
             async with self._read_turn(), self.engine.connect() as connection:
                 if self.dialect == "sqlite":
-                    await connection.exec_driver_sql("BEGIN")
+                    await _sqlite_begin(connection, "BEGIN")
                 else:
                     await connection.execution_options(**SNAPSHOT)
                 yield connection  # closing the connection rolls the snapshot back
