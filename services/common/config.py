@@ -312,7 +312,14 @@ METRICS_PORT = Setting(
     default_text="9100 + last digit of the default port (9101..9105)",
 )
 METRICS_ENABLED = Setting("BURACO_METRICS_ENABLED", Flag(), "true", "serve Prometheus metrics")
-REFLECTION = Setting("BURACO_REFLECTION", Flag(), "true", "serve gRPC server reflection")
+REFLECTION = Setting(
+    "BURACO_REFLECTION",
+    Flag(),
+    "true",
+    "serve gRPC server reflection (it lists every method to whoever connects)",
+    default_text="true in local, false in production",
+    production_default="false",
+)
 DATABASE_URL = Setting(
     "BURACO_DATABASE_URL",
     DatabaseUrl(),
@@ -325,6 +332,20 @@ DATABASE_SCHEMA = Setting(
     Maybe(Text("letters, digits and _", _schema_name)),
     "",
     "PostgreSQL schema for this service's tables (created by the migrations)",
+)
+MIGRATION_LOCK_TIMEOUT_SECONDS = Setting(
+    "BURACO_MIGRATION_LOCK_TIMEOUT_SECONDS",
+    Number(0.1, 3600),
+    "5",
+    "how long a migration waits for a table's lock (PostgreSQL) before it fails, naming the wait; "
+    "while it waits, every other query on that table queues behind it",
+)
+MIGRATION_STATEMENT_TIMEOUT_SECONDS = Setting(
+    "BURACO_MIGRATION_STATEMENT_TIMEOUT_SECONDS",
+    Number(1, 86400),
+    "300",
+    "how long one migration statement (or the wait for another replica's migration) may run "
+    "(PostgreSQL) before it fails",
 )
 MIGRATE_ON_START = Setting(
     "BURACO_MIGRATE_ON_START",
@@ -436,6 +457,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     DATABASE_URL,
     DATABASE_SCHEMA,
     MIGRATE_ON_START,
+    MIGRATION_LOCK_TIMEOUT_SECONDS,
+    MIGRATION_STATEMENT_TIMEOUT_SECONDS,
     LOG_LEVEL,
     JWT_AUDIENCE,
     JWT_PUBLIC_KEYS,
@@ -472,6 +495,8 @@ class Config:
     database_url: str = "sqlite+aiosqlite:///:memory:"
     database_schema: str | None = None
     migrate_on_start: bool = MIGRATE_ON_START.parsed_default()
+    migration_lock_timeout_seconds: float = MIGRATION_LOCK_TIMEOUT_SECONDS.parsed_default()
+    migration_statement_timeout_seconds: float = MIGRATION_STATEMENT_TIMEOUT_SECONDS.parsed_default()
     log_level: str = LOG_LEVEL.default
     jwt_audience: str = JWT_AUDIENCE.default
     jwt_public_keys: Path | None = None
@@ -531,6 +556,8 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         database_url=read(DATABASE_URL, f"sqlite+aiosqlite:///var/{service}.db"),
         database_schema=read(DATABASE_SCHEMA),
         migrate_on_start=read(MIGRATE_ON_START),
+        migration_lock_timeout_seconds=read(MIGRATION_LOCK_TIMEOUT_SECONDS),
+        migration_statement_timeout_seconds=read(MIGRATION_STATEMENT_TIMEOUT_SECONDS),
         log_level=read(LOG_LEVEL),
         jwt_audience=read(JWT_AUDIENCE),
         jwt_public_keys=read(JWT_PUBLIC_KEYS),

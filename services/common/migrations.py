@@ -11,6 +11,7 @@ in a shared database. Commands (`python -m services.<service> ...`):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.environment import EnvironmentContext
 from sqlalchemy import MetaData, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from services.common.db import Database
 
@@ -36,36 +38,106 @@ def alembic_config(service: str, migrations: Path, database: Database) -> Alembi
     return config
 
 
-async def _run(database: Database, config: AlembicConfig, action: Any, *args: Any, **kwargs: Any) -> None:
-    if database.schema and database.dialect == "postgresql":
-        # Services sharing a schema start (and migrate) at once: CREATE SCHEMA IF NOT EXISTS is
-        # not safe against itself (two may both find it missing), so one at a time per schema.
+class MigrationTimeoutError(RuntimeError):
+    """A migration waited longer than its lock or statement timeout (PostgreSQL): nothing of it
+    was applied (the whole upgrade is one transaction)."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a migration may wait (PostgreSQL): for a table's lock, and for one statement
+    (which includes the wait for another replica migrating the same service)."""
+
+    lock_seconds: float = 5.0
+    statement_seconds: float = 300.0
+
+    @property
+    def lock_ms(self) -> int:
+        return max(1, int(self.lock_seconds * 1000))
+
+    @property
+    def statement_ms(self) -> int:
+        return max(1, int(self.statement_seconds * 1000))
+
+
+async def _run(database: Database, config: AlembicConfig, action: Any, *args: Any,
+               timeouts: Timeouts | None = None, **kwargs: Any) -> None:
+    """Run an Alembic command in one transaction. On PostgreSQL the role needs only to own the
+    service's schema (docs/operations.md): the schema is created here only when it is missing,
+    which alone needs CREATE on the database (local runs and tests)."""
+    timeouts = timeouts or Timeouts()
+    postgresql = database.dialect == "postgresql"
+    try:
+        if database.schema and postgresql:
+            await _ensure_schema(database, database.schema, timeouts)
         async with database.engine.begin() as connection:
-            key = f"buraco-schema:{database.schema}"
-            await connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
-            await connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"'))
+            if postgresql:
+                await connection.execute(text(f"SET LOCAL statement_timeout = {timeouts.statement_ms}"))
+                # replicas or a release Job may migrate at once: one at a time per service and schema
+                # (the lock ends with the transaction)
+                key = f"buraco-migrate:{config.attributes['service']}:{database.schema or ''}"
+                await connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
+                # DDL waiting behind a long transaction makes every later query on its table queue
+                # behind it: fail fast and say so instead
+                await connection.execute(text(f"SET LOCAL lock_timeout = {timeouts.lock_ms}"))
+            if database.schema and postgresql:
+                await connection.execute(text(f'SET search_path TO "{database.schema}"'))
+
+            def run(sync_connection: Connection) -> None:
+                config.attributes["connection"] = sync_connection
+                action(config, *args, **kwargs)
+
+            await connection.run_sync(run)
+    except DBAPIError as error:
+        cause = getattr(error.orig, "__cause__", None)  # the driver's own error, under SQLAlchemy's adapter
+        state = getattr(error.orig, "sqlstate", None) or getattr(cause, "sqlstate", None)
+        service = config.attributes["service"]
+        if state == LOCK_NOT_AVAILABLE:
+            raise MigrationTimeoutError(
+                f"{service}: a migration waited over {timeouts.lock_seconds:g} s for a lock "
+                f"(BURACO_MIGRATION_LOCK_TIMEOUT_SECONDS) and was rolled back, nothing applied: a long "
+                f"transaction holds a table it changes ({_first_line(error)}); end that transaction or "
+                f"retry when it is done") from None
+        if state == QUERY_CANCELED:
+            raise MigrationTimeoutError(
+                f"{service}: a migration statement ran over {timeouts.statement_seconds:g} s "
+                f"(BURACO_MIGRATION_STATEMENT_TIMEOUT_SECONDS) and was rolled back, nothing applied "
+                f"({_first_line(error)})") from None
+        raise
+
+
+#: PostgreSQL's SQLSTATEs for a lock_timeout and a statement_timeout.
+LOCK_NOT_AVAILABLE = "55P03"
+QUERY_CANCELED = "57014"
+
+
+def _first_line(error: BaseException) -> str:
+    return str(getattr(error, "orig", error)).strip().splitlines()[0]
+
+
+async def _ensure_schema(database: Database, schema: str, timeouts: Timeouts) -> None:
+    """Create `schema` when it is missing. `CREATE SCHEMA IF NOT EXISTS` needs CREATE on the
+    database even when the schema exists, so it runs only when the schema is not there; services
+    sharing a schema that start at once take turns (two could both find it missing)."""
     async with database.engine.begin() as connection:
-        if database.dialect == "postgresql":
-            # replicas or a release Job may migrate at once: one at a time per service and schema
-            # (the lock ends with the transaction)
-            key = f"buraco-migrate:{config.attributes['service']}:{database.schema or ''}"
-            await connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
-        if database.schema and database.dialect == "postgresql":
-            await connection.execute(text(f'SET search_path TO "{database.schema}"'))
-
-        def run(sync_connection: Connection) -> None:
-            config.attributes["connection"] = sync_connection
-            action(config, *args, **kwargs)
-
-        await connection.run_sync(run)
+        exists = text("SELECT 1 FROM pg_namespace WHERE nspname = :schema")
+        if (await connection.execute(exists, {"schema": schema})).first() is not None:
+            return
+        await connection.execute(text(f"SET LOCAL statement_timeout = {timeouts.statement_ms}"))
+        key = f"buraco-schema:{schema}"
+        await connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
+        if (await connection.execute(exists, {"schema": schema})).first() is None:
+            await connection.execute(text(f'CREATE SCHEMA "{schema}"'))
 
 
-async def upgrade(service: str, migrations: Path, database: Database, revision: str = "head") -> None:
-    await _run(database, alembic_config(service, migrations, database), command.upgrade, revision)
+async def upgrade(service: str, migrations: Path, database: Database, revision: str = "head",
+                  timeouts: Timeouts | None = None) -> None:
+    await _run(database, alembic_config(service, migrations, database), command.upgrade, revision, timeouts=timeouts)
 
 
-async def downgrade(service: str, migrations: Path, database: Database, revision: str) -> None:
-    await _run(database, alembic_config(service, migrations, database), command.downgrade, revision)
+async def downgrade(service: str, migrations: Path, database: Database, revision: str,
+                    timeouts: Timeouts | None = None) -> None:
+    await _run(database, alembic_config(service, migrations, database), command.downgrade, revision, timeouts=timeouts)
 
 
 async def current(service: str, migrations: Path, database: Database) -> str | None:

@@ -216,7 +216,8 @@ class Server:
 
     async def _start(self) -> None:
         if self.config.migrate_on_start:
-            await migrations.upgrade(self.spec.name, self.spec.migrations, self.db)
+            await migrations.upgrade(self.spec.name, self.spec.migrations, self.db,
+                                     timeouts=migration_timeouts(self.config))
         else:
             # Production migrates with the release's Job first; serving on an older schema would
             # fail later, call by call, so refuse to start instead.
@@ -391,26 +392,36 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
         except migrations.SchemaNotReadyError as error:
             print(f"database not ready: {error}", file=sys.stderr)
             return 3
+        except migrations.MigrationTimeoutError as error:
+            print(f"migration failed: {error}", file=sys.stderr)
+            return 4
         return 0
-    return (
-        asyncio.run(_database_command(spec, config, args))
-        if command != "revision"
-        else _revision(spec, config, args)
-    )
+    if command == "revision":
+        return _revision(spec, config, args)
+    try:
+        return asyncio.run(_database_command(spec, config, args))
+    except migrations.MigrationTimeoutError as error:
+        print(f"migration failed: {error}", file=sys.stderr)
+        return 4
 
 
 async def _database_command(spec: ServiceSpec, config: Config, args: Any) -> int:
     db = Database(config.database_url, schema=config.database_schema)
     try:
         if args.command == "migrate":
-            await migrations.upgrade(spec.name, spec.migrations, db, args.revision)
+            await migrations.upgrade(spec.name, spec.migrations, db, args.revision, timeouts=migration_timeouts(config))
         else:
-            await migrations.downgrade(spec.name, spec.migrations, db, args.revision)
+            await migrations.downgrade(spec.name, spec.migrations, db, args.revision,
+                                       timeouts=migration_timeouts(config))
         revision = await migrations.current(spec.name, spec.migrations, db)
         log.info("database migrated", extra={"fields": {"revision": revision, "url": _safe_url(db.url)}})
     finally:
         await db.dispose()
     return 0
+
+
+def migration_timeouts(config: Config) -> migrations.Timeouts:
+    return migrations.Timeouts(config.migration_lock_timeout_seconds, config.migration_statement_timeout_seconds)
 
 
 def _revision(spec: ServiceSpec, config: Config, args: Any) -> int:

@@ -77,13 +77,18 @@ def test_bad_values_fail_naming_the_variable(variable: str, value: str) -> None:
         load("wallet", {variable: value})
 
 
-def test_production_needs_keys_and_does_not_migrate_by_default(tmp_path: Path) -> None:
+def test_production_needs_keys_and_does_not_migrate_or_reflect_by_default(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="BURACO_JWT_PUBLIC_KEYS"):
         load("wallet", {"BURACO_ENV": "production"})
     keys = tmp_path / "keys.pem"
     keys.write_text("placeholder")
     config = load("wallet", {"BURACO_ENV": "production", "BURACO_JWT_PUBLIC_KEYS": str(keys)})
     assert not config.local and not config.migrate_on_start
+    assert not config.reflection  # it lists every method to whoever connects
+    assert load("wallet", {}).reflection  # local keeps it, for grpcurl
+    turned_on = load("wallet", {"BURACO_ENV": "production", "BURACO_JWT_PUBLIC_KEYS": str(keys),
+                                "BURACO_REFLECTION": "true"})
+    assert turned_on.reflection
 
 
 def test_the_readme_documents_every_setting() -> None:
