@@ -15,12 +15,22 @@ the identity then carries `acting_for`, the call log records it, and `Identity.p
 player. A player may only name themselves there (anything else is PERMISSION_DENIED).
 
 Handlers read the caller with `current_identity()`, never from a request body.
+
+Each verification key is bound to what it may sign (its `Scope`): the gateway's key player tokens
+only, each service's key service tokens for that service only, the admin key admin tokens. The key
+set (BURACO_JWT_PUBLIC_KEYS) is a JWKS file with a `scope` member on each key; a token signed
+outside its key's scope is UNAUTHENTICATED. A PEM file (keys without a scope) is accepted in local
+mode only. The key set is read again when its file changes (checked every
+BURACO_JWT_KEYS_RELOAD_SECONDS), so keys rotate without a restart: add the new key beside the old,
+switch the signer, then remove the old one.
 """
 
 from __future__ import annotations
 
 import contextvars
 import hashlib
+import json
+import logging
 import math
 import os
 import re
@@ -30,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -55,6 +65,57 @@ class Kind(StrEnum):
 
 
 _COLLECTION = {Kind.PLAYER: "players", Kind.SERVICE: "services", Kind.ADMIN: "admins"}
+log = logging.getLogger("buraco.auth")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one verification key may sign: player tokens, admin tokens, and service tokens for
+    the services named (`*`: any service)."""
+
+    player: bool = False
+    admin: bool = False
+    services: frozenset[str] = frozenset()
+
+    def allows(self, kind: Kind, name: str) -> bool:
+        if kind is Kind.SERVICE:
+            return "*" in self.services or name in self.services
+        return self.player if kind is Kind.PLAYER else self.admin
+
+    @classmethod
+    def parse(cls, text: object, source: str) -> Scope:
+        """A JWK's `scope`: grants separated by spaces: `player`, `admin`, `service:<name>`,
+        `service:*`."""
+        if not isinstance(text, str) or not text.split():
+            raise ConfigError(f"{source}: every key needs a `scope` (player, admin, service:<name>)")
+        player = admin = False
+        services: set[str] = set()
+        for grant in text.split():
+            if grant == "player":
+                player = True
+            elif grant == "admin":
+                admin = True
+            elif grant.startswith("service:") and (grant[8:] == "*" or NAME_PATTERN.fullmatch(grant[8:])):
+                services.add(grant[8:])
+            else:
+                raise ConfigError(f"{source}: unknown scope grant {grant!r} (player, admin, service:<name>)")
+        return cls(player, admin, frozenset(services))
+
+    def __str__(self) -> str:
+        grants = (["player"] if self.player else []) + (["admin"] if self.admin else [])
+        return " ".join(grants + [f"service:{s}" for s in sorted(self.services)])
+
+
+#: A key with no scope of its own (a PEM key set, local mode only): it may sign anything.
+UNSCOPED = Scope(player=True, admin=True, services=frozenset({"*"}))
+
+
+class TrustedKey(NamedTuple):
+    """A verification key and what it may sign; `scoped`: the scope came from the key set."""
+
+    key: PublicKey
+    scope: Scope = UNSCOPED
+    scoped: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,6 +214,75 @@ def parse_public_keys(pem: bytes, source: str = "keys") -> dict[str, PublicKey]:
     return keys
 
 
+def parse_key_set(data: bytes, source: str = "keys") -> dict[str, TrustedKey]:
+    """A key set by key id: a JWKS document (`{"keys": [...]}`, each key with its `scope`), or PEM
+    public keys (no scope: `UNSCOPED`, refused in production by `keys_from_config`)."""
+    if not data.lstrip().startswith(b"{"):
+        return {kid: TrustedKey(key) for kid, key in parse_public_keys(data, source).items()}
+    try:
+        document = json.loads(data)
+    except ValueError as error:
+        raise ConfigError(f"{source}: not a JWKS document: {error}") from None
+    entries = document.get("keys") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{source}: a JWKS document needs a non-empty `keys` list")
+    keys: dict[str, TrustedKey] = {}
+    for number, entry in enumerate(entries):
+        where = f"{source}: key {number}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: not a JSON object")
+        try:
+            key = jwt.PyJWK(entry).key
+        except jwt.PyJWTError as error:
+            raise ConfigError(f"{where}: {error}") from None
+        if not isinstance(key, ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey | rsa.RSAPublicKey):
+            raise ConfigError(f"{where}: not a public key of a supported type ({type(key).__name__})")
+        algorithm_for(key)
+        kid = key_id(key)
+        if "kid" in entry and entry["kid"] != kid:
+            raise ConfigError(f"{where}: its kid must be {kid} (the key's own id), not {entry['kid']!r}")
+        keys[kid] = TrustedKey(key, Scope.parse(entry.get("scope"), where), scoped=True)
+    return keys
+
+
+def jwk_of(key: PublicKey, scope: Scope) -> dict[str, Any]:
+    """A public key as a JWKS entry with its `scope` and `kid` (scripts/jwks.py writes key sets)."""
+    algorithm = jwt.get_algorithm_by_name(algorithm_for(key))
+    entry: dict[str, Any] = json.loads(algorithm.to_jwk(key))
+    return entry | {"kid": key_id(key), "use": "sig", "scope": str(scope)}
+
+
+class KeyFile:
+    """The key set file, read again when it changes (a Kubernetes Secret's update replaces it)."""
+
+    def __init__(self, path: Path, *, local: bool, extra: Mapping[str, TrustedKey] | None = None) -> None:
+        self.path = path
+        self.local = local
+        self.extra = dict(extra or {})
+        self._seen: tuple[int, int, int] | None = None
+
+    def _stamp(self) -> tuple[int, int, int]:
+        stat = self.path.stat()  # follows the Secret's symlinks to the file of the moment
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+    def load(self) -> dict[str, TrustedKey]:
+        """Read the file now (a bad file raises ConfigError)."""
+        stamp = self._stamp()
+        keys = parse_key_set(self.path.read_bytes(), str(self.path))
+        if not self.local and not all(k.scoped for k in keys.values()):
+            raise ConfigError(
+                f"BURACO_JWT_PUBLIC_KEYS ({self.path}): in production every key needs a scope: write the "
+                "key set as a JWKS file with a `scope` on each key (scripts/jwks.py; docs/operations.md)")
+        self._seen = stamp
+        return keys | self.extra
+
+    def changed(self) -> dict[str, TrustedKey] | None:
+        """The key set when the file changed since it was last read, else None."""
+        if self._stamp() == self._seen:
+            return None
+        return self.load()
+
+
 def load_private_key(path: Path) -> PrivateKey:
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
@@ -194,16 +324,21 @@ class Verifier:
 
     def __init__(
         self,
-        keys: Mapping[str, PublicKey],
+        keys: Mapping[str, PublicKey | TrustedKey],
         *,
         audience: str,
         leeway: float = 10.0,
         cache_size: int = 10_000,
         clock: Callable[[], float] = time.time,
+        source: KeyFile | None = None,
+        reload_seconds: float = 30.0,
     ) -> None:
         if not keys:
             raise ConfigError("no public key to verify tokens with")
-        self._keys = dict(keys)
+        self._keys = {kid: k if isinstance(k, TrustedKey) else TrustedKey(k) for kid, k in keys.items()}
+        self._source = source
+        self._reload_seconds = reload_seconds
+        self._next_reload = clock() + reload_seconds
         self._audience = audience
         self._leeway = leeway
         # Verified tokens by their exact text, with their expiry: a signature check costs far more
@@ -212,7 +347,37 @@ class Verifier:
         self._cache_size = cache_size
         self._clock = clock
 
+    @property
+    def kids(self) -> frozenset[str]:
+        return frozenset(self._keys)
+
+    def reload(self) -> bool:
+        """Read the key set again if its file changed; a key set that cannot be used leaves the
+        current one in place (logged). Whether the keys changed."""
+        if self._source is None:
+            return False
+        try:
+            keys = self._source.changed()
+        except (OSError, ConfigError) as error:
+            log.error("the key set could not be read again; the current keys stay",
+                      extra={"fields": {"error": str(error)}})
+            return False
+        if keys is None or keys == self._keys:
+            return False
+        if not keys:
+            log.error("the key set is empty; the current keys stay")
+            return False
+        self._keys = keys
+        self._verified.clear()  # a removed key's tokens stop here, cached or not
+        log.info("key set reloaded", extra={"fields": {"kids": sorted(keys)}})
+        return True
+
     def verify(self, token: str) -> Identity:
+        if self._source is not None:
+            now = self._clock()
+            if now >= self._next_reload:
+                self._next_reload = now + self._reload_seconds
+                self.reload()
         cached = self._verified.get(token)
         if cached is not None:
             if self._clock() < cached[1] + self._leeway:
@@ -229,9 +394,10 @@ class Verifier:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
             raise UnauthenticatedError("malformed token") from None
-        key = self._keys.get(str(header.get("kid", "")))
-        if key is None:
+        trusted = self._keys.get(str(header.get("kid", "")))
+        if trusted is None:
             raise UnauthenticatedError("token signed with an unknown key")
+        key = trusted.key
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
@@ -255,6 +421,10 @@ class Verifier:
         subject = claims["sub"]
         if not isinstance(subject, str) or not NAME_PATTERN.fullmatch(subject):
             raise UnauthenticatedError("token has no valid `sub` claim")
+        if not trusted.scope.allows(kind, subject):
+            raise UnauthenticatedError(
+                f"token signed with a key that may not sign {kind.value} tokens"
+                + (f" for {subject}" if kind is Kind.SERVICE else "") + f" (its scope: {trusted.scope})")
         ip = claims.get("ip")
         identity = Identity(
             kind=kind,
@@ -334,26 +504,33 @@ class Minter:
 def keys_from_config(config: Config) -> tuple[Verifier, Minter | None]:
     """The verifier and (when a private key is available) the minter a service runs with.
 
-    Local mode generates (once) and trusts a dev key pair under BURACO_DEV_KEYS_DIR, besides any
-    configured keys. Production uses only the configured keys and refuses the dev key.
+    Local mode generates (once) and trusts a dev key pair under BURACO_DEV_KEYS_DIR (it may sign
+    anything), besides any configured keys. Production uses only the configured key set, every key
+    with its scope, and refuses the dev key.
     """
-    keys: dict[str, PublicKey] = {}
+    keys: dict[str, TrustedKey] = {}
+    extra: dict[str, TrustedKey] = {}
     private: PrivateKey | None = None
-    if config.jwt_public_keys is not None:
-        keys.update(parse_public_keys(config.jwt_public_keys.read_bytes(), "BURACO_JWT_PUBLIC_KEYS"))
     if config.jwt_private_key is not None:
         private = load_private_key(config.jwt_private_key)
     dev_private_path = config.dev_keys_dir / DEV_PRIVATE_KEY
     if config.local:
         dev_private_path, dev_public_path = ensure_dev_keys(config.dev_keys_dir)
-        keys.update(parse_public_keys(dev_public_path.read_bytes(), str(dev_public_path)))
+        extra = parse_key_set(dev_public_path.read_bytes(), str(dev_public_path))
         if private is None:
             private = load_private_key(dev_private_path)
-    elif dev_private_path.exists():
+    source: KeyFile | None = None
+    if config.jwt_public_keys is not None:
+        source = KeyFile(config.jwt_public_keys, local=config.local, extra=extra)
+        keys = source.load()
+    else:
+        keys = extra
+    if not config.local and dev_private_path.exists():
         dev_kid = key_id(load_private_key(dev_private_path).public_key())
         own_kid = key_id(private.public_key()) if private is not None else None
         if dev_kid in keys or dev_kid == own_kid:
             raise ConfigError("the local dev key may not be used when BURACO_ENV=production")
-    verifier = Verifier(keys, audience=config.jwt_audience, leeway=config.jwt_leeway_seconds)
+    verifier = Verifier(keys, audience=config.jwt_audience, leeway=config.jwt_leeway_seconds, source=source,
+                        reload_seconds=config.jwt_keys_reload_seconds)
     minter = Minter(private, audience=config.jwt_audience) if private is not None else None
     return verifier, minter

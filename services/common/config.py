@@ -366,8 +366,9 @@ JWT_PUBLIC_KEYS = Setting(
     "BURACO_JWT_PUBLIC_KEYS",
     Maybe(File()),
     "",
-    "file of PEM public keys (Ed25519, ECDSA P-256 or RSA) that tokens may be signed with; the token's `kid` "
-    "picks one",
+    "the key set tokens may be signed with (Ed25519, ECDSA P-256 or RSA; the token's `kid` picks one): a JWKS "
+    "file with a `scope` on each key (what it may sign: `player`, `admin`, `service:<name>`), or, in local "
+    "mode only, PEM public keys (unscoped); read again when it changes",
     default_text="local: the dev key; production: required",
     production="required",
 )
@@ -377,6 +378,12 @@ JWT_PRIVATE_KEY = Setting(
     "",
     "PEM private key this service signs its own service tokens with, for calls to other services",
     default_text="local: the dev key; production: (none)",
+)
+JWT_KEYS_RELOAD_SECONDS = Setting(
+    "BURACO_JWT_KEYS_RELOAD_SECONDS",
+    Number(0.1, 86400),
+    "30",
+    "how often the key set file is checked for a change (rotation without a restart)",
 )
 JWT_LEEWAY_SECONDS = Setting(
     "BURACO_JWT_LEEWAY_SECONDS", Number(0, 300), "10", "clock skew allowed on `exp`, `iat` and `nbf`"
@@ -463,6 +470,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     JWT_AUDIENCE,
     JWT_PUBLIC_KEYS,
     JWT_PRIVATE_KEY,
+    JWT_KEYS_RELOAD_SECONDS,
     JWT_LEEWAY_SECONDS,
     DEV_KEYS_DIR,
     RATE_LIMIT_PER_SECOND,
@@ -502,6 +510,7 @@ class Config:
     jwt_public_keys: Path | None = None
     jwt_private_key: Path | None = None
     jwt_leeway_seconds: float = JWT_LEEWAY_SECONDS.parsed_default()
+    jwt_keys_reload_seconds: float = JWT_KEYS_RELOAD_SECONDS.parsed_default()
     dev_keys_dir: Path = field(default_factory=DEV_KEYS_DIR.parsed_default)
     rate_limit_per_second: float = RATE_LIMIT_PER_SECOND.parsed_default()
     rate_limit_burst: int = RATE_LIMIT_BURST.parsed_default()
@@ -563,6 +572,7 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         jwt_public_keys=read(JWT_PUBLIC_KEYS),
         jwt_private_key=read(JWT_PRIVATE_KEY),
         jwt_leeway_seconds=read(JWT_LEEWAY_SECONDS),
+        jwt_keys_reload_seconds=read(JWT_KEYS_RELOAD_SECONDS),
         dev_keys_dir=read(DEV_KEYS_DIR),
         rate_limit_per_second=read(RATE_LIMIT_PER_SECOND),
         rate_limit_burst=read(RATE_LIMIT_BURST),

@@ -24,7 +24,7 @@ from google.protobuf.message import Message
 
 from buraco.v1 import wallet_pb2
 from services.client.calls import Unreachable
-from services.client.channels import ChannelPool, Clients, ServiceTokens
+from services.client.channels import ChannelPool, Clients
 from services.client.redirects import Owners
 from services.common.auth import Kind, Minter
 from services.common.config import Config
@@ -34,7 +34,6 @@ from services.gateway.methods import Method
 RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED})
 #: The gateway's own identity, for the one call it makes as a service: opening a new player's
 #: wallet account at sign-in.
-GATEWAY_SERVICE = "gateway"
 #: Cached player tokens kept at most (the least recently minted go first).
 MAX_CACHED_TOKENS = 100_000
 
@@ -72,7 +71,6 @@ class Upstream:
         self.clients = Clients(config, None, interceptors=interceptors)
         self.owners = Owners(self.clients)
         self.tokens = PlayerTokens(minter, token_seconds)
-        self.service_token = ServiceTokens(minter, GATEWAY_SERVICE)
         self.call_seconds = call_seconds
         #: Channels of the table streams (`TableConnection`s), a few per game-session replica.
         self.table_channels = ChannelPool(size=4)
@@ -126,7 +124,8 @@ class Upstream:
     async def open_account(self, player: str) -> None:
         """Open `player`'s wallet account (with its starting grant) unless it is open already."""
         request = wallet_pb2.CreateAccountRequest(request_id=f"gateway-signup-{player}", player=f"players/{player}")
-        metadata = (("authorization", f"Bearer {self.service_token()}"),)
+        # with the player's own token: the gateway's key signs player tokens only
+        metadata = (("authorization", f"Bearer {self.tokens(player, '')}"),)
         try:
             await self.clients.wallet.CreateAccount(request, metadata=metadata, timeout=self.call_seconds)
         except grpc.aio.AioRpcError as error:

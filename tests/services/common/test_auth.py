@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
@@ -14,8 +16,10 @@ from services.common.auth import (
     Identity,
     Kind,
     Minter,
+    Scope,
     Verifier,
     ensure_dev_keys,
+    jwk_of,
     key_id,
     keys_from_config,
     load_private_key,
@@ -112,18 +116,21 @@ def test_dev_keys_are_made_once(tmp_path: Path) -> None:
     assert first[0].stat().st_mode & 0o077 == 0
 
 
+def _key_set(path: Path, key: Any, scope: str = "player") -> Path:
+    """A one-key JWKS file (production needs a scope on every key)."""
+    path.write_text(json.dumps({"keys": [jwk_of(key, Scope.parse(scope, str(path)))]}))
+    return path
+
+
 def test_production_refuses_the_dev_key(tmp_path: Path) -> None:
-    _, dev_public = ensure_dev_keys(tmp_path / "dev")
+    dev_private, _ = ensure_dev_keys(tmp_path / "dev")
+    dev_set = _key_set(tmp_path / "dev-set.json", load_private_key(dev_private).public_key())
     config = Config(
-        service="wallet", env="production", jwt_public_keys=dev_public, dev_keys_dir=tmp_path / "dev"
+        service="wallet", env="production", jwt_public_keys=dev_set, dev_keys_dir=tmp_path / "dev"
     )
     with pytest.raises(ConfigError, match="dev key"):
         keys_from_config(config)
-    real = ed25519.Ed25519PrivateKey.generate().public_key()
-    own = tmp_path / "prod.pem"
-    own.write_bytes(
-        real.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    )
+    own = _key_set(tmp_path / "prod.json", ed25519.Ed25519PrivateKey.generate().public_key())
     _verifier, minter = keys_from_config(replace(config, jwt_public_keys=own))
     assert minter is None  # no private key configured: this service makes no outbound calls
 
@@ -141,12 +148,7 @@ def test_services_that_call_others_need_a_private_key_in_production(tmp_path: Pa
     from services.wallet.service import SPEC as WALLET
 
     key = ed25519.Ed25519PrivateKey.generate()
-    public = tmp_path / "trusted.pem"
-    public.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
+    public = _key_set(tmp_path / "trusted.json", key.public_key(), "service:matchmaking")
     config = Config(
         service="matchmaking", env="production", jwt_public_keys=public, dev_keys_dir=tmp_path / "x"
     )

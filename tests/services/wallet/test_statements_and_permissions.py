@@ -37,6 +37,19 @@ async def test_only_services_and_admins_move_chips(ledger: Ledger) -> None:
         await refused(ledger, grpc.StatusCode.PERMISSION_DENIED, method, request, player("alice"))
 
 
+async def test_a_player_opens_their_own_account_once_and_no_one_elses(ledger: Ledger) -> None:
+    """The gateway opens a new player's account with the player's own token (its key signs
+    player tokens only)."""
+    own = wallet_pb2.CreateAccountRequest(request_id="signup-zoe", player="players/zoe")
+    opened = await ledger.call("CreateAccount", own, player("zoe"))
+    assert opened.name == "accounts/player-zoe" and opened.balance_chips == 1000
+    assert await ledger.call("CreateAccount", own, player("zoe")) == opened  # the same request again
+    again = wallet_pb2.CreateAccountRequest(request_id="signup-zoe-2", player="players/zoe")
+    await refused(ledger, grpc.StatusCode.ALREADY_EXISTS, "CreateAccount", again, player("zoe"))
+    other = wallet_pb2.CreateAccountRequest(request_id="signup-yan", player="players/yan")
+    await refused(ledger, grpc.StatusCode.PERMISSION_DENIED, "CreateAccount", other, player("zoe"))
+
+
 async def test_players_read_only_their_own_account_and_statement(ledger: Ledger) -> None:
     await ledger.open("alice", "bob")
     mine = await ledger.call("GetAccount", wallet_pb2.GetAccountRequest(name="accounts/player-alice"), player("alice"))
