@@ -59,6 +59,10 @@ class Ruleset:
     lone_discard: bool = False
     #: a player may not go out by discarding a wild that could be added to the side's melds
     no_wild_going_out: bool = False
+    #: a side that never took its morto may go out only when no morto is left on the table (both
+    #: mortos became the stock, or the other side took its own); otherwise as soon as its own morto
+    #: became the stock
+    go_out_after_both_mortos: bool = False
     #: when the stock runs out: an untaken morto becomes the stock, then the hand ends
     #: ("morto_then_end"); or the hand ends at once ("end")
     stock_out: StockOut = "morto_then_end"
@@ -107,7 +111,8 @@ class Ruleset:
         if self.tie not in ("starter", "extra_hand"):
             problems.append(f"tie must be 'starter' or 'extra_hand', not {self.tie!r}")
         for field in ("groups", "groups_of_twos", "ace_to_ace", "clean_to_go_out", "go_out_by_meld",
-                      "closed_pile", "lone_discard", "no_wild_going_out", "unplayed_morto_penalty"):
+                      "closed_pile", "lone_discard", "no_wild_going_out", "go_out_after_both_mortos",
+                      "unplayed_morto_penalty"):
             if not isinstance(getattr(self, field), bool):
                 problems.append(f"{field} must be true or false")
         if problems:
@@ -172,9 +177,10 @@ PRESETS: dict[str, Ruleset] = {
             bonus_ace_to_ace=None, clean_to_go_out=False, no_wild_going_out=True, stock_out="end",
             unplayed_morto_penalty=False, target=2005, tie="extra_hand",
         ),
-        # J: Buraco Aberto with jokers worth 50; a match is one hand
+        # J: Buraco Aberto with jokers worth 50; a match is one hand; a side that never took its morto
+        # goes out only once no morto is left on the table
         dataclasses.replace(_P, name="aberto_joker50", groups=False, groups_of_twos=False, joker_value=50,
-                            target=0),
+                            go_out_after_both_mortos=True, target=0),
     )
 }
 

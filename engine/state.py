@@ -193,9 +193,18 @@ class HandState:
                 return True
         return False
 
+    def morto_allows_going_out(self, side: int) -> bool:
+        """The side's morto no longer stands in the way of going out: the side took it, or it became
+        the stock; with ``go_out_after_both_mortos``, a side that never took its morto also waits
+        until no morto is left on the table."""
+        if self.mortos[side] is not None:
+            return False
+        return self.morto_taken[side] or not self.rules.go_out_after_both_mortos or self.mortos[1 - side] is None
+
     def may_go_out(self, side: int, melds: list[Meld] | None = None) -> bool:
-        """The side has no morto left to take and holds the canastra the ruleset requires."""
-        return self.mortos[side] is None and self.has_canastra_to_go_out(side, melds)
+        """The side's morto allows going out (``morto_allows_going_out``) and the side holds the
+        canastra the ruleset requires (in ``melds`` when given, else on the table)."""
+        return self.morto_allows_going_out(side) and self.has_canastra_to_go_out(side, melds)
 
     # --- legal actions -------------------------------------------------------------------------------
     def legal_actions(self) -> list[Action]:
@@ -332,14 +341,23 @@ class HandState:
 
     def _cannot_go_out_message(self, remaining: int) -> str:
         side = side_of(self.to_act)
-        if remaining == 0 and self.mortos[side] is None and self.has_canastra_to_go_out(side) \
-                and not self.rules.go_out_by_meld:
+        if remaining == 0 and self.may_go_out(side) and not self.rules.go_out_by_meld:
             return "in this ruleset a player goes out only by discarding"
-        need = "a clean canastra" if self.rules.clean_to_go_out else "a canastra"
+        why = self._not_out_reason(side)
         if remaining == 0:
-            return f"this would empty the hand, but the side may not go out yet (it needs its morto and {need})"
+            return f"this would empty the hand, but the side may not go out yet: {why}"
         return (f"this would leave {remaining} card(s) and no legal way to end the turn "
-                f"(the side may not go out yet: it needs its morto and {need})")
+                f"(the side may not go out yet: {why})")
+
+    def _not_out_reason(self, side: int) -> str:
+        """Why the side may not go out, in words (for the messages of ``CANNOT_GO_OUT``)."""
+        if self.mortos[side] is None and not self.morto_allows_going_out(side):
+            return ("the side never took its morto, and in this ruleset such a side may go out only once no "
+                    "morto is left on the table")
+        need = "a clean canastra" if self.rules.clean_to_go_out else "a canastra"
+        if self.mortos[side] is None:
+            return f"the side needs {need}"
+        return f"the side needs its morto and {need}"
 
     def _finishable_after(self, action: MeldCards | AddCards, meld: Meld, index: int, remaining: int) -> bool:
         side = side_of(self.to_act)
@@ -369,6 +387,8 @@ class HandState:
         morto = self.mortos[side] is not None
         if card != self.lone and morto:
             return True  # discarding it takes the morto (indirect batida)
+        if not morto and not self.morto_allows_going_out(side):
+            return False  # emptying the hand would go out, which the side's morto does not allow yet
         fits = self._extensions_by(card, melds)
         if card != self.lone and self.has_canastra_to_go_out(side, melds) and not (
                 rules.no_wild_going_out and rules.go_out_by_meld and is_wild_capable(card) and fits):
@@ -475,9 +495,8 @@ class HandState:
         if self.mortos[side] is not None:
             return None  # indirect batida
         if not self.may_go_out(side):
-            need = "a clean canastra" if self.rules.clean_to_go_out else "a canastra"
             return IllegalActionError(
-                "CANNOT_GO_OUT", f"discarding the last card would go out, and the side needs its morto and {need}"
+                "CANNOT_GO_OUT", f"discarding the last card would go out, and {self._not_out_reason(side)}"
             )
         if self.rules.no_wild_going_out and self.rules.go_out_by_meld and is_wild_capable(card) \
                 and self._playable(card, side):

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from engine.actions import DRAW, Discard
+from engine.actions import DRAW, AddCards, Discard, MeldCards
 from engine.cards import parse
 from engine.errors import IllegalActionError
 from engine.state import HandState
@@ -200,6 +200,54 @@ def test_a_side_whose_morto_went_to_the_stock_may_go_out_without_it() -> None:
     act(s, 0, do="discard", card="9D")
     assert s.is_terminal() and s.went_out == 0
     assert s.score()[0]["morto"] == -100  # it never took a morto
+
+
+def test_aberto_joker50_without_a_morto_goes_out_only_once_no_morto_is_left() -> None:
+    # J: "só é possível um jogador bater quando os dois mortos virarem monte"; side 0's morto became
+    # the stock, side 1's is still on the table
+    def waiting(hand: str, rules: str | dict[str, object] = "aberto_joker50") -> HandState:
+        return position(rules, [hand, "3S 4S 8D"], phase="play", mortos=[None, MORTO_B],
+                        morto_to_stock=(True, False), melds=[[CLEAN, "5H 6H 7H"], []])
+
+    s = waiting("9D")
+    msg = refuse(s, 0, "CANNOT_GO_OUT", do="discard", card="9D")
+    assert "no morto is left on the table" in msg
+    s = waiting("8H 9H")
+    refuse(s, 0, "CANNOT_GO_OUT", do="add", meld=1, cards=["8H", "9H"])  # empties the hand
+    refuse(s, 0, "CANNOT_GO_OUT", do="add", meld=1, cards=["8H"])  # 9H could only go out
+    assert s.legal_actions() == [Discard(parse("8H")), Discard(parse("9H"))]
+    s = waiting("9H 10H JH")
+    refuse(s, 0, "CANNOT_GO_OUT", do="meld", cards=["9H", "10H", "JH"])
+    # a meld that leaves one card is refused too: that card could only go out
+    s = waiting("9H 10H JH 9D")
+    msg = refuse(s, 0, "CANNOT_GO_OUT", do="meld", cards=["9H", "10H", "JH"])
+    assert "no legal way" in msg
+    assert not [a for a in s.legal_actions() if isinstance(a, AddCards | MeldCards)]
+    # the same position where the parameter is off (and in fechado, source P) goes out
+    s = waiting("9D", {"preset": "aberto_joker50", "go_out_after_both_mortos": False})
+    act(s, 0, do="discard", card="9D")
+    assert s.is_terminal() and s.went_out == 0
+    # both mortos became the stock: the side goes out
+    s = position("aberto_joker50", ["9D", "3S 4S 8D"], phase="play", mortos=[None, None],
+                 morto_to_stock=(True, True), melds=[[CLEAN], []])
+    act(s, 0, do="discard", card="9D")
+    assert s.is_terminal() and s.went_out == 0 and s.score()[0]["morto"] == -100
+
+
+def test_aberto_joker50_a_side_without_its_morto_goes_out_once_the_other_took_its_own() -> None:
+    # docs/rules.md, the choice: no morto is left on the table, so the side may go out
+    s = position("aberto_joker50", ["9D", "3S 4S 8D"], phase="play", mortos=[None, None],
+                 morto_taken=(False, True), morto_to_stock=(True, False), melds=[[CLEAN], []])
+    assert s.legal_actions() == [Discard(parse("9D"))]
+    act(s, 0, do="discard", card="9D")
+    assert s.is_terminal() and s.went_out == 0
+
+
+def test_go_out_after_both_mortos_does_not_touch_a_side_that_took_its_morto() -> None:
+    s = position("aberto_joker50", ["9D", "3S 4S 8D"], phase="play", mortos=[None, MORTO_B],
+                 morto_taken=(True, False), melds=[[CLEAN], []])
+    act(s, 0, do="discard", card="9D")
+    assert s.is_terminal() and s.went_out == 0
 
 
 # --- scoring -------------------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ def test_source_specific_rules() -> None:
     assert preset("buraco_2005").target == 2005
     assert all(preset(n).stock_out == "morto_then_end" for n in DIGEST if n != "buraco_2005")
     assert preset("fechado").unplayed_morto_penalty and not preset("aberto_sujo").unplayed_morto_penalty
+    # J: without a morto taken, going out waits until both mortos became the stock
+    assert [n for n in DIGEST if preset(n).go_out_after_both_mortos] == ["aberto_joker50"]
 
 
 def test_custom_ruleset_overrides_a_preset() -> None:
