@@ -63,6 +63,9 @@ class Ruleset:
     #: mortos became the stock, or the other side took its own); otherwise as soon as its own morto
     #: became the stock
     go_out_after_both_mortos: bool = False
+    #: a side with no morto left to take that may not go out keeps two cards: a meld or addition that
+    #: would leave the player one card or none is refused unless, once made, the side may go out
+    keep_two_without_canastra: bool = False
     #: when the stock runs out: an untaken morto becomes the stock, then the hand ends
     #: ("morto_then_end"); or the hand ends at once ("end")
     stock_out: StockOut = "morto_then_end"
@@ -112,7 +115,7 @@ class Ruleset:
             problems.append(f"tie must be 'starter' or 'extra_hand', not {self.tie!r}")
         for field in ("groups", "groups_of_twos", "ace_to_ace", "clean_to_go_out", "go_out_by_meld",
                       "closed_pile", "lone_discard", "no_wild_going_out", "go_out_after_both_mortos",
-                      "unplayed_morto_penalty"):
+                      "keep_two_without_canastra", "unplayed_morto_penalty"):
             if not isinstance(getattr(self, field), bool):
                 problems.append(f"{field} must be true or false")
         if problems:
@@ -171,11 +174,13 @@ PRESETS: dict[str, Ruleset] = {
             _P, name="classico_104", jokers=0, groups=False, groups_of_twos=False, lone_discard=True,
             unplayed_morto_penalty=False, target=0,
         ),
-        # V: Burraco/Biriba, 2,005 points, the hand ends with the stock, another hand on a tie
+        # V: Burraco/Biriba, 2,005 points, the hand ends with the stock, another hand on a tie; a side
+        # with its morto and no canastra keeps two cards
         dataclasses.replace(
             _P, name="buraco_2005", ace_to_ace=False, two_value=20, joker_value=30, bonus_royal=None,
-            bonus_ace_to_ace=None, clean_to_go_out=False, no_wild_going_out=True, stock_out="end",
-            unplayed_morto_penalty=False, target=2005, tie="extra_hand",
+            bonus_ace_to_ace=None, clean_to_go_out=False, no_wild_going_out=True,
+            keep_two_without_canastra=True, stock_out="end", unplayed_morto_penalty=False, target=2005,
+            tie="extra_hand",
         ),
         # J: Buraco Aberto with jokers worth 50; a match is one hand; a side that never took its morto
         # goes out only once no morto is left on the table

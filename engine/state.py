@@ -337,13 +337,16 @@ class HandState:
         self._check_pile_top(action.cards)
         remaining = self.sizes[self.to_act] - len(action.cards)
         if not self._finishable_after(action, meld, index, remaining):
-            raise IllegalActionError("CANNOT_GO_OUT", self._cannot_go_out_message(remaining))
+            raise IllegalActionError("CANNOT_GO_OUT", self._cannot_go_out_message(meld, index, remaining))
 
-    def _cannot_go_out_message(self, remaining: int) -> str:
+    def _cannot_go_out_message(self, meld: Meld, index: int, remaining: int) -> str:
         side = side_of(self.to_act)
         if remaining == 0 and self.may_go_out(side) and not self.rules.go_out_by_meld:
             return "in this ruleset a player goes out only by discarding"
         why = self._not_out_reason(side)
+        if remaining == 1 and self._must_keep_two(side, self._melds_after(side, meld, index)):
+            return (f"this would leave 1 card: in this ruleset a player keeps two cards while the side may not "
+                    f"go out ({why})")
         if remaining == 0:
             return f"this would empty the hand, but the side may not go out yet: {why}"
         return (f"this would leave {remaining} card(s) and no legal way to end the turn "
@@ -359,20 +362,33 @@ class HandState:
             return f"the side needs {need}"
         return f"the side needs its morto and {need}"
 
+    def _must_keep_two(self, side: int, melds: list[Meld]) -> bool:
+        """``keep_two_without_canastra``: with ``melds`` on the table, the side has no morto left to
+        take and may not go out, so none of its players may be left one card or none by a meld."""
+        return self.rules.keep_two_without_canastra and self.mortos[side] is None \
+            and not self.may_go_out(side, melds)
+
+    def _melds_after(self, side: int, meld: Meld, index: int) -> list[Meld]:
+        """The side's melds once ``meld`` is laid down (``index`` -1) or replaces meld ``index``."""
+        melds = self.melds[side][:]
+        if index < 0:
+            melds.append(meld)
+        else:
+            melds[index] = meld
+        return melds
+
     def _finishable_after(self, action: MeldCards | AddCards, meld: Meld, index: int, remaining: int) -> bool:
         side = side_of(self.to_act)
         if remaining >= 2 and (self.lone < 0 or self._holds_other_than(action.cards, self.lone)):
             return True
         if remaining == 0 and self.mortos[side] is not None:
             return True  # direct batida: the morto comes into the hand
-        melds = self.melds[side][:]
-        if index < 0:
-            melds.append(meld)
-        else:
-            melds[index] = meld
+        melds = self._melds_after(side, meld, index)
         if remaining == 0:
             return self.rules.go_out_by_meld and self.may_go_out(side, melds)
         if remaining == 1:
+            if self._must_keep_two(side, melds):
+                return False
             counts = self.counts[self.to_act]
             last = next(c for c in range(NCODES) if counts[c] > action.cards.count(c))
             return self._last_card_playable(side, last, melds)

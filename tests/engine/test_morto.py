@@ -155,6 +155,52 @@ def test_wild_going_out_discard_rule() -> None:
     assert s.is_terminal()
 
 
+def test_buraco_2005_keeps_two_cards_while_the_side_has_its_morto_and_no_canastra() -> None:
+    # V: "Quando a sua dupla já pegou o morto mas não tem buraco, o app recusa qualquer baixada que
+    # deixaria você com uma carta ou nenhuma"
+    def base(rules: str | dict[str, object], hand: str, melds: list[str]) -> HandState:
+        return position(rules, [hand, "3S 4S 8D"], phase="play", mortos=[None, MORTO_B],
+                        morto_taken=(True, False), melds=[melds, []])
+
+    six = "4S 5S 6S 7S 8S 9S"
+    meld = to_action({"do": "meld", "cards": ["5H", "6H", "7H"]})
+    # the 10S left could complete the canastra and go out: elsewhere that is enough
+    s = base("fechado_sujo", "5H 6H 7H 10S", [six])
+    assert meld in s.legal_actions()
+    act(s, 0, do="meld", cards=["5H", "6H", "7H"])
+    act(s, 0, do="add", meld=0, cards=["10S"])
+    assert s.is_terminal() and s.went_out == 0
+    # buraco_2005 refuses it, and does not list it
+    s = base("buraco_2005", "5H 6H 7H 10S", [six])
+    assert meld not in s.legal_actions()
+    msg = refuse(s, 0, "CANNOT_GO_OUT", do="meld", cards=["5H", "6H", "7H"])
+    assert "keeps two cards" in msg
+    # an addition that leaves one card is refused the same way
+    s = base("buraco_2005", "8H 9H 10S", [six, "5H 6H 7H"])
+    assert to_action({"do": "add", "meld": 1, "cards": ["8H", "9H"]}) not in s.legal_actions()
+    refuse(s, 0, "CANNOT_GO_OUT", do="add", meld=1, cards=["8H", "9H"])
+    # completing the canastra first keeps the way out open
+    s = base("buraco_2005", "5H 6H 7H 10S", [six])
+    act(s, 0, do="add", meld=0, cards=["10S"])
+    act(s, 0, do="meld", cards=["5H", "6H", "7H"])
+    assert s.is_terminal() and s.went_out == 0
+    # a meld or addition that itself makes the canastra may leave one card or none
+    s = base("buraco_2005", "10S JS 9D", [six])
+    act(s, 0, do="add", meld=0, cards=["10S", "JS"])
+    assert s.sizes[0] == 1 and not s.is_terminal()
+    # with a canastra on the table (a dirty one is enough in V) one card may be left
+    s = base("buraco_2005", "5H 6H 7H 9D", [DIRTY])
+    act(s, 0, do="meld", cards=["5H", "6H", "7H"])
+    assert s.sizes[0] == 1
+    # a side that has not taken its morto is not concerned: emptying the hand takes the morto
+    s = position("buraco_2005", ["5H 6H 7H 9D", "3S 4S 8D"], phase="play", mortos=[MORTO_A, MORTO_B])
+    act(s, 0, do="meld", cards=["5H", "6H", "7H"])
+    assert s.sizes[0] == 1
+    # the parameter in another ruleset
+    s = base({"preset": "fechado_sujo", "keep_two_without_canastra": True}, "5H 6H 7H 10S", [six])
+    refuse(s, 0, "CANNOT_GO_OUT", do="meld", cards=["5H", "6H", "7H"])
+
+
 # --- the end of the stock ----------------------------------------------------------------------------
 
 def test_an_untaken_morto_becomes_the_stock() -> None:

@@ -52,6 +52,8 @@ def test_source_specific_rules() -> None:
     assert preset("fechado").unplayed_morto_penalty and not preset("aberto_sujo").unplayed_morto_penalty
     # J: without a morto taken, going out waits until both mortos became the stock
     assert [n for n in DIGEST if preset(n).go_out_after_both_mortos] == ["aberto_joker50"]
+    # V: a side with its morto and no canastra keeps two cards
+    assert [n for n in DIGEST if preset(n).keep_two_without_canastra] == ["buraco_2005"]
 
 
 def test_custom_ruleset_overrides_a_preset() -> None:
