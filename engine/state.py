@@ -245,7 +245,9 @@ class HandState:
     def apply(self, action: Action, seat: int | None = None) -> list[Event]:
         """Validate and apply ``action`` for the seat to act; returns the events it caused.
 
-        Raises ``IllegalActionError`` (and changes nothing) when the rules forbid it.
+        Raises ``IllegalActionError`` (and changes nothing) when the rules forbid it. A new meld is
+        applied and recorded (history, events) in the form ``legal_actions`` lists: a ``wild_as``
+        that names the default place is dropped.
         """
         if self.phase == OVER:
             raise IllegalActionError("HAND_OVER", "the hand is over")
@@ -256,10 +258,20 @@ class HandState:
             plan = cached[2][action]  # listed as legal for exactly this state
         else:
             plan = self._plan(action)
+            if isinstance(action, MeldCards) and action.wild_as is not None:
+                action = self._canonical_meld(action, plan)
         actor = self.to_act
         events = self._do(action, plan)
         self.history.append((actor, action))
         return events
+
+    def _canonical_meld(self, action: MeldCards, plan: Meld | None) -> MeldCards:
+        """The form ``legal_actions`` lists for a new meld: without ``wild_as`` when the wild stands
+        where the rules put it by default (or the meld is a group, where it names no place), so that
+        the history and the events carry one form per meld."""
+        if plan is not None and plan == movegen.placed(action.cards, self.rules, None):
+            return MeldCards(action.cards)
+        return action
 
     def _plan(self, action: Action) -> Meld | None:
         """Check ``action`` completely; returns the meld it makes (meld/add) so it is not recomputed."""

@@ -3,7 +3,8 @@
 Checked after every action: every card is accounted for; every meld on the table is valid; views
 and filtered events never show a seat a card it may not see (and do not change when hidden cards
 change); the actions ``legal_actions`` lists all apply, and random meld and add attempts are legal
-exactly when listed; the event log rebuilds an equal match.
+exactly when listed; the event log rebuilds an equal match. In every preset, a new meld ``apply``
+accepts, with any ``wild_as``, is recorded in the form ``legal_actions`` lists.
 """
 
 import hashlib
@@ -14,13 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.actions import Action, AddCards, Discard, MeldCards
-from engine.cards import JOKER, is_two, rank_of, suit_of, to_str
+from engine.cards import JOKER, is_two, parse_many, rank_of, suit_of, to_str
 from engine.errors import IllegalActionError
 from engine.events import Event
 from engine.match import MatchState, rebuild
 from engine.melds import Meld, extend_meld, is_run, make_meld, slot_card
 from engine.rules import CANASTRA, MIN_MELD, PRESETS
 from engine.state import HandState, side_of, total_cards
+from tests.engine.builders import position
 
 PRESET_NAMES = sorted(PRESETS)
 
@@ -219,3 +221,91 @@ def test_every_preset_and_table_size_at_least_once() -> None:
     for name in PRESET_NAMES:
         for players in (2, 4):
             play(name, players, seed=stable_seed(name, players), checks=False)
+
+
+# --- apply() accepts exactly what legal_actions() lists, wild placements included --------------------
+
+def wild_as_variants(cards: tuple[int, ...]) -> list[MeldCards]:
+    """The meld of ``cards`` with ``wild_as`` naming every card its wild might stand for: each card of
+    its naturals' suit (a sequence) and of their rank (a group), the default place among them."""
+    naturals = [c for c in cards if c != JOKER and not is_two(c)]
+    if not naturals:
+        return []
+    suit, rank = suit_of(naturals[0]), rank_of(naturals[0])
+    targets = {suit * 13 + r for r in range(13)} | {s * 13 + rank - 1 for s in range(4)}
+    return [MeldCards(cards, t) for t in sorted(targets)]
+
+
+def check_apply_matches_legal(state: HandState, rng: random.Random) -> int:
+    """Every listed action applies; every new meld ``apply`` accepts (with or without ``wild_as``) is
+    recorded in its listed form and makes the meld listed for it. Returns how many melds were tried."""
+    legal = state.legal_actions()
+    assert state._legal is not None
+    plans = state._legal[2]
+    listed = set(legal)
+    seat, side = state.to_act, side_of(state.to_act)
+    for action in legal:
+        trial = state.clone()
+        trial.apply(action, seat)
+        assert trial.history[-1][1] == action
+    candidates: list[MeldCards] = []
+    for action in legal:
+        if isinstance(action, MeldCards):
+            candidates.append(action)
+            candidates.extend(wild_as_variants(action.cards))
+    for attempt in attempts(state, rng):
+        if isinstance(attempt, MeldCards):
+            candidates.append(attempt)
+            candidates.extend(wild_as_variants(attempt.cards))
+    for action in candidates:
+        if not state.is_legal(action):
+            assert action not in listed, action
+            continue
+        trial = state.clone()
+        events = trial.apply(action, seat)
+        done = trial.history[-1][1]
+        assert isinstance(done, MeldCards)
+        assert done in listed, (action, done)
+        assert done == action or (done.cards == action.cards and done.wild_as is None), (action, done)
+        assert trial.melds[side][len(state.melds[side])] == plans[done], (action, done)
+        assert events[0].type == "melded" and ("wild_as" in events[0].public) == (done.wild_as is not None)
+    return len(candidates)
+
+
+def test_apply_accepts_exactly_the_listed_melds_in_every_preset() -> None:
+    for name in PRESET_NAMES:
+        for players in (2, 4):
+            rng = random.Random(stable_seed("apply-matches-legal", name, players))
+            match = MatchState(PRESETS[name], players, first_dealer=rng.randrange(players))
+            match.start_hand(seed=rng.randrange(1 << 30))
+            assert match.hand is not None
+            state = match.hand
+            tried = 0
+            while not state.is_terminal():
+                if state.phase == "play":
+                    tried += check_apply_matches_legal(state, rng)
+                legal = state.legal_actions()
+                melds = [a for a in legal if not isinstance(a, Discard)]
+                action = rng.choice(melds) if melds and rng.random() < 0.7 else rng.choice(legal)
+                match.apply(action, state.to_act)
+            assert tried > 0, name
+
+
+def test_a_meld_naming_the_default_wild_place_is_recorded_in_the_listed_form() -> None:
+    for name in PRESET_NAMES:
+        rules = PRESETS[name]
+        wild = "JK" if rules.jokers else "2C"
+        s = position(name, [f"5H 6H {wild} 9D", "3S 4S 8D"], phase="play")
+        default = MeldCards(tuple(sorted(parse_many(["5H", "6H", wild]))))
+        assert default in s.legal_actions()
+        explicit = MeldCards(default.cards, parse_many(["7H"])[0])  # the high end: the default place
+        assert explicit not in s.legal_actions() and s.is_legal(explicit)
+        events = s.apply(explicit, 0)
+        assert s.history[-1][1] == default and "wild_as" not in events[0].public
+        assert [to_str(c) for c in s.melds[0][0].cards] == ["5H", "6H", wild]
+    # a group's wild stands for no place: any wild_as is the listed meld without it
+    s = position("fechado", ["9C 9D JK 5S", "3S 4S 8D"], phase="play")
+    group = MeldCards(tuple(sorted(parse_many(["9C", "9D", "JK"]))))
+    assert group in s.legal_actions() and s.is_legal(MeldCards(group.cards, parse_many(["9H"])[0]))
+    s.apply(MeldCards(group.cards, parse_many(["9H"])[0]), 0)
+    assert s.history[-1][1] == group
