@@ -169,7 +169,8 @@ PRESETS: dict[str, Ruleset] = {
         dataclasses.replace(_P, name="fechado", closed_pile=True),
         dataclasses.replace(_P, name="fechado_stbl", groups=False, groups_of_twos=False, closed_pile=True),
         dataclasses.replace(_P, name="fechado_sujo", clean_to_go_out=False, closed_pile=True),
-        # M: 104 cards, sequences only, the lone-discard rule; a match is one hand
+        # M: 104 cards, sequences only, the lone-discard rule; a match is one hand. M gives no card
+        # values, canastra bonuses, going-out bonus or hand size: those are P's (docs/rules.md)
         dataclasses.replace(
             _P, name="classico_104", jokers=0, groups=False, groups_of_twos=False, lone_discard=True,
             unplayed_morto_penalty=False, target=0,
