@@ -16,9 +16,21 @@ from services.game_session.table import LiveTable, Proposal, State
 
 
 # -- annulment -------------------------------------------------------------------------------------
+def _annulment_allowed(table: LiveTable) -> None:
+    """A tournament's match is never annulled (its tournament would play it again): the players
+    play it out, or leave it (a bot plays on for their side)."""
+    if table.tournament:
+        raise FailedPreconditionError(
+            f"{table.name} is a match of {table.tournament}: a tournament match cannot be annulled; "
+            "play it out, or leave the table (a bot plays on for your side)"
+        )
+
+
 def propose(table: LiveTable, seat: int, now_ms: int, open_ms: int, out: list[Entry]) -> str:
     """`seat` proposes to annul the match (and votes for it); the proposal stays open `open_ms`.
-    Every human seat not played by a bot votes. Returns the proposal's id."""
+    Every human seat not played by a bot votes. Never at a tournament's table. Returns the
+    proposal's id."""
+    _annulment_allowed(table)
     if table.seats[seat].bot_controlled:
         raise FailedPreconditionError(f"a bot plays seat {seat} now; it cannot propose")
     if table.state != State.STATE_PLAYING:
@@ -38,7 +50,9 @@ def propose(table: LiveTable, seat: int, now_ms: int, open_ms: int, out: list[En
 
 def vote(table: LiveTable, seat: int, proposal_id: str, approve: bool, now_ms: int, out: list[Entry]) -> None:
     """`seat` votes on the open proposal: one vote against rejects it, every voter's approval
-    passes it."""
+    passes it. Never at a tournament's table (no proposal opens there; one logged before that
+    rule runs out unanswered)."""
+    _annulment_allowed(table)
     proposal = table.proposal
     if proposal is None or proposal.proposal_id != proposal_id:
         raise FailedPreconditionError(f"proposal {proposal_id!r} is not open at {table.name}")
@@ -109,7 +123,8 @@ def chat(
 # -- seats -----------------------------------------------------------------------------------------
 def leave(table: LiveTable, seat_number: int, now_ms: int, out: list[Entry]) -> None:
     """The seat's player leaves the match for good: a bot plays the seat, the player is counted
-    as having abandoned, and no longer votes on an open proposal."""
+    as having abandoned, and no longer votes on an open proposal (whose remaining voters' yes then
+    passes it, except at a tournament's table)."""
     if table.state != State.STATE_PLAYING:
         raise FailedPreconditionError(f"{table.name}: the match is not being played")
     seat = table.seats[seat_number]
@@ -125,7 +140,7 @@ def leave(table: LiveTable, seat_number: int, now_ms: int, out: list[Entry]) -> 
     if proposal is not None and seat_number in proposal.voters:
         proposal.voters.remove(seat_number)
         proposal.votes.pop(seat_number, None)
-        if proposal.voters and all(proposal.votes.get(v) for v in proposal.voters):
+        if proposal.voters and all(proposal.votes.get(v) for v in proposal.voters) and not table.tournament:
             _resolve(table, True, now_ms, out)
 
 

@@ -181,6 +181,12 @@ class LiveTable:
         return self.state in (State.STATE_WAITING, State.STATE_PLAYING)
 
     @property
+    def tournament(self) -> str:
+        """`tournaments/{tournament}` when a tournament created the table (its match cannot be
+        annulled), else empty."""
+        return self.description.tournament
+
+    @property
     def competitive(self) -> bool:
         return self.options.mode == common_pb2.TABLE_MODE_COMPETITIVE
 

@@ -1,12 +1,16 @@
 """The in-memory table without a server: old hands compacted to their JSON text read back the
-same, a finished match compacted likewise, and a table rebuilt from its log equals the one that
-wrote it (bots included)."""
+same, a finished match compacted likewise, a table rebuilt from its log equals the one that
+wrote it (bots included), and a tournament table's social rules on a proposal read back."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from buraco.v1 import common_pb2, game_session_pb2
+from services.common.errors import FailedPreconditionError
+from services.game_session import social
 from services.game_session.log import Entry, SealedEntryError
 from services.game_session.table import LiveTable
 from tests.services.game_session.conftest import options, seats
@@ -118,3 +122,26 @@ def test_a_sealed_entry_never_changes() -> None:
     spectator = entry.framed(None)  # not encoded at the seal (nobody watched): built, not kept
     assert entry.framed(None) == spectator and entry.framed(None) is not spectator
     assert entry.framed(0) is entry.framed(0)  # a seat's form was encoded at the seal
+
+
+def test_a_proposal_logged_at_a_tournament_table_never_passes() -> None:
+    """A proposal opened at a tournament's table before annulment was refused there (read back
+    from its log) takes no vote, and a voter leaving does not pass it either: it runs out."""
+    description = game_session_pb2.Table(
+        name="tables/cup", match_id="m-cup", seats=seats("alice", "bob"), tournament="tournaments/cup1",
+        options=options(mode=common_pb2.TABLE_MODE_COMPETITIVE),
+    )
+    table = LiveTable("cup", description, 1_000)
+    out: list[Entry] = []
+    table.start_hand(1_000, "seed", out)
+    table.proposed("cup-a1", 0, [0, 1], 61_000)
+    proposal = table.proposal
+    assert proposal is not None
+    proposal.votes[0] = True
+    with pytest.raises(FailedPreconditionError, match="cannot be annulled"):
+        social.vote(table, 1, "cup-a1", True, 2_000, out)
+    social.leave(table, 1, 2_000, out)  # alice's yes is the only vote left: still not passed
+    assert table.live and table.proposal is proposal and proposal.voters == [0]
+    social.expire(table, "cup-a1", 61_000, out)
+    assert table.live and not table.proposal
+    assert [e.data["x"]["approved"] for e in out if e.type == "annulment_resolved"] == [False]

@@ -1,5 +1,5 @@
-"""Timers, bots taking seats, disconnections, annulment and chat, on both databases (a fake clock
-fires the timers)."""
+"""Timers, bots taking seats, disconnections, annulment (never at a tournament's table) and chat,
+on both databases (a fake clock fires the timers)."""
 
 from __future__ import annotations
 
@@ -159,6 +159,43 @@ async def test_annulment_voids_the_match_and_the_outbox_refunds(cluster: Cluster
     await asyncio.wait_for(_delivered(cluster, 2), 10)
     targets = sorted(target for target, _ in cluster.outbound.calls)
     assert targets == ["ranking.RecordMatch", "wallet.Void"]
+    for stream in streams.values():
+        await stream.close()
+
+
+async def test_a_tournament_match_cannot_be_annulled(cluster: Cluster) -> None:
+    """docs/tournaments.md: a tournament's table refuses annulment, from its players and however
+    its seats are held (a bot holding the opponent's seat does not let one player's yes pass it)."""
+    await cluster.start()
+    stub = cluster.stub()
+    request = table_request("cup", "alice", "bob", mode=common_pb2.TABLE_MODE_COMPETITIVE)
+    request.table.tournament = "tournaments/cup1"
+    await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "tournaments"))
+    alice, bob = (cluster.token(Kind.PLAYER, p) for p in ("alice", "bob"))
+    streams = {name: subscribe(stub, token, "tables/cup") for name, token in (("alice", alice), ("bob", bob))}
+    for stream in streams.values():
+        await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
+
+    def propose(token: Any, request_id: str) -> Any:
+        return stub.ProposeAnnulment(
+            game_session_pb2.ProposeAnnulmentRequest(table="tables/cup", request_id=request_id), metadata=token)
+
+    refused = await _error(propose(alice, "p1"))
+    assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "tournaments/cup1" in (refused.details() or "") and "cannot be annulled" in (refused.details() or "")
+    vote = await _error(stub.VoteAnnulment(game_session_pb2.VoteAnnulmentRequest(
+        table="tables/cup", request_id="v1", proposal_id="cup-a1", approve=True), metadata=bob))
+    assert vote.code() == grpc.StatusCode.FAILED_PRECONDITION and "cannot be annulled" in (vote.details() or "")
+
+    # bob leaves: a bot holds his seat, and alice alone still cannot annul the match
+    await stub.LeaveTable(game_session_pb2.LeaveTableRequest(table="tables/cup", request_id="l1"), metadata=bob)
+    watch = streams["alice"]
+    await watch.wait(lambda events: any(e.HasField("seat_taken_over") for e in events))
+    alone = await _error(propose(alice, "p2"))
+    assert alone.code() == grpc.StatusCode.FAILED_PRECONDITION and "cannot be annulled" in (alone.details() or "")
+    table = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/cup"), metadata=alice)
+    assert table.state == game_session_pb2.Table.STATE_PLAYING and table.seats[1].bot_controlled
+    assert not watch.of("annulment_proposed") and not watch.of("match_ended")
     for stream in streams.values():
         await stream.close()
 
