@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x62uraco/v1/common.proto\x12\tburaco.v1\"\x87\x01\n\nRulesetRef\x12\x0e\n\x06preset\x18\x01 \x01(\t\x12\x37\n\toverrides\x18\x02 \x03(\x0b\x32$.buraco.v1.RulesetRef.OverridesEntry\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x96\x02\n\x0cTableOptions\x12&\n\x07ruleset\x18\x01 \x01(\x0b\x32\x15.buraco.v1.RulesetRef\x12\x0f\n\x07players\x18\x02 \x01(\x05\x12&\n\x06length\x18\x03 \x01(\x0e\x32\x16.buraco.v1.MatchLength\x12\x15\n\rtarget_points\x18\x04 \x01(\x05\x12\"\n\x04mode\x18\x05 \x01(\x0e\x32\x14.buraco.v1.TableMode\x12\x11\n\tbet_chips\x18\x06 \x01(\x03\x12\x14\n\x0c\x64raw_seconds\x18\x07 \x01(\x05\x12\x14\n\x0cplay_seconds\x18\x08 \x01(\x05\x12\x1a\n\x12spectators_allowed\x18\t \x01(\x08\x12\x0f\n\x07private\x18\n \x01(\x08\"K\n\x0bParticipant\x12\x10\n\x06player\x18\x01 \x01(\tH\x00\x12\"\n\x03\x62ot\x18\x02 \x01(\x0e\x32\x13.buraco.v1.BotLevelH\x00\x42\x06\n\x04kind\"\xb5\x02\n\x04Meld\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.buraco.v1.Meld.Kind\x12\r\n\x05\x63\x61rds\x18\x02 \x03(\t\x12*\n\x08\x63\x61nastra\x18\x03 \x01(\x0e\x32\x18.buraco.v1.Meld.Canastra\"?\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n\rKIND_SEQUENCE\x10\x01\x12\x0e\n\nKIND_GROUP\x10\x02\"\x8c\x01\n\x08\x43\x61nastra\x12\x18\n\x14\x43\x41NASTRA_UNSPECIFIED\x10\x00\x12\x11\n\rCANASTRA_NONE\x10\x01\x12\x12\n\x0e\x43\x41NASTRA_DIRTY\x10\x02\x12\x12\n\x0e\x43\x41NASTRA_CLEAN\x10\x03\x12\x12\n\x0e\x43\x41NASTRA_ROYAL\x10\x04\x12\x17\n\x13\x43\x41NASTRA_ACE_TO_ACE\x10\x05\"v\n\tSideScore\x12\x0c\n\x04side\x18\x01 \x01(\x05\x12\r\n\x05\x63\x61rds\x18\x02 \x01(\x03\x12\r\n\x05\x62onus\x18\x03 \x01(\x03\x12\x11\n\tgoing_out\x18\x04 \x01(\x03\x12\x0c\n\x04hand\x18\x05 \x01(\x03\x12\r\n\x05morto\x18\x06 \x01(\x03\x12\r\n\x05total\x18\x07 \x01(\x03\"R\n\rPlayerOutcome\x12\x0e\n\x06player\x18\x01 \x01(\t\x12\x0c\n\x04seat\x18\x02 \x01(\x05\x12#\n\x07outcome\x18\x03 \x01(\x0e\x32\x12.buraco.v1.Outcome\"a\n\x0fNotOwnerDetails\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x15\n\rowner_address\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x05*^\n\x0bMatchLength\x12\x1c\n\x18MATCH_LENGTH_UNSPECIFIED\x10\x00\x12\x18\n\x14MATCH_LENGTH_EXPRESS\x10\x01\x12\x17\n\x13MATCH_LENGTH_POINTS\x10\x02*\\\n\tTableMode\x12\x1a\n\x16TABLE_MODE_UNSPECIFIED\x10\x00\x12\x1a\n\x16TABLE_MODE_COMPETITIVE\x10\x01\x12\x17\n\x13TABLE_MODE_PRACTICE\x10\x02*c\n\x08\x42otLevel\x12\x19\n\x15\x42OT_LEVEL_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x42OT_LEVEL_EASY\x10\x01\x12\x14\n\x10\x42OT_LEVEL_MEDIUM\x10\x02\x12\x12\n\x0e\x42OT_LEVEL_HARD\x10\x03*n\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0f\n\x0bOUTCOME_WON\x10\x01\x12\x10\n\x0cOUTCOME_LOST\x10\x02\x12\x15\n\x11OUTCOME_ABANDONED\x10\x03\x12\x10\n\x0cOUTCOME_VOID\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x62uraco/v1/common.proto\x12\tburaco.v1\"\x87\x01\n\nRulesetRef\x12\x0e\n\x06preset\x18\x01 \x01(\t\x12\x37\n\toverrides\x18\x02 \x03(\x0b\x32$.buraco.v1.RulesetRef.OverridesEntry\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbe\x02\n\x0cTableOptions\x12&\n\x07ruleset\x18\x01 \x01(\x0b\x32\x15.buraco.v1.RulesetRef\x12\x0f\n\x07players\x18\x02 \x01(\x05\x12&\n\x06length\x18\x03 \x01(\x0e\x32\x16.buraco.v1.MatchLength\x12\x15\n\rtarget_points\x18\x04 \x01(\x05\x12\"\n\x04mode\x18\x05 \x01(\x0e\x32\x14.buraco.v1.TableMode\x12\x11\n\tbet_chips\x18\x06 \x01(\x03\x12\x14\n\x0c\x64raw_seconds\x18\x07 \x01(\x05\x12\x14\n\x0cplay_seconds\x18\x08 \x01(\x05\x12\x1a\n\x12spectators_allowed\x18\t \x01(\x08\x12\x0f\n\x07private\x18\n \x01(\x08\x12&\n\tbot_level\x18\x0b \x01(\x0e\x32\x13.buraco.v1.BotLevel\"K\n\x0bParticipant\x12\x10\n\x06player\x18\x01 \x01(\tH\x00\x12\"\n\x03\x62ot\x18\x02 \x01(\x0e\x32\x13.buraco.v1.BotLevelH\x00\x42\x06\n\x04kind\"\xb5\x02\n\x04Meld\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.buraco.v1.Meld.Kind\x12\r\n\x05\x63\x61rds\x18\x02 \x03(\t\x12*\n\x08\x63\x61nastra\x18\x03 \x01(\x0e\x32\x18.buraco.v1.Meld.Canastra\"?\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n\rKIND_SEQUENCE\x10\x01\x12\x0e\n\nKIND_GROUP\x10\x02\"\x8c\x01\n\x08\x43\x61nastra\x12\x18\n\x14\x43\x41NASTRA_UNSPECIFIED\x10\x00\x12\x11\n\rCANASTRA_NONE\x10\x01\x12\x12\n\x0e\x43\x41NASTRA_DIRTY\x10\x02\x12\x12\n\x0e\x43\x41NASTRA_CLEAN\x10\x03\x12\x12\n\x0e\x43\x41NASTRA_ROYAL\x10\x04\x12\x17\n\x13\x43\x41NASTRA_ACE_TO_ACE\x10\x05\"v\n\tSideScore\x12\x0c\n\x04side\x18\x01 \x01(\x05\x12\r\n\x05\x63\x61rds\x18\x02 \x01(\x03\x12\r\n\x05\x62onus\x18\x03 \x01(\x03\x12\x11\n\tgoing_out\x18\x04 \x01(\x03\x12\x0c\n\x04hand\x18\x05 \x01(\x03\x12\r\n\x05morto\x18\x06 \x01(\x03\x12\r\n\x05total\x18\x07 \x01(\x03\"R\n\rPlayerOutcome\x12\x0e\n\x06player\x18\x01 \x01(\t\x12\x0c\n\x04seat\x18\x02 \x01(\x05\x12#\n\x07outcome\x18\x03 \x01(\x0e\x32\x12.buraco.v1.Outcome\"a\n\x0fNotOwnerDetails\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x15\n\rowner_address\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x05*^\n\x0bMatchLength\x12\x1c\n\x18MATCH_LENGTH_UNSPECIFIED\x10\x00\x12\x18\n\x14MATCH_LENGTH_EXPRESS\x10\x01\x12\x17\n\x13MATCH_LENGTH_POINTS\x10\x02*\\\n\tTableMode\x12\x1a\n\x16TABLE_MODE_UNSPECIFIED\x10\x00\x12\x1a\n\x16TABLE_MODE_COMPETITIVE\x10\x01\x12\x17\n\x13TABLE_MODE_PRACTICE\x10\x02*c\n\x08\x42otLevel\x12\x19\n\x15\x42OT_LEVEL_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x42OT_LEVEL_EASY\x10\x01\x12\x14\n\x10\x42OT_LEVEL_MEDIUM\x10\x02\x12\x12\n\x0e\x42OT_LEVEL_HARD\x10\x03*n\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0f\n\x0bOUTCOME_WON\x10\x01\x12\x10\n\x0cOUTCOME_LOST\x10\x02\x12\x15\n\x11OUTCOME_ABANDONED\x10\x03\x12\x10\n\x0cOUTCOME_VOID\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,32 +33,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RULESETREF_OVERRIDESENTRY']._loaded_options = None
   _globals['_RULESETREF_OVERRIDESENTRY']._serialized_options = b'8\001'
-  _globals['_MATCHLENGTH']._serialized_start=1148
-  _globals['_MATCHLENGTH']._serialized_end=1242
-  _globals['_TABLEMODE']._serialized_start=1244
-  _globals['_TABLEMODE']._serialized_end=1336
-  _globals['_BOTLEVEL']._serialized_start=1338
-  _globals['_BOTLEVEL']._serialized_end=1437
-  _globals['_OUTCOME']._serialized_start=1439
-  _globals['_OUTCOME']._serialized_end=1549
+  _globals['_MATCHLENGTH']._serialized_start=1188
+  _globals['_MATCHLENGTH']._serialized_end=1282
+  _globals['_TABLEMODE']._serialized_start=1284
+  _globals['_TABLEMODE']._serialized_end=1376
+  _globals['_BOTLEVEL']._serialized_start=1378
+  _globals['_BOTLEVEL']._serialized_end=1477
+  _globals['_OUTCOME']._serialized_start=1479
+  _globals['_OUTCOME']._serialized_end=1589
   _globals['_RULESETREF']._serialized_start=38
   _globals['_RULESETREF']._serialized_end=173
   _globals['_RULESETREF_OVERRIDESENTRY']._serialized_start=125
   _globals['_RULESETREF_OVERRIDESENTRY']._serialized_end=173
   _globals['_TABLEOPTIONS']._serialized_start=176
-  _globals['_TABLEOPTIONS']._serialized_end=454
-  _globals['_PARTICIPANT']._serialized_start=456
-  _globals['_PARTICIPANT']._serialized_end=531
-  _globals['_MELD']._serialized_start=534
-  _globals['_MELD']._serialized_end=843
-  _globals['_MELD_KIND']._serialized_start=637
-  _globals['_MELD_KIND']._serialized_end=700
-  _globals['_MELD_CANASTRA']._serialized_start=703
-  _globals['_MELD_CANASTRA']._serialized_end=843
-  _globals['_SIDESCORE']._serialized_start=845
-  _globals['_SIDESCORE']._serialized_end=963
-  _globals['_PLAYEROUTCOME']._serialized_start=965
-  _globals['_PLAYEROUTCOME']._serialized_end=1047
-  _globals['_NOTOWNERDETAILS']._serialized_start=1049
-  _globals['_NOTOWNERDETAILS']._serialized_end=1146
+  _globals['_TABLEOPTIONS']._serialized_end=494
+  _globals['_PARTICIPANT']._serialized_start=496
+  _globals['_PARTICIPANT']._serialized_end=571
+  _globals['_MELD']._serialized_start=574
+  _globals['_MELD']._serialized_end=883
+  _globals['_MELD_KIND']._serialized_start=677
+  _globals['_MELD_KIND']._serialized_end=740
+  _globals['_MELD_CANASTRA']._serialized_start=743
+  _globals['_MELD_CANASTRA']._serialized_end=883
+  _globals['_SIDESCORE']._serialized_start=885
+  _globals['_SIDESCORE']._serialized_end=1003
+  _globals['_PLAYEROUTCOME']._serialized_start=1005
+  _globals['_PLAYEROUTCOME']._serialized_end=1087
+  _globals['_NOTOWNERDETAILS']._serialized_start=1089
+  _globals['_NOTOWNERDETAILS']._serialized_end=1186
 # @@protoc_insertion_point(module_scope)

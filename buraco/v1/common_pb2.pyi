@@ -92,17 +92,29 @@ class _BotLevel:
 class _BotLevelEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BotLevel.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     BOT_LEVEL_UNSPECIFIED: _BotLevel.ValueType  # 0
+    """Not given: a table's `bot_level` is then MEDIUM, and a bot seat plays at the table's level."""
     BOT_LEVEL_EASY: _BotLevel.ValueType  # 1
+    """Easy: random legal moves (the engine's `random` bot)."""
     BOT_LEVEL_MEDIUM: _BotLevel.ValueType  # 2
+    """Medium: the heuristic bot (the engine's `heuristic`), the default."""
     BOT_LEVEL_HARD: _BotLevel.ValueType  # 3
+    """Expert (named HARD in the contract): the engine's `expert` search bot, within a CPU budget per
+    decision (`BURACO_GAME_SESSION_EXPERT_BUDGET_MS`).
+    """
 
 class BotLevel(_BotLevel, metaclass=_BotLevelEnumTypeWrapper):
-    """Strength of a bot."""
+    """Strength of a bot: which of the engine's bots plays (docs/game-session.md, "Bot levels")."""
 
 BOT_LEVEL_UNSPECIFIED: BotLevel.ValueType  # 0
+"""Not given: a table's `bot_level` is then MEDIUM, and a bot seat plays at the table's level."""
 BOT_LEVEL_EASY: BotLevel.ValueType  # 1
+"""Easy: random legal moves (the engine's `random` bot)."""
 BOT_LEVEL_MEDIUM: BotLevel.ValueType  # 2
+"""Medium: the heuristic bot (the engine's `heuristic`), the default."""
 BOT_LEVEL_HARD: BotLevel.ValueType  # 3
+"""Expert (named HARD in the contract): the engine's `expert` search bot, within a CPU budget per
+decision (`BURACO_GAME_SESSION_EXPERT_BUDGET_MS`).
+"""
 Global___BotLevel: _TypeAlias = BotLevel  # noqa: Y015
 
 class _Outcome:
@@ -199,6 +211,7 @@ class TableOptions(_message.Message):
     PLAY_SECONDS_FIELD_NUMBER: _builtins.int
     SPECTATORS_ALLOWED_FIELD_NUMBER: _builtins.int
     PRIVATE_FIELD_NUMBER: _builtins.int
+    BOT_LEVEL_FIELD_NUMBER: _builtins.int
     players: _builtins.int
     """REQUIRED. 2 (each alone) or 4 (two pairs)."""
     length: Global___MatchLength.ValueType
@@ -217,6 +230,11 @@ class TableOptions(_message.Message):
     """OPTIONAL. Whether spectators may watch (and chat); default false."""
     private: _builtins.bool
     """OPTIONAL. A private table admits only invited players; default false."""
+    bot_level: Global___BotLevel.ValueType
+    """OPTIONAL. The level of the table's bots: the bot that takes a player's seat (lost connection,
+    repeated timeouts, leaving) and the bot seats that name no level of their own; default
+    MEDIUM. A bot seat that names its level plays at it.
+    """
     @_builtins.property
     def ruleset(self) -> Global___RulesetRef:
         """REQUIRED. The rules."""
@@ -234,10 +252,11 @@ class TableOptions(_message.Message):
         play_seconds: _builtins.int = ...,
         spectators_allowed: _builtins.bool = ...,
         private: _builtins.bool = ...,
+        bot_level: Global___BotLevel.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ruleset", b"ruleset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bet_chips", b"bet_chips", "draw_seconds", b"draw_seconds", "length", b"length", "mode", b"mode", "play_seconds", b"play_seconds", "players", b"players", "private", b"private", "ruleset", b"ruleset", "spectators_allowed", b"spectators_allowed", "target_points", b"target_points"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bet_chips", b"bet_chips", "bot_level", b"bot_level", "draw_seconds", b"draw_seconds", "length", b"length", "mode", b"mode", "play_seconds", b"play_seconds", "players", b"players", "private", b"private", "ruleset", b"ruleset", "spectators_allowed", b"spectators_allowed", "target_points", b"target_points"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -254,7 +273,7 @@ class Participant(_message.Message):
     player: _builtins.str
     """A player, `players/{player}`."""
     bot: Global___BotLevel.ValueType
-    """A bot, by strength."""
+    """A bot, by strength; BOT_LEVEL_UNSPECIFIED: the table's `options.bot_level`."""
     def __init__(
         self,
         *,

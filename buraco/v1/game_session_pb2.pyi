@@ -171,12 +171,18 @@ class Seat(_message.Message):
     PARTICIPANT_FIELD_NUMBER: _builtins.int
     BOT_CONTROLLED_FIELD_NUMBER: _builtins.int
     CONNECTED_FIELD_NUMBER: _builtins.int
+    BOT_LEVEL_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
     """REQUIRED. 0 to players-1."""
     bot_controlled: _builtins.bool
     """OUTPUT_ONLY. True while a bot plays for the seat's player (timeouts, lost connection, left)."""
     connected: _builtins.bool
     """OUTPUT_ONLY. Whether the seat's player has a live stream."""
+    bot_level: _common_pb2.BotLevel.ValueType
+    """OUTPUT_ONLY. The level of the bot that plays the seat now: a bot seat's (its own, else the
+    table's `options.bot_level`), or while `bot_controlled` the table's `options.bot_level`
+    (MEDIUM when unset); unspecified while the seat's player plays it.
+    """
     @_builtins.property
     def participant(self) -> _common_pb2.Participant:
         """REQUIRED. Who sits there when the match starts."""
@@ -188,10 +194,11 @@ class Seat(_message.Message):
         participant: _common_pb2.Participant | None = ...,
         bot_controlled: _builtins.bool = ...,
         connected: _builtins.bool = ...,
+        bot_level: _common_pb2.BotLevel.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["participant", b"participant"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bot_controlled", b"bot_controlled", "connected", b"connected", "participant", b"participant", "seat", b"seat"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bot_controlled", b"bot_controlled", "bot_level", b"bot_level", "connected", b"connected", "participant", b"participant", "seat", b"seat"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1401,12 +1408,15 @@ class TableSnapshot(_message.Message):
         BOT_CONTROLLED_FIELD_NUMBER: _builtins.int
         CONNECTED_FIELD_NUMBER: _builtins.int
         AUTO_PLAYS_FIELD_NUMBER: _builtins.int
+        BOT_LEVEL_FIELD_NUMBER: _builtins.int
         seat: _builtins.int
         hand_size: _builtins.int
         bot_controlled: _builtins.bool
         connected: _builtins.bool
         auto_plays: _builtins.int
         """Automatic plays so far this match."""
+        bot_level: _common_pb2.BotLevel.ValueType
+        """OUTPUT_ONLY. The level of the bot that plays the seat now (as `Seat.bot_level`)."""
         @_builtins.property
         def participant(self) -> _common_pb2.Participant: ...
         def __init__(
@@ -1418,10 +1428,11 @@ class TableSnapshot(_message.Message):
             bot_controlled: _builtins.bool = ...,
             connected: _builtins.bool = ...,
             auto_plays: _builtins.int = ...,
+            bot_level: _common_pb2.BotLevel.ValueType = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["participant", b"participant"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_plays", b"auto_plays", "bot_controlled", b"bot_controlled", "connected", b"connected", "hand_size", b"hand_size", "participant", b"participant", "seat", b"seat"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_plays", b"auto_plays", "bot_controlled", b"bot_controlled", "bot_level", b"bot_level", "connected", b"connected", "hand_size", b"hand_size", "participant", b"participant", "seat", b"seat"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

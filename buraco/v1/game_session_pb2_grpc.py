@@ -275,13 +275,15 @@ class GameSessionServiceServicer:
 
     def ProposeAnnulment(self, request, context):
         """Proposes a friendly annulment of the match; every human player must vote yes.
+        FAILED_PRECONDITION at a tournament's table (`Table.tournament` set): its match is never
+        annulled.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def VoteAnnulment(self, request, context):
-        """Votes on the open annulment proposal.
+        """Votes on the open annulment proposal. FAILED_PRECONDITION at a tournament's table.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -107,9 +107,12 @@ class GameSessionServiceStub:
     seeds, so anyone can recompute the deals. Players of the table, services and admins.
     """
     ProposeAnnulment: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.ProposeAnnulmentRequest, _game_session_pb2.ProposeAnnulmentResponse]
-    """Proposes a friendly annulment of the match; every human player must vote yes."""
+    """Proposes a friendly annulment of the match; every human player must vote yes.
+    FAILED_PRECONDITION at a tournament's table (`Table.tournament` set): its match is never
+    annulled.
+    """
     VoteAnnulment: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.VoteAnnulmentRequest, _game_session_pb2.VoteAnnulmentResponse]
-    """Votes on the open annulment proposal."""
+    """Votes on the open annulment proposal. FAILED_PRECONDITION at a tournament's table."""
     SendChat: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.SendChatRequest, _game_session_pb2.SendChatResponse]
     """Sends a chat message to the table (players, and spectators where allowed)."""
     MuteChat: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.MuteChatRequest, _game_session_pb2.MuteChatResponse]
@@ -181,9 +184,12 @@ class GameSessionServiceAsyncStub(GameSessionServiceStub):
     seeds, so anyone can recompute the deals. Players of the table, services and admins.
     """
     ProposeAnnulment: _aio.UnaryUnaryMultiCallable[_game_session_pb2.ProposeAnnulmentRequest, _game_session_pb2.ProposeAnnulmentResponse]  # type: ignore[assignment]
-    """Proposes a friendly annulment of the match; every human player must vote yes."""
+    """Proposes a friendly annulment of the match; every human player must vote yes.
+    FAILED_PRECONDITION at a tournament's table (`Table.tournament` set): its match is never
+    annulled.
+    """
     VoteAnnulment: _aio.UnaryUnaryMultiCallable[_game_session_pb2.VoteAnnulmentRequest, _game_session_pb2.VoteAnnulmentResponse]  # type: ignore[assignment]
-    """Votes on the open annulment proposal."""
+    """Votes on the open annulment proposal. FAILED_PRECONDITION at a tournament's table."""
     SendChat: _aio.UnaryUnaryMultiCallable[_game_session_pb2.SendChatRequest, _game_session_pb2.SendChatResponse]  # type: ignore[assignment]
     """Sends a chat message to the table (players, and spectators where allowed)."""
     MuteChat: _aio.UnaryUnaryMultiCallable[_game_session_pb2.MuteChatRequest, _game_session_pb2.MuteChatResponse]  # type: ignore[assignment]
@@ -354,7 +360,10 @@ class GameSessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _game_session_pb2.ProposeAnnulmentRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_game_session_pb2.ProposeAnnulmentResponse, _abc.Awaitable[_game_session_pb2.ProposeAnnulmentResponse]]:
-        """Proposes a friendly annulment of the match; every human player must vote yes."""
+        """Proposes a friendly annulment of the match; every human player must vote yes.
+        FAILED_PRECONDITION at a tournament's table (`Table.tournament` set): its match is never
+        annulled.
+        """
 
     @_abc_1.abstractmethod
     def VoteAnnulment(
@@ -362,7 +371,7 @@ class GameSessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _game_session_pb2.VoteAnnulmentRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_game_session_pb2.VoteAnnulmentResponse, _abc.Awaitable[_game_session_pb2.VoteAnnulmentResponse]]:
-        """Votes on the open annulment proposal."""
+        """Votes on the open annulment proposal. FAILED_PRECONDITION at a tournament's table."""
 
     @_abc_1.abstractmethod
     def SendChat(

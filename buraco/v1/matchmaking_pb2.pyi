@@ -731,7 +731,9 @@ class UpdateLobbyTableRequest(_message.Message):
 
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask:
-        """REQUIRED. Which fields of `options` change, e.g. `options.bet_chips`."""
+        """REQUIRED. Which fields of `options` change, e.g. `options.bet_chips`; `options.bot_level`
+        also sets the level of the bots seated at the table.
+        """
 
     def __init__(
         self,
@@ -866,7 +868,7 @@ class FillWithBotsRequest(_message.Message):
     request_id: _builtins.str
     """REQUIRED. Idempotency key (docs/contracts.md)."""
     level: _common_pb2.BotLevel.ValueType
-    """OPTIONAL. Default MEDIUM."""
+    """OPTIONAL. The bots' level; default: the table's `options.bot_level` (MEDIUM when unset)."""
     def __init__(
         self,
         *,

@@ -285,7 +285,8 @@ class MatchmakingServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def FillWithBots(self, request, context):
-        """Fills the empty seats with bots (chief only, practice tables only).
+        """Fills the empty seats with bots (chief only, practice tables only), of the table's
+        `options.bot_level` unless the request names a level.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -73,7 +73,9 @@ class MatchmakingServiceStub:
     InviteToTable: _grpc.UnaryUnaryMultiCallable[_matchmaking_pb2.InviteToTableRequest, _matchmaking_pb2.LobbyTable]
     """Invites a player to a private table (chief only)."""
     FillWithBots: _grpc.UnaryUnaryMultiCallable[_matchmaking_pb2.FillWithBotsRequest, _matchmaking_pb2.LobbyTable]
-    """Fills the empty seats with bots (chief only, practice tables only)."""
+    """Fills the empty seats with bots (chief only, practice tables only), of the table's
+    `options.bot_level` unless the request names a level.
+    """
     SetReady: _grpc.UnaryUnaryMultiCallable[_matchmaking_pb2.SetReadyRequest, _matchmaking_pb2.LobbyTable]
     """Marks the caller ready (or not) for the next match."""
     StartMatch: _grpc.UnaryUnaryMultiCallable[_matchmaking_pb2.StartMatchRequest, _matchmaking_pb2.LobbyTable]
@@ -124,7 +126,9 @@ class MatchmakingServiceAsyncStub(MatchmakingServiceStub):
     InviteToTable: _aio.UnaryUnaryMultiCallable[_matchmaking_pb2.InviteToTableRequest, _matchmaking_pb2.LobbyTable]  # type: ignore[assignment]
     """Invites a player to a private table (chief only)."""
     FillWithBots: _aio.UnaryUnaryMultiCallable[_matchmaking_pb2.FillWithBotsRequest, _matchmaking_pb2.LobbyTable]  # type: ignore[assignment]
-    """Fills the empty seats with bots (chief only, practice tables only)."""
+    """Fills the empty seats with bots (chief only, practice tables only), of the table's
+    `options.bot_level` unless the request names a level.
+    """
     SetReady: _aio.UnaryUnaryMultiCallable[_matchmaking_pb2.SetReadyRequest, _matchmaking_pb2.LobbyTable]  # type: ignore[assignment]
     """Marks the caller ready (or not) for the next match."""
     StartMatch: _aio.UnaryUnaryMultiCallable[_matchmaking_pb2.StartMatchRequest, _matchmaking_pb2.LobbyTable]  # type: ignore[assignment]
@@ -286,7 +290,9 @@ class MatchmakingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _matchmaking_pb2.FillWithBotsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_matchmaking_pb2.LobbyTable, _abc.Awaitable[_matchmaking_pb2.LobbyTable]]:
-        """Fills the empty seats with bots (chief only, practice tables only)."""
+        """Fills the empty seats with bots (chief only, practice tables only), of the table's
+        `options.bot_level` unless the request names a level.
+        """
 
     @_abc_1.abstractmethod
     def SetReady(
