@@ -17,7 +17,7 @@ from services.common.auth import Identity, Kind, current_identity
 from services.common.server import Deps
 from services.matchmaking.core import Viewer
 from services.matchmaking.lobby import UPDATABLE, Filters, Lobby
-from services.matchmaking.options import check_preferences, check_table_options
+from services.matchmaking.options import check_bot_level, check_preferences, check_table_options
 from services.matchmaking.parties import Parties
 from services.matchmaking.tickets import Tickets
 
@@ -215,9 +215,8 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
         player = acting_player(identity)
         table = self._lobby_id(request.name)
         check.request_id(request.request_id)
-        check.enum(request.level, "level", common_pb2.BotLevel.DESCRIPTOR, required=False)
-        level = request.level or common_pb2.BOT_LEVEL_MEDIUM
-        return await self.lobby.fill_with_bots(identity.principal, request, table, player, level)
+        check_bot_level(request.level, "level", unset="the table's options.bot_level (MEDIUM when unset)")
+        return await self.lobby.fill_with_bots(identity.principal, request, table, player, request.level)
 
     async def SetReady(self, request: matchmaking_pb2.SetReadyRequest, context: Context) -> matchmaking_pb2.LobbyTable:
         identity = current_identity()

@@ -47,6 +47,7 @@ UPDATABLE = {
     "options.play_seconds",
     "options.spectators_allowed",
     "options.private",
+    "options.bot_level",
 }
 #: The most tables one WatchLobby stream follows.
 WATCH_LIMIT = 500
@@ -354,6 +355,8 @@ class Lobby:
             for seat in seats:  # new terms: every player confirms again
                 seat["ready"] = bool(seat.get("bot"))
                 seat["rematch"] = False
+                if seat.get("bot") and "options.bot_level" in paths:  # the table's bots play at its level
+                    seat["bot"] = options.bot_level or common_pb2.BOT_LEVEL_MEDIUM
             await self._write(
                 session,
                 row,
@@ -461,13 +464,18 @@ class Lobby:
         return await self._change(scope, "InviteToTable", request, table_id, Viewer(player), change)
 
     async def fill_with_bots(
-        self, scope: str, request: matchmaking_pb2.FillWithBotsRequest, table_id: str, player: str, level: int
+        self, scope: str, request: matchmaking_pb2.FillWithBotsRequest, table_id: str, player: str, wanted: int
     ) -> LobbyTable:
+        """Bots of level `wanted` (0: the table's `options.bot_level`, MEDIUM when unset) take
+        the free seats."""
+
         async def change(session: AsyncSession, row: Any) -> None:
             self._require_chief(row, player)
             self._require_state(row, "open")
             if row.mode != common_pb2.TABLE_MODE_PRACTICE:
                 raise StateError("bots sit at practice tables only (bots never stake chips)")
+            level = (wanted or common_pb2.TableOptions.FromString(row.options).bot_level
+                     or common_pb2.BOT_LEVEL_MEDIUM)
             seats = [
                 dict(s) if s.get("player") or s.get("bot") else {**_empty_seat(), "bot": level, "ready": True}
                 for s in row.seats

@@ -33,6 +33,16 @@ def check_preferences(p: matchmaking_pb2.MatchPreferences, field: str) -> Prefer
     return Preferences(p.preset, p.players, p.length, p.target_points, p.mode, p.bet_chips)
 
 
+def check_bot_level(value: int, field: str, *, unset: str) -> None:
+    """A `BotLevel` field, as the game-session service checks it: unset (what `unset` says
+    applies) or a known level."""
+    check.require(
+        value in common_pb2.BotLevel.DESCRIPTOR.values_by_number, field,
+        f"unknown bot level {value}: BOT_LEVEL_EASY (1), BOT_LEVEL_MEDIUM (2) or BOT_LEVEL_HARD "
+        f"(3, the expert bot); unset: {unset}",
+    )
+
+
 def _override(raw: str) -> Any:
     try:
         return json.loads(raw)
@@ -61,6 +71,7 @@ def check_table_options(options: common_pb2.TableOptions, field: str) -> common_
         check.int_range(options.draw_seconds, f"{field}.draw_seconds", 5, 300)
     if options.play_seconds:
         check.int_range(options.play_seconds, f"{field}.play_seconds", 5, 600)
+    check_bot_level(options.bot_level, f"{field}.bot_level", unset="MEDIUM")
     spec: dict[str, Any] = {"preset": preset}
     for key in sorted(options.ruleset.overrides):
         path = f"{field}.ruleset.overrides[{key[:40]!r}]"

@@ -240,6 +240,31 @@ async def test_bots_fill_seats_at_practice_tables_only(service: Service) -> None
     assert game.lobby_table == table.name and game.options.mode == PRACTICE
 
 
+async def test_the_chiefs_bot_level_seats_its_bots_and_goes_to_the_game_table(service: Service) -> None:
+    """`options.bot_level` is the chief's option: FillWithBots without a level seats bots of it,
+    changing it changes the seated bots' level too, and the game table gets it with the options."""
+    lobby = Lobby(service)
+    easy, hard = common_pb2.BOT_LEVEL_EASY, common_pb2.BOT_LEVEL_HARD
+    table = await lobby.create("ana", players=4, bot_level=easy)
+    assert table.options.bot_level == easy
+    table = await lobby.call("FillWithBots", "ana", table)
+    assert seated(table) == ["players/ana", "bot1", "bot1", "bot1"]
+    table = await lobby.update("ana", table, ["options.bot_level"], bot_level=hard)
+    assert table.options.bot_level == hard and seated(table) == ["players/ana", "bot3", "bot3", "bot3"]
+    code, message = await code_of(lobby.update("ana", table, ["options.bot_level"], bot_level=9))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert message.startswith("lobby_table.options.bot_level: unknown bot level 9"), message
+    code, message = await code_of(lobby.call("FillWithBots", "ana", table, level=8))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and message.startswith("level: unknown bot level 8"), message
+    await lobby.call("SetReady", "ana", table, ready=True)
+    await lobby.call("StartMatch", "ana", table)
+    await service.settle()
+    table = await lobby.get(table, "ana")
+    assert table.state == LobbyTable.STATE_IN_MATCH
+    game = service.platform.tables.tables[table.game_table.table.removeprefix("tables/")]
+    assert game.options.bot_level == hard and [p.bot for p in game.seats[1:]] == [hard] * 3
+
+
 async def test_a_competitive_lobby_match_holds_every_bet_then_rematches(service: Service) -> None:
     lobby = Lobby(service)
     for player in ("ana", "bia"):

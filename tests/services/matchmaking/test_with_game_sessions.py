@@ -1,6 +1,6 @@
 """The hand-off against the real game-session service (services/game_session, in-process, on the
 test's database) instead of the fake: a quick match and a lobby match become real tables with the
-right seats, match id and owner address, and a start given up on cancels its real table."""
+right seats, match id, owner address and bot level, and a start given up on cancels its real table."""
 
 from __future__ import annotations
 
@@ -88,6 +88,7 @@ async def test_a_practice_lobby_match_with_bots_becomes_a_real_table(real: tuple
                     players=4,
                     length=common_pb2.MATCH_LENGTH_EXPRESS,
                     mode=common_pb2.TABLE_MODE_PRACTICE,
+                    bot_level=common_pb2.BOT_LEVEL_EASY,
                 )
             ),
         ),
@@ -104,6 +105,9 @@ async def test_a_practice_lobby_match_with_bots_becomes_a_real_table(real: tuple
     table = await read_table(service, stub, lobby.game_table.table)
     assert table.lobby_table == lobby.name and table.match_id == lobby.game_table.match_id
     assert [s.participant.WhichOneof("kind") for s in table.seats] == ["player", "bot", "bot", "bot"]
+    # the chief's bot level reached the game table: its bots and the bot that would take ana's seat
+    assert table.options.bot_level == common_pb2.BOT_LEVEL_EASY
+    assert [s.bot_level for s in table.seats] == [common_pb2.BOT_LEVEL_UNSPECIFIED] + [common_pb2.BOT_LEVEL_EASY] * 3
 
 
 async def test_a_start_given_up_on_cancels_its_real_table(real: tuple[Service, Any]) -> None:
