@@ -6,6 +6,7 @@
     buraco call wallet GetAccount '{"name": "accounts/player-alice"}' --player alice
     buraco call game_session Subscribe '{"table": "tables/t1"}' --player alice   # a stream: JSON lines
     buraco play                                  # a practice table against a bot, in the terminal
+    buraco play --bot expert                     # ... against the expert bot (easy, medium, expert)
     buraco play --players 4 --preset fechado --target 1500 --player alice
     buraco play --table tables/t1 --player alice # play your seat at an existing table
     buraco watch tables/t1                       # spectate (where the table allows spectators)
@@ -193,6 +194,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return 130
 
 
+#: `play --bot`: the levels and the engine's names of their bots (services/cli/play.py, BOT_LEVELS)
+BOT_CHOICES = ("easy", "medium", "expert", "random", "heuristic", "hard")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="buraco", description="The Buraco services' bundled client.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -219,7 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     play_parser.add_argument("--players", type=int, choices=(2, 4), default=2)
     play_parser.add_argument("--preset", default="aberto", help="the ruleset preset (default aberto)")
     play_parser.add_argument("--target", type=int, default=0, help="match target points (default 0: one hand)")
-    play_parser.add_argument("--bot-level", choices=("easy", "medium", "hard"), default="medium")
+    play_parser.add_argument(
+        "--bot", "--bot-level", dest="bot_level", choices=BOT_CHOICES, default="medium", metavar="LEVEL",
+        help="the bots' level: easy, medium (default) or expert (or the engine's names random, heuristic, expert)",
+    )
     play_parser.add_argument("--draw-seconds", type=int, default=120)
     play_parser.add_argument("--play-seconds", type=int, default=300)
     play_parser.add_argument("--no-color", action="store_true", help="no ANSI colours for red suits")

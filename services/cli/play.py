@@ -29,8 +29,12 @@ from services.client.connection import ActionRefused, TableConnection
 from services.client.model import TableModel, actions_from_hints
 
 Write = Callable[[str], None]
-BOT_LEVELS = {"easy": common_pb2.BOT_LEVEL_EASY, "medium": common_pb2.BOT_LEVEL_MEDIUM,
-              "hard": common_pb2.BOT_LEVEL_HARD}
+#: `buraco play --bot`: a level, or the engine's name of its bot (`hard`: the contract's name of expert)
+BOT_LEVELS = {
+    "easy": common_pb2.BOT_LEVEL_EASY, "random": common_pb2.BOT_LEVEL_EASY,
+    "medium": common_pb2.BOT_LEVEL_MEDIUM, "heuristic": common_pb2.BOT_LEVEL_MEDIUM,
+    "expert": common_pb2.BOT_LEVEL_HARD, "hard": common_pb2.BOT_LEVEL_HARD,
+}
 
 
 @dataclass
@@ -47,9 +51,12 @@ class PracticeTable:
 
 
 def practice_table_request(spec: PracticeTable, table_id: str = "") -> game_session_pb2.CreateTableRequest:
+    """The practice table: the player at seat 0, bots of `spec.bot_level` at the others, and the
+    same level as the table's (the bot that plays the player's seat if they drop)."""
+    level = BOT_LEVELS[spec.bot_level]
     seats = [game_session_pb2.Seat(seat=0, participant=common_pb2.Participant(player=f"players/{spec.player}"))]
     seats += [
-        game_session_pb2.Seat(seat=s, participant=common_pb2.Participant(bot=BOT_LEVELS[spec.bot_level]))
+        game_session_pb2.Seat(seat=s, participant=common_pb2.Participant(bot=level))
         for s in range(1, spec.players)
     ]
     options = common_pb2.TableOptions(
@@ -61,6 +68,7 @@ def practice_table_request(spec: PracticeTable, table_id: str = "") -> game_sess
         draw_seconds=spec.draw_seconds,
         play_seconds=spec.play_seconds,
         spectators_allowed=True,
+        bot_level=level,
     )
     return game_session_pb2.CreateTableRequest(
         request_id=f"cli-{uuid.uuid4().hex}",

@@ -52,11 +52,22 @@ def ruleset_of(ref: common_pb2.RulesetRef) -> Ruleset:
     return ruleset_from_spec(spec)
 
 
-def participant_label(participant: common_pb2.Participant) -> str:
+#: Each bot level's name for people (the contract's HARD is the expert bot).
+BOT_LEVEL_NAMES: dict[int, str] = {
+    common_pb2.BOT_LEVEL_EASY: "easy",
+    common_pb2.BOT_LEVEL_MEDIUM: "medium",
+    common_pb2.BOT_LEVEL_HARD: "expert",
+}
+
+
+def participant_label(participant: common_pb2.Participant, playing_level: int = 0) -> str:
+    """"alice" for a player, "bot-expert" for a bot: its own level, else `playing_level` (the
+    seat's `bot_level`: a seat naming no level plays at the table's)."""
     if participant.WhichOneof("kind") == "player":
         return participant.player.removeprefix("players/")
     if participant.WhichOneof("kind") == "bot":
-        return "bot-" + common_pb2.BotLevel.Name(participant.bot).removeprefix("BOT_LEVEL_").lower()
+        level = BOT_LEVEL_NAMES.get(participant.bot or playing_level)
+        return f"bot-{level}" if level else "bot"
     return "?"
 
 
@@ -185,7 +196,7 @@ class TableModel:
         self.players = self.players or len(snap.seats)
         self.seats = [
             SeatInfo(
-                label=participant_label(s.participant),
+                label=participant_label(s.participant, s.bot_level),
                 player=s.participant.player if s.participant.WhichOneof("kind") == "player" else "",
                 hand_size=s.hand_size,
                 bot_controlled=s.bot_controlled,

@@ -12,9 +12,9 @@ import pytest
 from buraco.v1 import common_pb2, game_session_pb2
 from engine.actions import DRAW, TAKE_PILE, AddCards, Discard, MeldCards
 from engine.cards import parse
-from services.cli.__main__ import build_parser
+from services.cli.__main__ import BOT_CHOICES, build_parser
 from services.cli.commands import Annul, CommandError, Hint, Play, Say, Simple, describe_action, parse_command
-from services.cli.play import PracticeTable, play, practice_table_request, watch
+from services.cli.play import BOT_LEVELS, PracticeTable, play, practice_table_request, watch
 from services.cli.render import pretty_card, render_hints, render_table
 from services.client.connection import TableConnection
 from services.client.model import TableModel, actions_from_hints
@@ -157,3 +157,20 @@ def test_play_and_watch_parse_their_options() -> None:
         common_pb2.MATCH_LENGTH_POINTS, 1500, common_pb2.TABLE_MODE_PRACTICE)
     assert [s.participant.bot for s in request.table.seats[1:]] == [common_pb2.BOT_LEVEL_HARD] * 3
     assert build_parser().parse_args(["watch", "t1"]).table == "t1"
+
+
+def test_play_takes_the_bots_level_by_name_or_by_the_engines_name() -> None:
+    """`buraco play --bot expert`: easy, medium or expert, or the engine's random, heuristic,
+    expert; the practice table's bots and its own level (a dropped player's bot) are that level."""
+    levels = {"easy": common_pb2.BOT_LEVEL_EASY, "random": common_pb2.BOT_LEVEL_EASY,
+              "medium": common_pb2.BOT_LEVEL_MEDIUM, "heuristic": common_pb2.BOT_LEVEL_MEDIUM,
+              "expert": common_pb2.BOT_LEVEL_HARD}
+    assert set(BOT_CHOICES) == set(BOT_LEVELS)
+    for name, level in levels.items():
+        args = build_parser().parse_args(["play", "--bot", name])
+        request = practice_table_request(PracticeTable(player="ann", players=4, bot_level=args.bot_level))
+        assert request.table.options.bot_level == level, name
+        assert [s.participant.bot for s in request.table.seats[1:]] == [level] * 3, name
+    assert build_parser().parse_args(["play"]).bot_level == "medium"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["play", "--bot", "grandmaster"])

@@ -20,6 +20,7 @@ from services.client.model import (
     TableModel,
     actions_from_hints,
     meld_from_cards,
+    participant_label,
     ruleset_of,
     shadow_state,
 )
@@ -163,3 +164,13 @@ def test_chat_and_timers_do_not_change_the_game_version() -> None:
     assert (model.version, model.seq, model.messages[-1]) == (version, 9, "<bob> hi")
     model.apply(event(10, card_drawn=game_session_pb2.CardDrawn(seat=0, card="7H", stock_count=49)))
     assert model.version == version + 1
+
+
+def test_a_bot_seat_is_labelled_by_its_level() -> None:
+    """HARD is shown as the expert bot; a bot seat naming no level shows the level it plays at
+    (the seat's `bot_level`, the table's)."""
+    bot = common_pb2.Participant
+    assert participant_label(bot(bot=common_pb2.BOT_LEVEL_HARD)) == "bot-expert"
+    assert participant_label(bot(bot=common_pb2.BOT_LEVEL_UNSPECIFIED), common_pb2.BOT_LEVEL_EASY) == "bot-easy"
+    assert participant_label(bot(bot=common_pb2.BOT_LEVEL_UNSPECIFIED)) == "bot"
+    assert participant_label(bot(player="players/ana"), common_pb2.BOT_LEVEL_HARD) == "ana"
