@@ -27,6 +27,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -40,11 +41,15 @@ from services.game_session.log import Entry, Request
 from services.game_session.outbox import outbox_requests
 from services.game_session.settings import GameSessionSettings
 from services.game_session.streams import MAX_QUEUED, Opening, StreamEnd, Subscriber
-from services.game_session.table import LiveTable, State
+from services.game_session.table import LiveTable, State, TurnKey
 from services.game_session.writer import LeaseLostError, Write, Writer
 
 log = logging.getLogger("buraco.game_session")
 T = TypeVar("T")
+
+#: The replica's decision thread: search bots (the expert) decide there, one decision at a time,
+#: while the event loop serves every table (docs/game-session.md, "Bot levels").
+DECISIONS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bot-decisions")
 
 #: A change's work: given the table, it changes it and appends the entries it makes to `out`
 #: (raising leaves nothing changed, or the copy is retired); its return value goes to the caller.
@@ -477,10 +482,40 @@ class TableActor:
         due = timers.next_due(table, self.settings, self.clock.now())
         if due is None:
             self.timer.clear()
+        elif due.kind == "think":
+            turn = due.turn
+            assert turn is not None
+            self.timer.set(due.at, lambda: self._enqueue(_Call(lambda actor: actor._think(turn))))
         else:
             work = self._due_work(due)
             self.timer.set(due.at, lambda: self.post_change(work))
         self._schedule_proposal()
+
+    def _think(self, turn: TurnKey) -> None:
+        """A search bot's decision (`timers.SearchDecision`): captured here, between two changes;
+        made in the replica's one decision thread, so that the event loop goes on serving every
+        table meanwhile; its move applied by a change of its own when it is made."""
+        if self._retired is not None:
+            return
+        decision = timers.think(self.table, turn)
+        if decision is None:
+            self.schedule()
+            return
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(DECISIONS, decision.choose)
+
+        def made(done: asyncio.Future[Any]) -> None:
+            action = None
+            if done.cancelled() or done.exception() is not None:
+                log.error("a search bot's decision failed; the heuristic bot's move stands in",
+                          exc_info=None if done.cancelled() else done.exception(),
+                          extra={"fields": {"table": self.table.table_id, "seat": turn.seat}})
+            else:
+                action = done.result()
+            self.post_change(lambda t, out: timers.decided(t, decision, action, self.now_ms(), out),
+                             on_done=lambda changed, error: self.schedule())
+
+        future.add_done_callback(made)
 
     def _due_work(self, due: timers.Due) -> Work[None]:
         """The change the table's timer makes when `due` comes."""

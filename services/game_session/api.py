@@ -109,7 +109,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         description.name = f"tables/{table_id}"
         now = self.tables.now_ms()
         description.create_time.FromMilliseconds(now)
-        table = LiveTable(table_id, description, now)
+        table = LiveTable(table_id, description, now, expert_budget_ms=self.settings.expert_budget_ms)
         new = store.NewTable(
             table_id=table_id, match_id=description.match_id, description=description.SerializeToString(),
             now_ms=now, seats=[(s.seat, s.player) for s in table.seats if s.player is not None],

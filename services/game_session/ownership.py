@@ -329,7 +329,8 @@ class Ownership:
         if stored is None:
             raise NotFoundError(f"tables/{table_id} does not exist")
         mutes = await store.mutes_of(self.db, table_id)
-        table = LiveTable(table_id, game_session_pb2.Table.FromString(stored.description), stored.created_ms)
+        table = LiveTable(table_id, game_session_pb2.Table.FromString(stored.description), stored.created_ms,
+                          expert_budget_ms=self.settings.expert_budget_ms)
         table.restore(stored.entries)
         if stored.state == State.STATE_CANCELLED:
             table.state = State.STATE_CANCELLED

@@ -18,7 +18,7 @@ from services.common.idempotency import request_hash
 from services.game_session import social
 from services.game_session.actor import RequestKey, Work
 from services.game_session.log import Entry
-from services.game_session.table import LiveTable, State, ruleset_for
+from services.game_session.table import BOTS_BY_LEVEL, LiveTable, State, ruleset_for
 
 SERVICE = "buraco.v1.GameSessionService"
 SERVICE_PATH = f"/{SERVICE}/"
@@ -52,6 +52,7 @@ def checked_table(given: game_session_pb2.Table) -> game_session_pb2.Table:
         check.int_range(options.draw_seconds, "table.options.draw_seconds", 5, 300)
     if options.play_seconds:
         check.int_range(options.play_seconds, "table.options.play_seconds", 5, 600)
+    bot_level(options.bot_level, "table.options.bot_level", unset="MEDIUM")
     try:
         ruleset_for(options)
     except (EngineError, ValueError, TypeError) as error:
@@ -71,12 +72,21 @@ def checked_table(given: game_session_pb2.Table) -> game_session_pb2.Table:
             seen.add(player)
         else:
             check.require(practice, f"{field}.participant.bot", "bots sit at practice tables only")
-            check.enum(seat.participant.bot, f"{field}.participant.bot", common_pb2.BotLevel.DESCRIPTOR)
+            bot_level(seat.participant.bot, f"{field}.participant.bot", unset="the table's options.bot_level")
     if table.tournament:
         check.resource_id(table.tournament, "table.tournament", "tournaments")
     if table.lobby_table:
         check.resource_id(table.lobby_table, "table.lobby_table", "lobbyTables")
     return table
+
+
+def bot_level(value: int, field: str, *, unset: str) -> None:
+    """A `BotLevel` field: unset (what `unset` says applies) or a known level."""
+    check.require(
+        value == common_pb2.BOT_LEVEL_UNSPECIFIED or value in BOTS_BY_LEVEL, field,
+        f"unknown bot level {value}: BOT_LEVEL_EASY (1), BOT_LEVEL_MEDIUM (2) or BOT_LEVEL_HARD "
+        f"(3, the expert bot); unset: {unset}",
+    )
 
 
 # -- moves -----------------------------------------------------------------------------------------

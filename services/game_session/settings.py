@@ -55,6 +55,13 @@ START_SECONDS = Setting(
 BOT_DELAY_MS = Setting(
     "BURACO_GAME_SESSION_BOT_DELAY_MS", Number(0, 60_000), "600", "pause before a bot plays its turn (0 in tests)"
 )
+EXPERT_BUDGET_MS = Setting(
+    "BURACO_GAME_SESSION_EXPERT_BUDGET_MS",
+    Number(1, 10_000),
+    "50",
+    "CPU an expert bot (bot level HARD) spends on a decision (counted on its decision thread's "
+    "clock; it may overshoot by one sampled world), made off the event loop",
+)
 DISCONNECT_GRACE_SECONDS = Setting(
     "BURACO_GAME_SESSION_DISCONNECT_GRACE_SECONDS",
     Number(0, DAY),
@@ -120,6 +127,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     TAKEOVER_SCAN_SECONDS,
     START_SECONDS,
     BOT_DELAY_MS,
+    EXPERT_BUDGET_MS,
     DISCONNECT_GRACE_SECONDS,
     RECONNECT_WINDOW_SECONDS,
     MAX_AUTO_PLAYS,
@@ -141,6 +149,7 @@ class GameSessionSettings:
     scan_seconds: float = 3.0
     start_wait_seconds: float = 60.0
     bot_delay_seconds: float = 0.6
+    expert_budget_ms: float = 50.0
     disconnect_grace_seconds: float = 20.0
     reconnect_window_seconds: float = 180.0
     max_auto_plays: int = 3
@@ -166,6 +175,7 @@ def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> G
         scan_seconds=read(TAKEOVER_SCAN_SECONDS),
         start_wait_seconds=read(START_SECONDS),
         bot_delay_seconds=read(BOT_DELAY_MS) / 1000.0,
+        expert_budget_ms=read(EXPERT_BUDGET_MS),
         disconnect_grace_seconds=read(DISCONNECT_GRACE_SECONDS),
         reconnect_window_seconds=read(RECONNECT_WINDOW_SECONDS),
         max_auto_plays=read(MAX_AUTO_PLAYS),

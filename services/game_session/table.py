@@ -10,7 +10,13 @@ only then tells anyone about them.
 Rebuilding a table (`LiveTable.restore`) replays its entries: moves through the engine again
 (their events must be the logged ones), service facts by their kind's replay (`events.KINDS`).
 Bots are rebuilt by making them choose again at every move they made, so their memory (and their
-next move) is the same as in an uninterrupted run.
+next move) is the same as in an uninterrupted run. A search bot (the expert) is offered only the
+move it made: it remembers what it saw and did without searching again; its later choices, which
+depend on the CPU its budget buys, are its own in any run.
+
+Which bot plays a seat: its bot level (`BOTS_BY_LEVEL`): a bot seat's own, else the table's
+`options.bot_level` (MEDIUM when unset), which is also the level of the bot that takes a player's
+seat.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -38,6 +45,18 @@ State = game_session_pb2.Table
 
 #: Cap on the moves one bot turn (or one automatic play) may make (a bot always discards long before).
 MAX_TURN_ACTIONS = 60
+
+#: The engine's bot (`engine.bots.base.make_bot`'s kind) of each bot level (docs/game-session.md,
+#: "Bot levels"); an unspecified level is the table's, and the table's unspecified level MEDIUM.
+BOTS_BY_LEVEL: dict[int, str] = {
+    common_pb2.BOT_LEVEL_EASY: "random",
+    common_pb2.BOT_LEVEL_MEDIUM: "heuristic",
+    common_pb2.BOT_LEVEL_HARD: "expert",
+}
+#: Bots whose every decision spends a CPU budget (`BURACO_GAME_SESSION_EXPERT_BUDGET_MS`): each
+#: decision is made in the replica's decision thread, not on the event loop that every table of
+#: the replica shares, and its move is a change of its own (`timers.SearchDecision`).
+SEARCH_BOTS = frozenset({"expert"})
 
 
 class TurnKey(NamedTuple):
@@ -135,7 +154,9 @@ class Proposal:
 class LiveTable:
     """A table in memory (see the module docstring)."""
 
-    def __init__(self, table_id: str, description: game_session_pb2.Table, created_ms: int) -> None:
+    def __init__(
+        self, table_id: str, description: game_session_pb2.Table, created_ms: int, *, expert_budget_ms: float = 50.0,
+    ) -> None:
         self.table_id = table_id
         self.name = f"tables/{table_id}"
         self.description = description
@@ -169,6 +190,12 @@ class LiveTable:
         self.epoch = 0
         #: chat mutes and each sender's recent messages (not in the log: mutes are rows of their own)
         self.chat = ChatRoom()
+        #: the CPU budget of each decision of an expert bot (`BURACO_GAME_SESSION_EXPERT_BUDGET_MS`)
+        self.expert_budget_ms = expert_budget_ms
+        #: a search bot's turn under way, one decision per change: the turn its next decision is for
+        self.bot_turn_continues: TurnKey | None = None
+        #: the turn a search bot's decision is being made for, off the event loop (`timers.think`)
+        self.thinking: TurnKey | None = None
         self._bots: dict[int, Bot] = {}
 
     # -- facts ----------------------------------------------------------------------------------
@@ -199,13 +226,28 @@ class LiveTable:
     def humans(self) -> list[SeatState]:
         return [s for s in self.seats if s.human]
 
+    @property
+    def bot_level(self) -> int:
+        """The table's bot level (`options.bot_level`, MEDIUM when unset)."""
+        return self.options.bot_level or common_pb2.BOT_LEVEL_MEDIUM
+
+    def seat_bot_level(self, seat: int) -> int:
+        """The level of the bot that plays `seat` when a bot plays it: a bot seat's own level
+        (unspecified: the table's), a player's seat the table's."""
+        state = self.seats[seat]
+        return (state.bot_level if not state.human else 0) or self.bot_level
+
+    def bot_kind(self, seat: int) -> str:
+        """The engine's bot (`make_bot`'s kind) that plays `seat` when a bot plays it."""
+        return BOTS_BY_LEVEL[self.seat_bot_level(seat)]
+
     def bot(self, seat: int) -> Bot:
-        """The seat's bot: deterministic for the table and seat."""
+        """The seat's bot: deterministic for the table and seat (an expert bot's search spends
+        `expert_budget_ms` of CPU a decision)."""
         bot = self._bots.get(seat)
         if bot is None:
-            level = self.seats[seat].bot_level
-            kind = "random" if level == common_pb2.BOT_LEVEL_EASY else "heuristic"
-            bot = self._bots[seat] = make_bot(kind, f"{self.table_id}|{seat}", self.rules)
+            bot = self._bots[seat] = make_seat_bot(
+                self.bot_kind(seat), f"{self.table_id}|{seat}", self.rules, self.expert_budget_ms)
         return bot
 
     def to_act(self) -> int:
@@ -278,6 +320,8 @@ class LiveTable:
         if self.state == State.STATE_PLAYING and self.match.needs_deal():
             self.start_hand(now_ms, master_seed, out)
         turn = self.current_turn()
+        if self.bot_turn_continues != turn:  # the search bot's turn is over (or its seat given back)
+            self.bot_turn_continues = None
         if turn is None or turn == self.turn:
             return
         seconds = self.draw_seconds if turn.phase == "draw" else self.play_seconds
@@ -361,8 +405,13 @@ class LiveTable:
         action = action_from_json(data["a"])
         hand = self.match.hand
         if data.get("by") == "bot" and hand is not None:
-            # the bot chooses again, so that its memory is what it was (its choice is the logged one)
-            self.bot(seat).choose(hand.view(seat), hand.legal_actions())
+            # the bot chooses again, so that its memory is what it was (its choice is the logged one);
+            # a search bot is offered only the logged move: it remembers what it saw and did without
+            # searching again (a budget's worth of CPU per move, for a choice its budget made anyway)
+            if self.bot_kind(seat) in SEARCH_BOTS:
+                self.bot(seat).choose(hand.view(seat), [action])
+            else:
+                self.bot(seat).choose(hand.view(seat), hand.legal_actions())
         produced = self.match.apply(action, seat)
         if produced[0].to_json() != data["e"]:
             raise ValueError(f"{self.name}: the log diverges from the rules at seq {entry.seq}")
@@ -403,7 +452,12 @@ class LiveTable:
         for seat_proto, seat in zip(table.seats, self.seats, strict=True):
             seat_proto.bot_controlled = seat.bot_controlled
             seat_proto.connected = seat.streams > 0
+            seat_proto.bot_level = self._playing_bot_level(seat)  # type: ignore[assignment]
         return table
+
+    def _playing_bot_level(self, seat: SeatState) -> int:
+        """`Seat.bot_level`: the level of the bot that plays the seat now (0 while its player does)."""
+        return self.seat_bot_level(seat.seat) if seat.acts_by_bot else common_pb2.BOT_LEVEL_UNSPECIFIED
 
     def snapshot(self, viewer: int | None, owner_address: str) -> game_session_pb2.TableSnapshot:
         snap = game_session_pb2.TableSnapshot(table=self.table_proto(owner_address))
@@ -420,6 +474,7 @@ class LiveTable:
                 bot_controlled=seat.bot_controlled,
                 connected=seat.streams > 0,
                 auto_plays=seat.auto_plays,
+                bot_level=self._playing_bot_level(seat),
             )
         melds = view["melds"] if view is not None else [[], []]
         taken = view["mortos_taken"] if view is not None else [False, False]
@@ -446,6 +501,17 @@ class LiveTable:
         if self.proposal is not None:
             snap.annulment.CopyFrom(proposal_proto(self.proposal))
         return snap
+
+
+def make_seat_bot(kind: str, seed: str, rules: Ruleset, expert_budget_ms: float) -> Bot:
+    """A seat's bot of `kind` (`BOTS_BY_LEVEL`' values). The expert gets its CPU budget a decision,
+    counted on the CPU clock of the thread that decides (the process's would count the event loop's
+    and gRPC's work too)."""
+    if kind == "expert":
+        from engine.bots.expert import ExpertBot
+
+        return ExpertBot(seed, rules, budget_ms=expert_budget_ms, clock=time.thread_time)
+    return make_bot(kind, seed, rules)
 
 
 def proposal_proto(p: Proposal) -> game_session_pb2.AnnulmentProposed:

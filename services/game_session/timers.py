@@ -11,20 +11,22 @@ table's turn, so a timer that fires late does nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from engine.actions import DRAW, Discard
+from engine.actions import DRAW, Action, Discard
+from engine.bots.base import Bot
 from engine.bots.heuristic import HeuristicBot
 from services.game_session import social
 from services.game_session.clock import Clock, TimerHandle
 from services.game_session.log import Entry
 from services.game_session.settings import GameSessionSettings
-from services.game_session.table import MAX_TURN_ACTIONS, LiveTable, State, TurnKey
+from services.game_session.table import MAX_TURN_ACTIONS, SEARCH_BOTS, LiveTable, State, TurnKey
 
 
 class Due(NamedTuple):
     """What the table's timer does next: `kind` is "deal" (the first hand), "bot" (a bot seat's
-    turn) or "timeout" (a player's turn ran out), at clock time `at`, for the turn `turn`."""
+    turn), "think" (a search bot's next decision, made off the event loop: `SearchDecision`) or
+    "timeout" (a player's turn ran out), at clock time `at`, for the turn `turn`."""
 
     kind: str
     at: float
@@ -41,7 +43,13 @@ def next_due(table: LiveTable, settings: GameSessionSettings, now: float) -> Due
     if turn is None:
         return None
     if table.seats[turn.seat].acts_by_bot:
-        return Due("bot", now + settings.bot_delay_seconds, turn)
+        if table.bot_kind(turn.seat) not in SEARCH_BOTS:
+            return Due("bot", now + settings.bot_delay_seconds, turn)
+        if table.thinking is not None:  # its decision is under way: the decision's end sets what is next
+            return None
+        if table.bot_turn_continues == turn:  # the next decision of the same turn: at once
+            return Due("think", now, turn)
+        return Due("think", now + settings.bot_delay_seconds, turn)
     return Due("timeout", table.turn_deadline_ms / 1000, turn)
 
 
@@ -99,7 +107,8 @@ def deal_first_hand(table: LiveTable, now_ms: int, deal_seed: str | None, out: l
 
 
 def bot_turn(table: LiveTable, turn: TurnKey, now_ms: int, out: list[Entry]) -> None:
-    """The bot of the turn's seat plays its turn (to its discard, or the hand's end)."""
+    """The bot of the turn's seat plays its turn (to its discard, or the hand's end) in this
+    change (a search bot decides off the loop instead: `SearchDecision`)."""
     if table.current_turn() != turn:
         return
     seat = turn.seat
@@ -113,9 +122,58 @@ def bot_turn(table: LiveTable, turn: TurnKey, now_ms: int, out: list[Entry]) -> 
             break
 
 
+class SearchDecision(NamedTuple):
+    """One decision of a search bot (`SEARCH_BOTS`: each spends its CPU budget), taken off the
+    event loop: the bot, and what it decides from, captured at the table between two changes
+    (`think`); `choose` runs in the decision thread; `decided` applies its move, as a change."""
+
+    turn: TurnKey
+    seq: int
+    bot: Bot
+    view: dict[str, Any]
+    legal: list[Action]
+
+    def choose(self) -> Action:
+        return self.bot.choose(self.view, self.legal)
+
+
+def think(table: LiveTable, turn: TurnKey) -> SearchDecision | None:
+    """The decision the turn's search bot is to make now (None: the turn moved on), marked under
+    way (`table.thinking`) so that nothing else is due at the table until it is applied."""
+    hand = table.match.hand
+    if table.current_turn() != turn or table.thinking is not None or hand is None:
+        return None
+    seat = turn.seat
+    if not table.seats[seat].acts_by_bot:
+        return None
+    table.thinking = turn
+    # a plain copy of the view: the decision thread reads nothing of the live table
+    return SearchDecision(turn, table.seq, table.bot(seat), hand.view(seat).to_dict(), hand.legal_actions())
+
+
+def decided(table: LiveTable, decision: SearchDecision, action: Action | None, now_ms: int, out: list[Entry]) -> None:
+    """The search bot's decision is made (`action` None: it failed, and the heuristic bot's
+    choice stands in): its move is played unless the table changed meanwhile (the seat given
+    back, the match annulled, ...); the next decision of the same turn is due at once."""
+    table.thinking = None
+    turn = decision.turn
+    if table.seq != decision.seq or table.current_turn() != turn or not table.seats[turn.seat].acts_by_bot:
+        return
+    if action is None:
+        action = HeuristicBot(f"{table.table_id}|{table.seq}", table.rules).choose(decision.view, decision.legal)
+    table.apply_action(action, turn.seat, "bot", now_ms, out)
+    after = table.current_turn()
+    if after is not None and after.seat == turn.seat:
+        table.bot_turn_continues = after
+
+
 def auto_play(table: LiveTable, turn: TurnKey, now_ms: int, max_auto_plays: int, out: list[Entry]) -> None:
     """A player's turn ran out: the service plays it (draws if they had not, then the heuristic
-    bot's choices to the discard); after `max_auto_plays` of them a bot takes the seat for good."""
+    bot's choices to the discard); after `max_auto_plays` of them a bot takes the seat for good.
+
+    Whatever the table's bot level: an automatic play stands in for a player who is still
+    playing, and only ends their turn the cheapest sensible way (the heuristic bot's discard, a
+    fraction of a millisecond); the table's level plays the seat once a bot takes it."""
     if table.current_turn() != turn or now_ms < table.turn_deadline_ms:
         return
     seat_number = turn.seat

@@ -10,7 +10,7 @@ import pytest
 
 from buraco.v1 import common_pb2, game_session_pb2
 from services.common.errors import FailedPreconditionError
-from services.game_session import social
+from services.game_session import social, timers
 from services.game_session.log import Entry, SealedEntryError
 from services.game_session.table import LiveTable
 from tests.services.game_session.conftest import options, seats
@@ -145,3 +145,36 @@ def test_a_proposal_logged_at_a_tournament_table_never_passes() -> None:
     social.expire(table, "cup-a1", 61_000, out)
     assert table.live and not table.proposal
     assert [e.data["x"]["approved"] for e in out if e.type == "annulment_resolved"] == [False]
+
+
+def test_a_search_bots_decision_is_dropped_when_the_table_changed_meanwhile() -> None:
+    """An expert seat's decision is captured between two changes and applied by a later one: a
+    change in between (here a chat message) drops it (and the next one is due again); a failed
+    decision is stood in for by the heuristic bot's move."""
+    description = game_session_pb2.Table(
+        name="tables/deep", match_id="m-deep", seats=seats("bot", "bot"),
+        options=options(bot_level=common_pb2.BOT_LEVEL_HARD),
+    )
+    for seat in description.seats:
+        seat.participant.bot = common_pb2.BOT_LEVEL_UNSPECIFIED
+    table = LiveTable("deep", description, 1_000, expert_budget_ms=1.0)
+    out: list[Entry] = []
+    table.start_hand(1_000, "seed", out)
+    table.after_change(1_000, "seed", out)
+    turn = table.current_turn()
+    assert turn is not None and table.bot_kind(turn.seat) == "expert"
+    def idle() -> bool:
+        return table.thinking is None
+
+    decision = timers.think(table, turn)
+    assert decision is not None and not idle()
+    assert timers.think(table, turn) is None  # one decision at a time
+    social.chat(table, "ana", None, "hi", 2.0, 10, out)
+    seq = table.seq
+    timers.decided(table, decision, decision.choose(), 2_000, out)
+    assert table.seq == seq and idle()  # dropped
+    again = timers.think(table, turn)
+    assert again is not None
+    timers.decided(table, again, None, 3_000, out)  # failed: the heuristic's move stands in
+    moved = [e for e in table.entries[seq:] if "a" in e.data]
+    assert [e.data["by"] for e in moved] == ["bot"] and idle()

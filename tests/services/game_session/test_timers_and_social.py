@@ -1,9 +1,10 @@
-"""Timers, bots taking seats, disconnections, annulment (never at a tournament's table) and chat,
-on both databases (a fake clock fires the timers)."""
+"""Timers, bots taking seats, the tables' bot levels, disconnections, annulment (never at a
+tournament's table) and chat, on both databases (a fake clock fires the timers)."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import grpc
@@ -11,7 +12,7 @@ import pytest
 
 from buraco.v1 import common_pb2, game_session_pb2
 from services.common.auth import Kind
-from tests.services.game_session.conftest import Cluster, Stream, subscribe, table_request
+from tests.services.game_session.conftest import Cluster, Stream, settings, subscribe, table_request
 
 TAKEN = game_session_pb2.SeatTakenOver
 
@@ -92,6 +93,7 @@ async def test_a_dropped_player_is_replaced_and_gets_the_seat_back(cluster: Clus
     assert (taken.seat, taken.reason) == (1, TAKEN.REASON_DISCONNECTED)
     assert taken.return_deadline.ToMilliseconds() == int(cluster.clock.now() * 1000) + 120_000
     assert _bot_controlled(table, 1)
+    assert table.bot_kind(1) == "heuristic"  # no bot level set: medium, as before levels existed
 
     # alice plays; the bot plays bob's turn at once
     alice = cluster.token(Kind.PLAYER, "alice")
@@ -109,14 +111,114 @@ async def test_a_dropped_player_is_replaced_and_gets_the_seat_back(cluster: Clus
     refused = stub.Draw(game_session_pb2.DrawRequest(table="tables/flaky", request_id="b1", expected_seq=0),
                         metadata=bob)
     assert (await _error(refused)).code() == grpc.StatusCode.FAILED_PRECONDITION
+    got = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/flaky"), metadata=alice)
+    assert [s.bot_level for s in got.seats] == [common_pb2.BOT_LEVEL_UNSPECIFIED, common_pb2.BOT_LEVEL_MEDIUM]
     back = subscribe(stub, bob, "tables/flaky", after_seq=streams["bob"].last_seq)
     await back.wait(lambda events: any(e.HasField("seat_returned") for e in events))
     returned = back.of("seat_returned")[0].seat_returned
     assert (returned.seat, returned.player) == (1, "players/bob")
     assert not _bot_controlled(table, 1)
+    got = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/flaky"), metadata=alice)
+    assert [s.bot_level for s in got.seats] == [common_pb2.BOT_LEVEL_UNSPECIFIED] * 2  # players play them
     await watch.wait_seq(back.last_seq)
     for stream in (watch, back):
         await stream.close()
+
+
+async def test_a_tables_bot_level_chooses_its_bots(cluster: Cluster) -> None:
+    """An easy table: its bot seats that name no level play the random bot, one that names
+    medium the heuristic bot, and the bot that takes a player's seat is the table's (easy)."""
+    node = await cluster.start()
+    stub = cluster.stub()
+    request = table_request("easy", "alice", "bot", "bot", "bot", players=4, bot_level=common_pb2.BOT_LEVEL_EASY)
+    for seat in (1, 2):
+        request.table.seats[seat].participant.bot = common_pb2.BOT_LEVEL_UNSPECIFIED  # the table's level
+    created = await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "mm"))
+    easy, medium = common_pb2.BOT_LEVEL_EASY, common_pb2.BOT_LEVEL_MEDIUM
+    assert created.options.bot_level == easy
+    assert [s.bot_level for s in created.seats] == [common_pb2.BOT_LEVEL_UNSPECIFIED, easy, easy, medium]
+    alice = cluster.token(Kind.PLAYER, "alice")
+    watch = subscribe(stub, alice, "tables/easy")
+    await watch.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
+    table = node.api.tables.actors["easy"].table
+    assert [table.bot_kind(seat) for seat in (1, 2, 3)] == ["random", "random", "heuristic"]
+    assert [type(table.bot(seat)).__name__ for seat in (1, 2, 3)] == ["RandomBot", "RandomBot", "HeuristicBot"]
+
+    await stub.LeaveTable(game_session_pb2.LeaveTableRequest(table="tables/easy", request_id="l1"), metadata=alice)
+    snapshot = await stub.GetTableSnapshot(game_session_pb2.GetTableSnapshotRequest(table="tables/easy"),
+                                           metadata=alice)
+    assert [s.bot_level for s in snapshot.seats] == [easy, easy, easy, medium]
+    assert table.bot_kind(0) == "random"
+    await watch.wait(lambda events: any(e.HasField("match_ended") for e in events), timeout=60)  # bots play it out
+    await watch.close()
+
+
+async def test_at_an_expert_table_the_expert_bot_takes_a_dropped_players_seat(cluster: Cluster) -> None:
+    """The table's level HARD (expert): a disconnected player's seat is played by the expert bot,
+    with the budget the setting gives it, each decision made in the decision thread (off the event
+    loop) and played as a change of its own (its draw and its discard are two changes, with the
+    play phase's timer between)."""
+    node = await cluster.start(settings(expert_budget_ms=5.0))
+    streams = await _start(cluster, "sharp", "alice", "bob", bot_level=common_pb2.BOT_LEVEL_HARD)
+    actor = node.api.tables.actors["sharp"]
+    table = actor.table
+    await streams["bob"].close()
+    await _until(lambda: 1 in actor.grace)
+    cluster.clock.advance(11)
+    watch = streams["alice"]
+    await watch.wait(lambda events: any(e.HasField("seat_taken_over") for e in events))
+    alice = cluster.token(Kind.PLAYER, "alice")
+    stub = cluster.stub()
+    got = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/sharp"), metadata=alice)
+    assert got.seats[1].bot_controlled and got.seats[1].bot_level == common_pb2.BOT_LEVEL_HARD
+    assert got.seats[0].bot_level == common_pb2.BOT_LEVEL_UNSPECIFIED
+    assert table.bot_kind(1) == "expert" and table.expert_budget_ms == 5.0
+    bot = table.bot(1)
+    assert getattr(bot, "budget_ms", None) == 5.0
+    threads: list[str] = []
+    choose = bot.choose
+
+    def spied(view: Any, legal: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return choose(view, legal)
+
+    setattr(bot, "choose", spied)  # noqa: B010
+
+    taken_at = len(watch.events)
+    drawn = await stub.Draw(game_session_pb2.DrawRequest(table="tables/sharp", request_id="a1",
+                                                         expected_seq=watch.last_seq), metadata=alice)
+    hints = await stub.GetLegalMoves(game_session_pb2.GetLegalMovesRequest(table="tables/sharp"), metadata=alice)
+    await stub.Discard(game_session_pb2.DiscardRequest(table="tables/sharp", request_id="a2",
+                                                       expected_seq=drawn.result.seq, card=hints.discards[0]),
+                       metadata=alice)
+    await watch.wait(lambda events: any(e.HasField("card_discarded") and e.card_discarded.seat == 1 for e in events)
+                     or any(e.HasField("hand_ended") for e in events))
+    bots_turn = watch.events[taken_at:]
+    kinds = [e.WhichOneof("event") for e in bots_turn]
+    play = game_session_pb2.TURN_PHASE_PLAY
+    first = next(i for i, e in enumerate(bots_turn) if (e.HasField("card_drawn") and e.card_drawn.seat == 1)
+                 or (e.HasField("discard_taken") and e.discard_taken.seat == 1))
+    play_timer = next(i for i, e in enumerate(bots_turn) if e.HasField("turn_timer_started")
+                      and e.turn_timer_started.seat == 1 and e.turn_timer_started.phase == play)
+    assert first < play_timer, kinds  # its draw was a change of its own
+    assert threads and all(name.startswith("bot-decisions") for name in threads), threads
+    for stream in streams.values():
+        await stream.close()
+
+
+async def test_an_unknown_bot_level_is_refused(cluster: Cluster) -> None:
+    await cluster.start()
+    stub = cluster.stub()
+    svc = cluster.token(Kind.SERVICE, "mm")
+    table = table_request("odd", "alice", "bot", bot_level=9)
+    error = await _error(stub.CreateTable(table, metadata=svc))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (error.details() or "").startswith("table.options.bot_level: unknown bot level 9"), error.details()
+    seat = table_request("odd", "alice", "bot")
+    seat.table.seats[1].participant.bot = 7  # type: ignore[assignment]
+    error = await _error(stub.CreateTable(seat, metadata=svc))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (error.details() or "").startswith("table.seats[1].participant.bot: unknown bot level 7"), error.details()
 
 
 async def test_annulment_voids_the_match_and_the_outbox_refunds(cluster: Cluster) -> None:
