@@ -11,6 +11,16 @@ counted apart) and matches won, each with its 95% Wilson interval; the average h
 match score of the bot's side. Then the number of hands, turns and actions, and hands/s and
 turns/s (bots' thinking and engine time together, one process, one core). ``--bench`` adds
 ``bench: NAME VALUE UNIT`` lines for the first bot against the second.
+
+``--suite PRESETS`` (a comma-separated list, or ``all``) plays the first bot against the second in
+each of these presets with 2 and with 4 players (``--suite-players``; 4 players: a pair of each,
+partners on a side), ``--games`` matches each (``--express-games`` for one-hand presets, whose
+matches are a single hand), on ``--jobs`` processes. It times every decision of an ``expert`` bot
+(CPU, ``time.process_time``, around ``choose``) and prints, with ``--bench``, per preset and table
+size the match win rate with its 95% Wilson interval and the number of matches, then the CPU per
+expert decision over the whole suite (mean, p99, max; and the share of decisions that searched).
+``--budget-ms`` sets the expert's CPU budget per decision (default: the bot's default). ``--smoke``
+is the suite at a tiny size (one single hand per preset and table size, a 5 ms budget), for CI.
 """
 
 from __future__ import annotations
@@ -18,13 +28,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from engine.bots.base import BOT_KINDS
+from engine.actions import Action, Discard
+from engine.bots.base import BOT_KINDS, Bot, make_bot
+from engine.bots.expert import ExpertBot
 from engine.errors import EngineError
-from engine.rules import Ruleset, ruleset_from_spec
-from engine.selfplay import SelfPlayResult, run
+from engine.match import MatchState
+from engine.rules import PRESETS, Ruleset, ruleset_from_spec
+from engine.selfplay import BotStats, SelfPlayResult, first_dealer, play_hand, run, side_of_bot
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -76,6 +93,175 @@ def report(result: SelfPlayResult, bench: bool = False) -> list[str]:
     return lines
 
 
+class TimedBot:
+    """A bot whose decisions are timed (CPU, ``time.process_time``): the bench's view of its cost."""
+
+    def __init__(self, bot: Bot, times: list[float]) -> None:
+        self.bot = bot
+        self.name = bot.name
+        self.times = times  # ms per ``choose`` call, appended
+
+    def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
+        start = time.process_time()
+        action = self.bot.choose(view, legal)
+        self.times.append(1000.0 * (time.process_time() - start))
+        return action
+
+    def choose_discard(self, view: Mapping[str, Any], legal: list[Action]) -> Discard:
+        return self.bot.choose_discard(view, legal)
+
+
+@dataclass(slots=True)
+class MatchOutcome:
+    """One match of a suite, as a worker process returns it."""
+
+    swap: int  # bot b played side (b + swap) % 2
+    hand_totals: list[list[int]]  # per hand, per side
+    totals: list[int]
+    winner: int
+    turns: int
+    actions: int
+    cpu_ms: list[float] = field(default_factory=list)  # per expert decision
+    searched: int = 0  # expert decisions that searched
+
+
+def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str], seed: str, game: int,
+               budget_ms: float | None, single_hand: bool) -> MatchOutcome:
+    """Match (or hand) ``game`` of a pairing, seeded and seated as ``engine.selfplay.run`` does."""
+    rules = Ruleset(**rules_spec)
+    swap = side_of_bot(0, game)
+    side_kind = [kinds[swap], kinds[1 - swap]]
+    times: list[float] = []
+    bots: list[Bot] = []
+    experts: list[ExpertBot] = []
+    for seat in range(players):
+        bot = make_bot(side_kind[seat & 1], f"{seed}/{game}/{seat}", rules, budget_ms=budget_ms)
+        if isinstance(bot, ExpertBot):
+            experts.append(bot)
+            bots.append(TimedBot(bot, times))
+        else:
+            bots.append(bot)
+    match = MatchState(rules, players, first_dealer=first_dealer(game, players))
+    outcome = MatchOutcome(swap, [], [0, 0], -1, 0, 0)
+    while match.needs_deal():
+        match.start_hand(seed=f"{seed}/{game}/{match.hands_played}")
+        outcome.actions += play_hand(match, bots)
+        assert match.hand is not None
+        outcome.turns += match.hand.turns
+        outcome.hand_totals.append([s["total"] for s in match.hand_scores[-1]])
+        if single_hand:
+            break
+    outcome.totals = match.totals[:]
+    outcome.winner = match.winner
+    outcome.cpu_ms = times
+    outcome.searched = sum(b.searches for b in experts)
+    return outcome
+
+
+def _play_match_task(task: tuple[dict[str, Any], int, tuple[str, str], str, int, float | None, bool]) -> MatchOutcome:
+    return play_match(*task)
+
+
+@dataclass(slots=True)
+class SuiteRun:
+    result: SelfPlayResult
+    cpu_ms: list[float]
+    searched: int
+
+
+def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str, games: int,
+                budget_ms: float | None, single_hands: bool, jobs: int) -> SuiteRun:
+    """``games`` matches (or single hands) of one pairing, tallied as ``engine.selfplay.run`` tallies."""
+    stats = [BotStats(kinds[0]), BotStats(kinds[1])]
+    result = SelfPlayResult(rules, players, stats)
+    tasks = [(rules.to_dict(), players, kinds, seed, game, budget_ms, single_hands) for game in range(games)]
+    started = time.perf_counter()
+    if jobs > 1 and games > 1:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            outcomes = pool.map(_play_match_task, tasks, chunksize=1)
+    else:
+        outcomes = [_play_match_task(t) for t in tasks]
+    result.seconds = time.perf_counter() - started
+    cpu: list[float] = []
+    searched = 0
+    for o in outcomes:
+        cpu.extend(o.cpu_ms)
+        searched += o.searched
+        result.turns += o.turns
+        result.actions += o.actions
+        for totals in o.hand_totals:
+            result.hands += 1
+            for b in (0, 1):
+                side = (b + o.swap) % 2
+                st = stats[b]
+                st.hands += 1
+                st.hand_points += totals[side]
+                if totals[side] > totals[1 - side]:
+                    st.hands_won += 1
+                elif totals[side] == totals[1 - side]:
+                    st.hands_tied += 1
+        if not single_hands:
+            result.matches += 1
+            for b in (0, 1):
+                side = (b + o.swap) % 2
+                st = stats[b]
+                st.matches += 1
+                st.match_points += o.totals[side]
+                st.matches_won += o.winner == side
+    return SuiteRun(result, cpu, searched)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by the nearest-rank method."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], seed: str, games: int,
+          express_games: int, budget_ms: float | None, single_hands: bool, jobs: int, bench: bool) -> Iterator[str]:
+    """Every preset at every table size: the report of each pairing as it ends, then the CPU per expert
+    decision over the suite."""
+    cpu: list[float] = []
+    searched = 0
+    name = f"{kinds[0]}_vs_{kinds[1]}"
+    budget = ExpertBot(0).budget_ms if budget_ms is None else budget_ms
+    unit = "single hands" if single_hands else "matches"
+    yield (f"suite {name}: presets {', '.join(presets)}; players {', '.join(map(str, players_list))}; "
+           f"{games} {unit} each ({express_games} in one-hand presets); "
+           f"expert budget {budget} ms CPU per decision; {jobs} process(es)")
+    for preset_name in presets:
+        rules = PRESETS[preset_name]
+        n = express_games if rules.target == 0 else games
+        for players in players_list:
+            run_ = run_pairing(rules, players, kinds, seed, n, budget_ms, single_hands, jobs)
+            cpu.extend(run_.cpu_ms)
+            searched += run_.searched
+            yield from report(run_.result)
+            if bench:
+                a = run_.result.stats[0]
+                key = f"{name}_{'hand' if single_hands else 'match'}_winrate_{preset_name}_{players}p"
+                won, total = (a.hands_won, a.hands) if single_hands else (a.matches_won, a.matches)
+                lo, hi = wilson(won, total)
+                yield f"bench: {key} {100 * won / max(1, total):.1f} %"
+                yield f"bench: {key}_ci95_low {100 * lo:.1f} %"
+                yield f"bench: {key}_ci95_high {100 * hi:.1f} %"
+                count = "hands" if single_hands else "matches"
+                yield f"bench: {name}_{count}_{preset_name}_{players}p {total} {count}"
+    if cpu:
+        mean = sum(cpu) / len(cpu)
+        yield (f"expert decisions: {len(cpu)}, of which {searched} searched; CPU per decision mean "
+               f"{mean:.2f} ms, p50 {percentile(cpu, 0.5):.2f} ms, p99 {percentile(cpu, 0.99):.2f} ms, "
+               f"max {max(cpu):.2f} ms (budget {budget} ms)")
+        if bench:
+            yield f"bench: expert_cpu_per_decision_mean {mean:.2f} ms"
+            yield f"bench: expert_cpu_per_decision_p99 {percentile(cpu, 0.99):.2f} ms"
+            yield f"bench: expert_cpu_per_decision_max {max(cpu):.2f} ms"
+            yield f"bench: expert_decisions {len(cpu)} decisions"
+            yield f"bench: expert_searched_decisions {100 * searched / len(cpu):.1f} %"
+
+
 def _ruleset_arg(text: str) -> Ruleset:
     spec: object = text
     if text.lstrip().startswith("{"):
@@ -110,11 +296,42 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --games: keep playing matches until this many hands were played")
     parser.add_argument("--seed", default="0", help="seeds every deal and every bot")
     parser.add_argument("--bench", action="store_true", help="also print bench: lines")
+    parser.add_argument("--budget-ms", type=float, default=None,
+                        help="the expert bot's CPU budget per decision, in ms (default: the bot's default)")
+    parser.add_argument("--suite", default="",
+                        help="presets (comma-separated, or 'all') to play at every table size of --suite-players")
+    parser.add_argument("--suite-players", default="2,4", help="with --suite: table sizes, e.g. 2,4")
+    parser.add_argument("--express-games", type=int, default=-1,
+                        help="with --suite: matches in one-hand presets (default: --games)")
+    parser.add_argument("--jobs", type=int, default=1, help="with --suite: worker processes")
+    parser.add_argument("--smoke", action="store_true",
+                        help="with --suite: one single hand per preset and table size, a 5 ms budget (CI)")
     args = parser.parse_args(argv)
     if args.games < 0 or args.hands < 0 or args.min_hands < 0:
         parser.error("--games, --hands and --min-hands must not be negative")
     if args.hands and args.min_hands:
         parser.error("--min-hands goes with --games (matches), not with --hands")
+    if args.suite:
+        presets = list(PRESETS) if args.suite == "all" else [p.strip() for p in args.suite.split(",")]
+        unknown = [p for p in presets if p not in PRESETS]
+        if unknown:
+            parser.error(f"--suite: unknown preset(s) {', '.join(unknown)}")
+        try:
+            players_list = [int(p) for p in args.suite_players.split(",")]
+        except ValueError:
+            parser.error("--suite-players takes table sizes such as 2,4")
+        if any(p not in (2, 4) for p in players_list):
+            parser.error("--suite-players takes table sizes such as 2,4")
+        if args.smoke:
+            games, express, budget, single = 1, 1, 5.0 if args.budget_ms is None else args.budget_ms, True
+        else:
+            games = args.games or args.hands or 10
+            express = args.express_games if args.express_games >= 0 else games
+            budget, single = args.budget_ms, bool(args.hands)
+        for line in suite(presets, players_list, args.bots, args.seed, games, express, budget, single,
+                          max(1, args.jobs), args.bench):
+            print(line, flush=True)
+        return 0
     games = args.games if args.games or args.hands or args.min_hands else 100
     result = run(args.ruleset, args.players, args.bots, args.seed, games=games if not args.hands else 0,
                  hands=args.hands, min_hands=args.min_hands)

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from engine.actions import Action, Discard
 from engine.rules import Ruleset
 
-BOT_KINDS = ("random", "heuristic")
+BOT_KINDS = ("random", "heuristic", "expert")
 
 
 class Bot(Protocol):
@@ -25,11 +25,14 @@ class Bot(Protocol):
         ...
 
 
-def make_bot(kind: str, seed: int | str = 0, rules: Ruleset | None = None) -> Bot:
+def make_bot(kind: str, seed: int | str = 0, rules: Ruleset | None = None, budget_ms: float | None = None) -> Bot:
     """A bot of ``kind``, deterministic for ``seed``.
 
     ``rules`` is the table's ruleset (public knowledge); the heuristic bot plays better with it
     (card values, groups, the clean canastra to go out) and otherwise learns what the table shows.
+    The expert bot searches with it (its rollouts play by these rules) within ``budget_ms`` of CPU
+    per decision (``None``: its default, ``engine.bots.expert.DEFAULT_BUDGET_MS``); the other kinds
+    do not search and ignore the budget.
     """
     if kind == "random":
         from engine.bots.random_bot import RandomBot
@@ -39,4 +42,10 @@ def make_bot(kind: str, seed: int | str = 0, rules: Ruleset | None = None) -> Bo
         from engine.bots.heuristic import HeuristicBot
 
         return HeuristicBot(seed, rules)
-    raise ValueError(f"unknown bot {kind!r}: random or heuristic")
+    if kind == "expert":
+        from engine.bots.expert import ExpertBot
+
+        if budget_ms is None:
+            return ExpertBot(seed, rules)
+        return ExpertBot(seed, rules, budget_ms=budget_ms)
+    raise ValueError(f"unknown bot {kind!r}: random, heuristic or expert")

@@ -65,3 +65,30 @@ def test_bad_arguments_are_refused_with_a_message(args: list[str], message: str,
         main(args)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_suite_plays_every_preset_and_size_and_times_the_experts_decisions(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--suite", "fechado,aberto", "--suite-players", "2,4", "--smoke", "--bots", "expert,heuristic",
+                 "--seed", "3", "--bench"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("suite expert_vs_heuristic: presets fechado, aberto; players 2, 4; 1 single hands")
+    assert "expert budget 5.0 ms" in out[0]
+    bench = {line.split()[1]: line.split()[2] for line in out if line.startswith("bench: ")}
+    for preset in ("fechado", "aberto"):
+        for players in (2, 4):
+            key = f"expert_vs_heuristic_hand_winrate_{preset}_{players}p"
+            assert float(bench[key]) in (0.0, 50.0, 100.0)  # one hand: won, tied or lost
+            assert float(bench[key + "_ci95_low"]) <= float(bench[key]) <= float(bench[key + "_ci95_high"])
+            assert bench[f"expert_vs_heuristic_hands_{preset}_{players}p"] == "1"
+    decisions = int(bench["expert_decisions"])
+    assert decisions > 0
+    assert 0.0 < float(bench["expert_searched_decisions"]) <= 100.0
+    assert float(bench["expert_cpu_per_decision_mean"]) <= float(bench["expert_cpu_per_decision_max"])
+
+
+def test_the_suite_refuses_an_unknown_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--suite", "aberto,nope", "--bots", "expert,heuristic"])
+    assert exc.value.code == 2
+    assert "unknown preset(s) nope" in capsys.readouterr().err

@@ -1,0 +1,392 @@
+"""The expert player: determinised Monte Carlo search over the heuristic bot's best candidates.
+
+At each decision that is a real choice, the bot
+
+1. asks the heuristic bot (its *advisor*, fed the same views) for its choice, and for a few
+   alternatives in the heuristic's own order: the other way to draw, the next-best discards, the
+   best meld the heuristic declined, or, when the heuristic would meld, the next-best meld and
+   stopping to discard instead (``_candidates``);
+2. deals *worlds*: the cards the seat cannot see, sampled consistently with everything it knows
+   (its view and the public history it remembered, ``engine/bots/sampling.py``);
+3. in each world plays every candidate, then the rest of the hand with the heuristic bot in every
+   seat (the opponents are played as the heuristic plays, the seat itself too), up to the end of
+   the hand or ``horizon`` turns, and scores the result for its side (``_utility``);
+4. keeps the heuristic's choice unless another candidate beats it by a margin the evidence
+   supports: the differences are paired (every candidate is played in the same worlds, with the same
+   seeds: common random numbers), a candidate is dropped once it is clearly worse, and it replaces
+   the heuristic's choice only if its mean gain exceeds ``pick_z`` standard errors and
+   ``pick_margin`` points.
+
+Guarantees:
+
+- **Only what the seat may see.** The bot reads its ``view`` as a mapping (public fields and its
+  own hand) and the ``legal`` actions; it never touches the state behind the view. Every position
+  it searches is one it built itself from that knowledge (``sampling.information``/``sample``).
+- **Always legal.** The action returned is one of ``legal``: candidates are taken from it.
+- **Budget.** A decision stops dealing worlds once the CPU time it used (``time.process_time``,
+  from the start of ``choose``), plus the mean cost of one world, would pass ``budget_ms``. A
+  world plays every live candidate once (a few rollouts), so the overshoot is bounded by one
+  world's cost estimate; rollouts are also capped in length (``MAX_ROLLOUT_ACTIONS``). Trivial
+  decisions (one legal action, a draw with the pile not takeable, the draw forced by the
+  anti-exchange rule below) do no search. ``budget_ms=0`` gives exactly the heuristic's choice.
+- **Deterministic for its seed**, for a given number of worlds per decision: the worlds and the
+  rollouts' seeds derive from the seed and the decision's number, never from the clock. Under a
+  CPU budget the number of worlds depends on the machine's speed, so two runs agree only as far
+  as their budgets bought the same worlds; ``max_worlds`` with ``budget_ms=None`` is exact.
+- **No endless pile exchange.** Like the heuristic, it draws when the stock has not shrunk since its
+  previous turn, so two bots that keep taking the pile still run the stock down.
+
+``choose_discard`` (a timed-out turn's automatic discard) answers at once with the heuristic's
+discard: the player's time is up.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from engine.actions import DRAW, TAKE_PILE, Action, AddCards, Discard, MeldCards
+from engine.bots.heuristic import HeuristicBot
+from engine.bots.sampling import Information, PublicMemory, SamplingError, information, sample
+from engine.cards import CARD_STR, JOKER
+from engine.errors import EngineError
+from engine.melds import Meld, card_values
+from engine.rules import Ruleset
+from engine.state import HandState
+
+#: a rollout stops after this many actions (a hand lasts a few hundred): a guard, never reached in play
+MAX_ROLLOUT_ACTIONS = 4000
+#: a rollout reads the CPU clock every this many actions (a few hundred microseconds of play)
+CLOCK_EVERY = 16
+DEFAULT_BUDGET_MS = 50.0
+
+
+class ExpertBot:
+    name = "expert"
+
+    # Tuning knobs (defaults for every instance; experiments and tests may set them on one bot).
+    discard_candidates: int = 3  # discards searched when the heuristic discards
+    play_candidates: int = 2  # melds/additions searched when the heuristic melds
+    search_all_plays: bool = False  # search every meld the heuristic makes, not only the critical ones
+    prune_after: int = 3  # worlds before a candidate may be dropped
+    prune_z: float = 1.0  # dropped when its mean gain is this many standard errors below 0
+    pick_z: float = 1.0  # replaces the heuristic's choice when this many standard errors above 0
+    pick_margin: float = 5.0  # ... and at least this many points of mean gain
+    win_weight: float = 300.0  # express (one-hand) matches: the worth of winning the hand
+    hand_weight: float = 0.6  # at a horizon: cards in hand count this share of their value
+    morto_weight: float = 0.5  # ... a morto not yet taken this share of its penalty
+
+    def __init__(self, seed: int | str = 0, rules: Ruleset | None = None,
+                 budget_ms: float | None = DEFAULT_BUDGET_MS, max_worlds: int = 10_000,
+                 horizon: int | None = None, clock: Callable[[], float] = time.process_time,
+                 strict: bool = False) -> None:
+        """``budget_ms``: CPU per decision (``None``: no time limit, ``max_worlds`` alone bounds it);
+        ``max_worlds``: worlds per decision at most; ``horizon``: turns a rollout plays before a static
+        evaluation (``None``: to the end of the hand); ``clock``: the CPU clock (tests pass a fake);
+        ``strict``: raise instead of falling back on the heuristic when a view cannot be searched."""
+        self.rules = rules if rules is not None else Ruleset()
+        self.values = card_values(self.rules)
+        # the advisor sees every view this bot sees, so its memory (pile taken, discards) stays its own
+        # and with no search the expert plays exactly as HeuristicBot(seed, rules)
+        self.advisor = HeuristicBot(seed, rules)
+        self.rng = random.Random(f"expert/{seed}")
+        self.memory = PublicMemory()
+        self.budget_ms = budget_ms
+        self.max_worlds = max_worlds
+        self.horizon = horizon
+        self.clock = clock
+        self.strict = strict
+        self._printed: dict[Meld, dict[str, Any]] = {}  # melds' view form, for RolloutView
+        # counters (read by tests and benches): decisions searched, worlds dealt, rollouts played
+        self.searches = 0
+        self.worlds = 0
+        self.rollouts = 0
+        self.last_worlds = 0
+        self.last_rollouts = 0
+
+    # --- the Bot interface ---------------------------------------------------------------------------
+    def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
+        start = self.clock()
+        self.last_worlds = self.last_rollouts = 0
+        self.memory.observe(view)
+        if view["phase"] == "draw":
+            advice = self.advisor.choose(view, legal)
+            if len(legal) == 1 or TAKE_PILE not in legal:
+                return advice
+            if self.memory.stale_turns >= self.advisor.max_stale_turns:
+                return DRAW  # the stock has not shrunk since the last turn: draw (no endless exchange)
+            other = DRAW if advice != DRAW else TAKE_PILE
+            return self._search(view, [advice, other], start)
+        if len(legal) == 1:
+            action = self.advisor.choose(view, legal)  # a lone discard: the advisor records it
+        else:
+            advice = self.advisor.choose(view, legal)
+            action = self._search(view, self._candidates(view, legal, advice), start)
+            if isinstance(action, Discard):
+                self.advisor.choose(view, [action])  # the advisor's memory: the discard actually made
+        if isinstance(action, Discard):
+            self.memory.note_discard(view, action.card)
+        return action
+
+    def choose_discard(self, view: Mapping[str, Any], legal: list[Action]) -> Discard:
+        self.memory.observe(view)
+        action = self.advisor.choose_discard(view, legal)
+        self.memory.note_discard(view, action.card)
+        return action
+
+    # --- candidates ----------------------------------------------------------------------------------
+    def _candidates(self, view: Mapping[str, Any], legal: list[Action], advice: Action) -> list[Action]:
+        """The heuristic's choice first, then the alternatives worth a search, in the heuristic's order."""
+        if (self.budget_ms is not None and self.budget_ms <= 0) or self.max_worlds <= 0:
+            return [advice]  # no search: skip the ranking (and keep the advisor's RNG as a plain heuristic's)
+        plays: list[Action] = [a for a in legal if isinstance(a, MeldCards | AddCards)]
+        discards: list[Action] = [a for a in legal if isinstance(a, Discard)]
+        out: list[Action] = [advice]
+        if isinstance(advice, Discard):
+            rest = [d for d in discards if d != advice]
+            while rest and len(out) < self.discard_candidates:
+                d = self.advisor.choose_discard(view, rest)
+                out.append(d)
+                rest.remove(d)
+            if plays:
+                out.append(self.advisor.choose(view, plays))  # the best meld, which the heuristic declined
+            return out
+        if not self.search_all_plays and not self._critical(view, advice):
+            return out
+        rest = [p for p in plays if p != advice]
+        while rest and len(out) < self.play_candidates:
+            p = self.advisor.choose(view, rest)
+            out.append(p)
+            rest.remove(p)
+        if discards:
+            out.append(self.advisor.choose_discard(view, discards))  # stop melding now
+        return out
+
+    def _critical(self, view: Mapping[str, Any], play: Action) -> bool:
+        """A meld or addition worth a search: it spends a wild, or leaves two cards or fewer (the
+        batida, going out, or a hand too small to keep playing safely)."""
+        if not isinstance(play, MeldCards | AddCards):
+            return True
+        left = int(view["hand_sizes"][int(view["seat"])]) - len(play.cards)
+        return left <= 2 or any(c == JOKER or c % 13 == 1 for c in play.cards)
+
+    # --- search --------------------------------------------------------------------------------------
+    def _search(self, view: Mapping[str, Any], candidates: list[Action], start: float) -> Action:
+        """The candidate to play: the first (the heuristic's) unless the rollouts show a better one."""
+        unique: list[Action] = []
+        for a in candidates:
+            if a not in unique:
+                unique.append(a)
+        candidates = unique
+        if len(candidates) == 1:
+            return candidates[0]
+        budget = None if self.budget_ms is None else self.budget_ms / 1000.0
+        if (budget is not None and budget <= 0) or self.max_worlds <= 0:
+            return candidates[0]
+        try:
+            info = information(view, self.memory, self.rules)
+        except SamplingError:
+            if self.strict:
+                raise
+            return candidates[0]
+        self.searches += 1
+        if len(self._printed) > 4096:
+            self._printed.clear()  # bounded: a hand's melds are a few hundred forms at most
+        side = info.seat & 1
+        k = len(candidates)
+        total = [0.0] * k  # per candidate: sum of its gain over candidate 0, world by world
+        square = [0.0] * k
+        played = [0] * k
+        alive = [True] * k
+        decision_seed = self.rng.getrandbits(62)
+        deadline = start + budget if budget is not None else math.inf
+        worlds = 0
+        while worlds < self.max_worlds:
+            if budget is not None:
+                used = self.clock() - start
+                if used + (used / worlds if worlds else 0.0) > budget:
+                    break
+            world_rng = random.Random(decision_seed + worlds)
+            try:
+                outcomes = self._play_world(info, candidates, alive, side, world_rng, deadline)
+            except EngineError:
+                if self.strict:
+                    raise
+                break
+            if outcomes is None:
+                break  # out of time within the world
+            worlds += 1
+            base = outcomes[0]
+            for i in range(1, k):
+                if alive[i]:
+                    gain = outcomes[i] - base
+                    total[i] += gain
+                    square[i] += gain * gain
+                    played[i] += 1
+                    if played[i] >= self.prune_after:
+                        mean, se = _mean_se(total[i], square[i], played[i])
+                        if mean + self.prune_z * se < 0 or (se == 0.0 and mean == 0.0):
+                            alive[i] = False  # clearly worse, or no different from the heuristic's choice
+            if not any(alive[1:]):
+                break
+        self.last_worlds = worlds
+        self.worlds += worlds
+        best = 0
+        best_mean = 0.0
+        for i in range(1, k):
+            if played[i] >= self.prune_after:
+                mean, se = _mean_se(total[i], square[i], played[i])
+                if mean > self.pick_margin and mean - self.pick_z * se > 0 and mean > best_mean:
+                    best, best_mean = i, mean
+        return candidates[best]
+
+    def _play_world(self, info: Information, candidates: list[Action], alive: list[bool], side: int,
+                    rng: random.Random, deadline: float) -> list[float] | None:
+        """One world: each live candidate played, then the hand rolled out; the utility per candidate,
+        or ``None`` when the CPU clock passed ``deadline`` first (the world is then dropped whole: its
+        candidates are compared only on the same worlds)."""
+        world = sample(info, rng)
+        policy_seed = rng.getrandbits(30)
+        out = [0.0] * len(candidates)
+        for i, action in enumerate(candidates):
+            if alive[i]:
+                state = world.clone()
+                state.apply(action)
+                value = self._rollout(state, side, policy_seed, deadline)
+                if value is None:
+                    return None
+                out[i] = value
+        return out
+
+    def _rollout(self, state: HandState, side: int, seed: int, deadline: float) -> float | None:
+        """Play on with the heuristic bot in every seat; the result for ``side``, or ``None`` if the
+        clock passed ``deadline`` (read every ``CLOCK_EVERY`` actions)."""
+        self.rollouts += 1
+        self.last_rollouts += 1
+        rules = self.rules
+        bots = [HeuristicBot(seed + s, rules) for s in range(state.players)]
+        stop = state.turns + self.horizon if self.horizon is not None else 1 << 30
+        actions = 0
+        clock = self.clock
+        while not state.is_terminal() and state.turns < stop and actions < MAX_ROLLOUT_ACTIONS:
+            if actions % CLOCK_EVERY == 0 and clock() > deadline:
+                return None
+            seat = state.to_act
+            state.apply(bots[seat].choose(RolloutView(state, seat, self._printed), state.legal_actions()))
+            actions += 1
+        return self._utility(state, side)
+
+    def _utility(self, state: HandState, side: int) -> float:
+        """The hand's score difference for ``side`` (estimated at a horizon); in a one-hand match,
+        winning the hand weighs ``win_weight`` more."""
+        score = state.score()
+        diff = float(score[side]["total"] - score[1 - side]["total"])
+        if not state.is_terminal():
+            diff += self._static(state, side) - self._static(state, 1 - side)
+        if self.rules.target == 0 and diff != 0.0:
+            diff += self.win_weight if diff > 0 else -self.win_weight
+        return diff
+
+    def _static(self, state: HandState, side: int) -> float:
+        """What a side's hands and morto will probably cost it once the hand ends (not yet counted)."""
+        values = self.values
+        cost = 0.0
+        for seat in range(side, state.players, 2):
+            counts = state.counts[seat]
+            cost += sum(values[c] * counts[c] for c in range(len(counts)) if counts[c])
+        out = -self.hand_weight * cost
+        if state.mortos[side] is not None:
+            out -= self.morto_weight * self.rules.morto_penalty
+        return out
+
+
+def _hand_strings(counts: list[int]) -> list[str]:
+    return [CARD_STR[c] for c, n in enumerate(counts) if n for _ in range(n)]
+
+
+class RolloutView(Mapping[str, Any]):
+    """A seat's view of one of the expert's own simulated positions, for its rollout players.
+
+    The same keys and values as ``HandState.view(seat)`` of a hand being played (the tests compare
+    them), computed on each read, with each meld's printed form cached across positions (``cache``,
+    one per bot): the rollout's heuristic players read every meld at every decision, and a meld,
+    immutable, prints the same every time. Read it before the position changes, as a ``View``.
+    """
+
+    __slots__ = ("_cache", "_seat", "_state")
+
+    KEYS = ("seat", "players", "hand_number", "dealer", "phase", "to_act", "hand_sizes", "melds", "discard",
+            "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "hand")
+
+    def __init__(self, state: HandState, seat: int, cache: dict[Meld, dict[str, Any]]) -> None:
+        self._state = state
+        self._seat = seat
+        self._cache = cache
+
+    def __getitem__(self, key: str) -> Any:
+        s = self._state
+        if key == "melds":
+            cache = self._cache
+            out: list[list[dict[str, Any]]] = []
+            for side in s.melds:
+                row: list[dict[str, Any]] = []
+                for m in side:
+                    printed = cache.get(m)
+                    if printed is None:
+                        printed = cache[m] = m.to_json(s.rules)
+                    row.append(printed)
+                out.append(row)
+            return out
+        if key == "phase":
+            return s.phase
+        if key == "discard":
+            return [CARD_STR[c] for c in s.pile]
+        if key == "hand":
+            return _hand_strings(s.counts[self._seat])
+        if key == "seat":
+            return self._seat
+        if key == "players":
+            return s.players
+        if key == "hand_sizes":
+            return s.sizes[:]
+        if key == "stock_count":
+            return len(s.stock)
+        if key == "mortos_taken":
+            return s.morto_taken[:]
+        if key == "mortos_in_stock":
+            return s.morto_to_stock[:]
+        if key == "hand_number":
+            return s.hand_number
+        if key == "dealer":
+            return s.dealer
+        if key == "to_act":
+            return s.current_player()
+        if key == "must_meld":
+            return CARD_STR[s.must_meld] if s.must_meld >= 0 else None
+        if key == "lone_card":
+            return CARD_STR[s.lone] if s.lone >= 0 else None
+        if key == "score":
+            return s.score()
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KEYS)
+
+    def __len__(self) -> int:
+        return len(self.KEYS)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.KEYS
+
+
+def _mean_se(total: float, square: float, n: int) -> tuple[float, float]:
+    """Mean and standard error of ``n`` values from their sum and sum of squares."""
+    mean = total / n
+    var = max(0.0, square / n - mean * mean) * n / max(1, n - 1)
+    return mean, math.sqrt(var / n)
+
+
+__all__ = ["DEFAULT_BUDGET_MS", "MAX_ROLLOUT_ACTIONS", "ExpertBot"]

@@ -1,0 +1,337 @@
+"""The expert bot: legal, deterministic, blind to hidden cards, bounded by its budget; its sampler.
+
+Searches here are small and deterministic (``budget_ms=None``: a fixed number of worlds, short
+rollouts), so the tests are quick and time-independent; the budget itself is checked with a fake
+clock, never by timing real decisions.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from engine.actions import DRAW, TAKE_PILE, Action, Discard
+from engine.bots import Bot, ExpertBot, HeuristicBot, make_bot
+from engine.bots.base import BOT_KINDS
+from engine.bots.expert import RolloutView
+from engine.bots.sampling import PublicMemory, SamplingError, information, meld_from_view, sample
+from engine.cards import format_many, parse_many
+from engine.match import MatchState
+from engine.rules import PRESETS, ruleset_from_spec
+from engine.state import HandState
+from tests.engine.builders import position
+
+PRESET_NAMES = sorted(PRESETS)
+
+
+def small(seed: int | str, rules: Any, worlds: int = 3, horizon: int | None = 4) -> ExpertBot:
+    """An expert with a fixed, small search (no clock): deterministic and quick."""
+    return ExpertBot(seed, rules, budget_ms=None, max_worlds=worlds, horizon=horizon, strict=True)
+
+
+def played_position(name: str, players: int, seed: int, turns: int) -> HandState:
+    """A hand played ``turns`` turns by heuristic bots (a realistic mid-hand position)."""
+    rules = PRESETS[name]
+    match = MatchState(rules, players)
+    match.start_hand(seed=f"expert/{name}/{seed}")
+    hand = match.hand
+    assert hand is not None
+    bots = [HeuristicBot(f"{seed}/{s}", rules) for s in range(players)]
+    while not hand.is_terminal() and hand.turns < turns:
+        seat = hand.to_act
+        match.apply(bots[seat].choose(hand.view(seat), hand.legal_actions()), seat)
+    return hand
+
+
+def with_hidden_cards_dealt_again(state: HandState, seat: int, seed: int) -> HandState:
+    """The same position for ``seat``: the cards it cannot see (other hands, stock, mortos not
+    taken) dealt again at random, each hand and pack keeping its size."""
+    data = state.to_json()
+    others = [s for s in range(state.players) if s != seat]
+    hidden = [c for s in others for c in parse_many(data["hands"][s])] + parse_many(data["stock"])
+    open_mortos = [i for i, m in enumerate(data["mortos"]) if m is not None]
+    for i in open_mortos:
+        hidden += parse_many(data["mortos"][i])
+    random.Random(seed).shuffle(hidden)
+    at = 0
+    for s in others:
+        n = len(data["hands"][s])
+        data["hands"][s] = format_many(sorted(hidden[at:at + n]))
+        at += n
+    for i in open_mortos:
+        data["mortos"][i] = format_many(hidden[at:at + 11])
+        at += 11
+    data["stock"] = format_many(hidden[at:])
+    return HandState.from_json(data)
+
+
+# --- legality, determinism, what it reads -------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["fechado", "aberto_sujo", "classico_104", "buraco_2005"])
+@pytest.mark.parametrize("players", [2, 4])
+def test_the_expert_only_plays_legal_actions_to_the_end_of_a_hand(name: str, players: int) -> None:
+    rules = PRESETS[name]
+    match = MatchState(rules, players)
+    match.start_hand(seed=f"legal/{name}/{players}")
+    hand = match.hand
+    assert hand is not None
+    bots: list[Bot] = [small(f"l/{s}", rules, worlds=2, horizon=3) if s % 2 == 0 else HeuristicBot(s, rules)
+                       for s in range(players)]
+    searched = 0
+    while not hand.is_terminal():
+        seat = hand.to_act
+        legal = hand.legal_actions()
+        action = bots[seat].choose(hand.view(seat), list(legal))
+        assert action in legal, f"{action} is not legal"
+        match.apply(action, seat)
+        assert hand.turns < 1000
+    for bot in bots:
+        if isinstance(bot, ExpertBot):
+            searched += bot.searches
+            assert bot.rollouts >= bot.worlds > 0
+    assert searched > 0
+
+
+def test_the_expert_is_deterministic_for_its_seed() -> None:
+    def actions(seed: str) -> list[dict[str, Any]]:
+        rules = PRESETS["aberto"]
+        match = MatchState(rules, 2)
+        match.start_hand(seed="determinism")
+        hand = match.hand
+        assert hand is not None
+        bots: list[Bot] = [small(f"{seed}/0", rules), HeuristicBot(f"{seed}/1", rules)]
+        out = []
+        while not hand.is_terminal():
+            seat = hand.to_act
+            action = bots[seat].choose(hand.view(seat), hand.legal_actions())
+            out.append(action.to_json())
+            match.apply(action, seat)
+        return out
+
+    assert actions("a") == actions("a")
+
+
+@pytest.mark.parametrize("name", ["fechado", "aberto", "buraco_2005", "fechado_sujo"])
+@pytest.mark.parametrize("players", [2, 4])
+def test_the_expert_decides_the_same_whatever_the_hidden_cards(name: str, players: int) -> None:
+    """Two positions that agree on everything the seat may see but deal the hidden cards differently:
+    the same bot (same seed) makes the same decision in both, at the draw and in the play phase, and
+    from a plain dict copy of the view as from the live view (which it must not reach behind)."""
+    rules = PRESETS[name]
+    decided = 0
+    for seed in range(3):
+        state = played_position(name, players, seed, turns=8 + 3 * seed)
+        if state.is_terminal():
+            continue
+        for step in range(2):  # the draw, then the first decision of the play phase
+            seat = state.to_act
+            other = with_hidden_cards_dealt_again(state, seat, seed)
+            assert other.view(seat).to_dict() == state.view(seat).to_dict()
+            assert other.to_json()["hands"] != state.to_json()["hands"] or other.stock != state.stock
+            legal = state.legal_actions()
+            assert other.legal_actions() == legal
+            first = small(f"blind/{seed}", rules, worlds=4)
+            second = small(f"blind/{seed}", rules, worlds=4)
+            third = small(f"blind/{seed}", rules, worlds=4)
+            a = first.choose(state.view(seat), list(legal))
+            b = second.choose(other.view(seat), list(legal))
+            c = third.choose(state.view(seat).to_dict(), list(legal))
+            assert a == b == c
+            assert first.last_worlds == second.last_worlds
+            decided += first.last_worlds > 0
+            if step == 0:
+                state.apply(DRAW if DRAW in legal else a, seat)
+    assert decided > 0, "no decision was searched"
+
+
+def test_budget_zero_plays_exactly_as_the_heuristic() -> None:
+    """With no budget the expert is its advisor: the same actions as HeuristicBot(seed), no rollout."""
+    rules = PRESETS["fechado"]
+
+    def actions(kind: str) -> tuple[list[Action], int]:
+        match = MatchState(rules, 2)
+        match.start_hand(seed="budget-zero")
+        hand = match.hand
+        assert hand is not None
+        if kind == "expert":
+            bots: list[Any] = [ExpertBot(s, rules, budget_ms=0) for s in range(2)]
+        else:
+            bots = [HeuristicBot(s, rules) for s in range(2)]
+        out = []
+        while not hand.is_terminal():
+            seat = hand.to_act
+            action = bots[seat].choose(hand.view(seat), hand.legal_actions())
+            out.append(action)
+            match.apply(action, seat)
+        return out, sum(getattr(b, "rollouts", 0) for b in bots)
+
+    expert, rollouts = actions("expert")
+    assert expert == actions("heuristic")[0]
+    assert rollouts == 0
+
+
+class FakeClock:
+    """A CPU clock that advances ``step`` seconds each time it is read."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        self.reads += 1
+        return self.now
+
+
+def a_real_choice() -> tuple[HandState, int]:
+    """A play-phase decision with several candidates (no meld: which card to discard)."""
+    s = position("aberto", ["9C 9D KS QD 3C 7H JH", "5D 6D 9S 10S KH QH 8C"], pile="7S 10C", stock_top="5C")
+    s.apply(DRAW, 0)
+    return s, 0
+
+
+# The clock is read once when ``choose`` starts, once before each world, and once as each rollout
+# starts (these rollouts, two turns long, are shorter than CLOCK_EVERY actions); this position has three
+# candidates (three discards), so a world costs four reads. With a read costing ``step``:
+# - 10 ms, 4 ms: the first world's check sees 4 ms used, but its second rollout reads 16 ms > 14 ms
+#   (the deadline, start + budget): the world is dropped whole, no world counts;
+# - 50 ms, 4 ms: after two worlds the check sees 36 ms used + 18 ms per world > 50 ms: two worlds;
+# - 50 ms, 1 ms: after twelve worlds, 49 ms + 4 ms > 50 ms: twelve worlds.
+@pytest.mark.parametrize("budget_ms,step_ms,worlds", [(10.0, 4.0, 0), (50.0, 4.0, 2), (50.0, 1.0, 12)])
+def test_the_expert_stops_dealing_worlds_at_its_budget(budget_ms: float, step_ms: float, worlds: int) -> None:
+    """The bot deals another world only if the time used so far plus one world's mean cost stays within
+    the budget, and drops a world whose rollouts pass the deadline: it never works on past it."""
+    s, seat = a_real_choice()
+    clock = FakeClock(step_ms / 1000.0)
+    bot = ExpertBot(1, PRESETS["aberto"], budget_ms=budget_ms, horizon=2, clock=clock, strict=True)
+    bot.prune_after = 10_000  # keep every candidate alive: the budget alone stops the search
+    legal = s.legal_actions()
+    heuristic = HeuristicBot(1, PRESETS["aberto"]).choose(s.view(seat), legal)
+    action = bot.choose(s.view(seat), legal)
+    assert bot.last_worlds == worlds
+    assert bot.last_rollouts >= 3 * bot.last_worlds
+    # the last read is the one that found the budget spent: no work after it
+    assert clock.now <= (budget_ms + 2 * step_ms) / 1000.0
+    if worlds == 0:
+        assert action == heuristic  # nothing searched: the heuristic's choice stands
+
+
+def test_the_expert_counts_worlds_and_rollouts() -> None:
+    s, seat = a_real_choice()
+    bot = small(1, PRESETS["aberto"], worlds=5, horizon=2)
+    bot.prune_after = 10_000
+    bot.choose(s.view(seat), s.legal_actions())
+    assert bot.last_worlds == 5 and bot.searches == 1
+    assert bot.last_rollouts % 5 == 0 and bot.last_rollouts >= 10  # every candidate in every world
+
+
+def test_trivial_decisions_do_not_search() -> None:
+    s = position("aberto", ["4H 5H 6H 9C", "5D 6D 9S 10S"])  # empty pile: drawing is the only action
+    bot = ExpertBot(1, PRESETS["aberto"], clock=FakeClock(1.0))  # any search would see the budget spent
+    assert bot.choose(s.view(0), s.legal_actions()) == DRAW
+    assert bot.searches == 0 and bot.rollouts == 0
+
+
+def test_choose_discard_answers_with_a_legal_discard_at_once() -> None:
+    s, seat = a_real_choice()
+    legal = s.legal_actions()
+    bot = ExpertBot(1, PRESETS["aberto"])
+    d = bot.choose_discard(s.view(seat), legal)
+    assert isinstance(d, Discard) and d in legal and bot.rollouts == 0
+
+
+def test_make_bot_builds_the_expert() -> None:
+    assert "expert" in BOT_KINDS
+    bot = make_bot("expert", 3, PRESETS["fechado"])
+    assert bot.name == "expert" and isinstance(bot, ExpertBot) and bot.budget_ms == 50.0
+    quick = make_bot("expert", 3, PRESETS["fechado"], budget_ms=5.0)
+    assert isinstance(quick, ExpertBot) and quick.budget_ms == 5.0
+
+
+def test_a_seeded_match_against_the_heuristic_runs_to_its_end() -> None:
+    rules = ruleset_from_spec({"preset": "aberto", "target": 600})
+    match = MatchState(rules, 2)
+    bots: list[Any] = [small("m/0", rules, worlds=2, horizon=3), HeuristicBot("m/1", rules)]
+    while not match.is_over():
+        match.start_hand(seed=f"match/{match.hands_played}")
+        hand = match.hand
+        assert hand is not None
+        while not hand.is_terminal():
+            seat = hand.to_act
+            legal = hand.legal_actions()
+            action = bots[seat].choose(hand.view(seat), legal)
+            assert action in legal
+            match.apply(action, seat)
+        assert match.hands_played < 30
+    assert match.winner in (0, 1)
+    assert bots[0].searches > 0
+
+
+# --- the sampler ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+@pytest.mark.parametrize("players", [2, 4])
+def test_a_sample_shows_the_seat_exactly_its_own_view(name: str, players: int) -> None:
+    """Every sampled world looks, from the seat, exactly like the real position: the same view, the
+    same legal actions; and it is a whole deck of the ruleset."""
+    rules = PRESETS[name]
+    for seed in range(2):
+        state = played_position(name, players, seed, turns=6 + 7 * seed)
+        if state.is_terminal():
+            continue
+        seat = state.to_act
+        view = state.view(seat)
+        memory = PublicMemory()
+        memory.observe(view)
+        info = information(view, memory, rules)
+        for k in range(3):
+            world = sample(info, random.Random(k))
+            assert world.view(seat).to_dict() == view.to_dict()
+            assert world.legal_actions() == state.legal_actions()
+            total = sum(world.sizes) + len(world.pile) + len(world.stock) + sum(
+                len(m.cards) for side in world.melds for m in side) + sum(len(m) for m in world.mortos if m)
+            assert total == rules.deck_size
+
+
+def test_cards_seen_taken_with_the_pile_are_dealt_to_the_taker() -> None:
+    rules = PRESETS["aberto"]
+    s = position("aberto", ["4H 5H 9C 9D KS QD 3C 8S", "5D 6D 9S 10S KH QH 8C 2S"], pile="7S")
+    memory = PublicMemory()
+    memory.observe(s.view(0))
+    s.apply(DRAW, 0)
+    memory.note_discard(s.view(0), parse_many(["8S"])[0])
+    s.apply(Discard(parse_many(["8S"])[0]), 0)
+    s.apply(TAKE_PILE, 1)  # seat 1 takes 7S 8S
+    s.apply(Discard(parse_many(["2S"])[0]), 1)
+    assert memory.observe(s.view(0))  # the seat's next turn starts (at its draw)
+    s.apply(DRAW, 0)
+    view = s.view(0)
+    assert not memory.observe(view)  # the same turn
+    info = information(view, memory, rules)
+    assert sorted(info.known[1]) == sorted(parse_many(["7S", "8S"]))
+    for k in range(5):
+        world = sample(info, random.Random(k))
+        assert world.counts[1][parse_many(["7S"])[0]] >= 1 and world.counts[1][parse_many(["8S"])[0]] >= 1
+
+
+def test_a_meld_that_does_not_read_back_is_refused() -> None:
+    with pytest.raises(SamplingError):
+        meld_from_view("sequence", ("4H", "5H", "6H"), "clean", PRESETS["aberto"])
+
+
+@pytest.mark.parametrize("name", ["fechado", "aberto", "buraco_2005"])
+@pytest.mark.parametrize("players", [2, 4])
+def test_the_rollout_view_shows_what_the_view_shows(name: str, players: int) -> None:
+    """The rollouts' players read ``RolloutView``: it must equal ``HandState.view(seat)`` field by field."""
+    cache: dict[Any, dict[str, Any]] = {}
+    for turns in (1, 9, 25, 60):
+        state = played_position(name, players, 1, turns=turns)
+        if state.is_terminal():
+            continue
+        for seat in range(players):
+            fast = RolloutView(state, seat, cache)
+            assert dict(fast) == state.view(seat).to_dict()
+            assert dict(RolloutView(state, seat, cache)) == dict(fast)  # from the cache, the same
