@@ -333,6 +333,13 @@ DATABASE_SCHEMA = Setting(
     "",
     "PostgreSQL schema for this service's tables (created by the migrations)",
 )
+DATABASE_POOL_SIZE = Setting(
+    "BURACO_DATABASE_POOL_SIZE",
+    Whole(1, 1000),
+    "10",
+    "PostgreSQL connections of the process's main pool (no overflow); the wallet and game sessions "
+    "add pools of their own (docs/operations.md, \"Connection budget\")",
+)
 MIGRATION_LOCK_TIMEOUT_SECONDS = Setting(
     "BURACO_MIGRATION_LOCK_TIMEOUT_SECONDS",
     Number(0.1, 3600),
@@ -463,6 +470,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     REFLECTION,
     DATABASE_URL,
     DATABASE_SCHEMA,
+    DATABASE_POOL_SIZE,
     MIGRATE_ON_START,
     MIGRATION_LOCK_TIMEOUT_SECONDS,
     MIGRATION_STATEMENT_TIMEOUT_SECONDS,
@@ -502,6 +510,7 @@ class Config:
     reflection: bool = REFLECTION.parsed_default()
     database_url: str = "sqlite+aiosqlite:///:memory:"
     database_schema: str | None = None
+    database_pool_size: int = DATABASE_POOL_SIZE.parsed_default()
     migrate_on_start: bool = MIGRATE_ON_START.parsed_default()
     migration_lock_timeout_seconds: float = MIGRATION_LOCK_TIMEOUT_SECONDS.parsed_default()
     migration_statement_timeout_seconds: float = MIGRATION_STATEMENT_TIMEOUT_SECONDS.parsed_default()
@@ -564,6 +573,7 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         reflection=read(REFLECTION),
         database_url=read(DATABASE_URL, f"sqlite+aiosqlite:///var/{service}.db"),
         database_schema=read(DATABASE_SCHEMA),
+        database_pool_size=read(DATABASE_POOL_SIZE),
         migrate_on_start=read(MIGRATE_ON_START),
         migration_lock_timeout_seconds=read(MIGRATION_LOCK_TIMEOUT_SECONDS),
         migration_statement_timeout_seconds=read(MIGRATION_STATEMENT_TIMEOUT_SECONDS),

@@ -35,6 +35,12 @@ Cancellation: a call cancelled in the middle of a transaction (its deadline pass
 SQLite's write lock: a connection rolls its transaction back when it is closed (`_RollbackOnClose`),
 and the process's writer is released only after that.
 
+Connections (PostgreSQL): a process holds at most `connection_budget()` connections: its engine's
+pool (`connections`, BURACO_DATABASE_POOL_SIZE: no overflow) and the raw pools and connections
+made on it (each registered with its size by `register_pool`); `open_connections()` counts what is
+open now, exported as a metric (services.common.metrics). docs/operations.md gives the formula.
+Every connection names the process in PostgreSQL (`application_name`, `pg_stat_activity`).
+
 Each service owns its tables (prefixed with the service's name) and its Alembic history, so
 several services may share one PostgreSQL database or schema without reading each other's data.
 """
@@ -44,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -58,9 +64,10 @@ from sqlalchemy.pool import StaticPool
 from services.common.config import normalise_database_url
 from services.common.errors import UnavailableError
 
-#: Sessions of `write()` and `read()` in use at once on PostgreSQL, per `Database`: fewer than its
-#: engine's pool holds (5 + 10 overflow), so a burst waits here, not in the pool (which times out).
-CONNECTIONS = 12
+#: The engine's connections on PostgreSQL, per `Database` (BURACO_DATABASE_POOL_SIZE): its pool
+#: holds at most this many (no overflow), and at most this many sessions of `write()` and `read()`
+#: run at once, so a burst waits on that cap rather than in the pool (which times out).
+CONNECTIONS = 10
 
 #: A read's transaction on PostgreSQL: one snapshot, and no writes.
 SNAPSHOT: dict[str, Any] = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
@@ -101,9 +108,10 @@ class _RollbackOnClose(sqlite3.Connection):
             super().close()
 
 
-def engine_for(url: str, *, schema: str | None = None, **kwargs: Any) -> AsyncEngine:
+def engine_for(url: str, *, schema: str | None = None, application_name: str | None = None,
+               **kwargs: Any) -> AsyncEngine:
     """An async engine: SQLite with foreign keys, WAL and a busy timeout; PostgreSQL with
-    `search_path` set to `schema` when given."""
+    `search_path` set to `schema` when given, and `application_name`."""
     url = normalise_database_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -125,9 +133,12 @@ def engine_for(url: str, *, schema: str | None = None, **kwargs: Any) -> AsyncEn
             cursor.close()
 
         return engine
-    connect_args: dict[str, Any] = {}
+    server_settings: dict[str, str] = {}
     if schema:
-        connect_args["server_settings"] = {"search_path": schema}
+        server_settings["search_path"] = schema
+    if application_name:
+        server_settings["application_name"] = application_name
+    connect_args: dict[str, Any] = {"server_settings": server_settings} if server_settings else {}
     kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine(url, connect_args=connect_args, **kwargs)
 
@@ -174,11 +185,22 @@ _writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, _Wri
 
 class Database:
     def __init__(
-        self, url: str, *, schema: str | None = None, connections: int = CONNECTIONS, **engine_options: Any
+        self, url: str, *, schema: str | None = None, connections: int = CONNECTIONS,
+        application_name: str | None = None, **engine_options: Any
     ) -> None:
         self.url = normalise_database_url(url)
         self.schema = schema
-        self.engine = engine_for(self.url, schema=schema, **engine_options)
+        self.application_name = application_name
+        postgresql = make_url(self.url).get_backend_name() == "postgresql"
+        if postgresql:  # the pool's size is the engine's whole share of the budget
+            engine_options = {"pool_size": connections, "max_overflow": 0, **engine_options}
+        self.engine = engine_for(self.url, schema=schema, application_name=application_name, **engine_options)
+        #: The process's connection pools on this database: name -> (open now, most it may open).
+        self._pools: dict[str, tuple[Callable[[], int], int]] = {}
+        if postgresql:
+            pool = self.engine.pool
+            self.register_pool("engine", lambda: pool.checkedin() + pool.checkedout(),  # type: ignore[attr-defined]
+                               connections)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         #: At most this many sessions of write() and read() at once (PostgreSQL).
         self._connections = asyncio.Semaphore(connections)
@@ -194,6 +216,18 @@ class Database:
     def dialect(self) -> str:
         """`sqlite` or `postgresql`."""
         return self.engine.dialect.name
+
+    def register_pool(self, name: str, open_now: Callable[[], int], size: int) -> None:
+        """A pool (or a set of connections) of `size` at most, made on this database (PostgreSQL)."""
+        self._pools[name] = (open_now, size)
+
+    def open_connections(self) -> dict[str, int]:
+        """The connections open now (PostgreSQL), by pool."""
+        return {name: open_now() for name, (open_now, _) in self._pools.items()}
+
+    def connection_budget(self) -> dict[str, int]:
+        """The most connections each pool may open; their sum is the process's budget."""
+        return {name: size for name, (_, size) in self._pools.items()}
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
@@ -293,6 +327,8 @@ def asyncpg_target(db: Database, server_settings: Mapping[str, str] | None = Non
     settings = dict(server_settings or {})
     if db.schema:
         settings["search_path"] = db.schema
+    if db.application_name:
+        settings.setdefault("application_name", db.application_name)
     return dsn, settings
 
 
@@ -332,14 +368,16 @@ async def asyncpg_connect(db: Database, *, server_settings: Mapping[str, str] | 
 
 
 class LazyPool:
-    """An asyncpg pool made by `asyncpg_pool(db, **options)` at its first use (`await get()`:
-    concurrent first users share one), closed by `close()` (a later `get()` opens a new one)."""
+    """An asyncpg pool made by `asyncpg_pool(db, max_size=..., **options)` at its first use
+    (`await get()`: concurrent first users share one), closed by `close()` (a later `get()` opens
+    a new one); registered on `db` as `name`, `max_size` connections at most."""
 
-    def __init__(self, db: Database, **options: Any) -> None:
+    def __init__(self, db: Database, name: str, *, max_size: int, **options: Any) -> None:
         self.db = db
-        self.options = options
+        self.options = {"max_size": max_size, "min_size": min(1, max_size), **options}
         self._pool: Any = None
         self._opening = asyncio.Lock()
+        db.register_pool(name, lambda: 0 if self._pool is None else int(self._pool.get_size()), max_size)
 
     async def get(self) -> Any:
         if self._pool is None:

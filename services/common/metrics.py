@@ -6,6 +6,8 @@
     buraco_rpc_in_flight{service,method}                 gauge      calls being handled
     buraco_rpc_streams_open{service}                     gauge      open server streams
     buraco_event_loop_lag_seconds{service}               histogram  how late the event loop runs
+    buraco_database_connections{service,pool}            gauge      PostgreSQL connections open, by pool
+    buraco_database_connection_budget{service,pool}      gauge      the most each pool may open
 
 Each server has its own registry (so several servers can live in one test process), served on
 its metrics port at `/metrics`.
@@ -23,6 +25,8 @@ import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -70,6 +74,10 @@ class Metrics:
         #: loop-lag samples taken (tests wait on it)
         self.lag_samples = 0
         self._lag_sampled = asyncio.Event()
+
+    def watch_database(self, db: Any) -> None:
+        """Export `db`'s open connections and budget by pool, read at each scrape."""
+        self.registry.register(_DatabaseCollector(self.service, db))
 
     def observe(self, method: str, code: str, seconds: float) -> None:
         # the labelled children found once per (method, code): `labels()` takes a lock and builds
@@ -121,3 +129,23 @@ class Metrics:
             server.shutdown()  # type: ignore[attr-defined]
             server.server_close()  # type: ignore[attr-defined]
             self._http = None
+
+
+class _DatabaseCollector(Collector):
+    """A `services.common.db.Database`'s connections, counted when scraped."""
+
+    def __init__(self, service: str, db: Any) -> None:
+        self.service = service
+        self.db = db
+
+    def collect(self) -> Any:
+        open_now = GaugeMetricFamily("buraco_database_connections", "PostgreSQL connections open, by pool.",
+                                     labels=["service", "pool"])
+        budget = GaugeMetricFamily("buraco_database_connection_budget",
+                                   "The most PostgreSQL connections each pool may open.", labels=["service", "pool"])
+        for pool, count in self.db.open_connections().items():
+            open_now.add_metric([self.service, pool], count)
+        for pool, size in self.db.connection_budget().items():
+            budget.add_metric([self.service, pool], size)
+        yield open_now
+        yield budget

@@ -44,6 +44,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -173,7 +174,9 @@ class Server:
                 max_streams_per_caller=config.max_streams_per_caller,
             ),
         )
-        self.db = Database(config.database_url, schema=config.database_schema)
+        self.db = Database(config.database_url, schema=config.database_schema,
+                           connections=config.database_pool_size, application_name=application_name(spec.name))
+        self.metrics.watch_database(self.db)
         self.clients = Clients(config, self.minter, interceptors=tracing.client_interceptors(tracer_provider))
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.port = 0
@@ -418,6 +421,12 @@ async def _database_command(spec: ServiceSpec, config: Config, args: Any) -> int
     finally:
         await db.dispose()
     return 0
+
+
+def application_name(service: str) -> str:
+    """How a process's connections are named in PostgreSQL (`pg_stat_activity`): the service and
+    the process, so connections are counted per replica."""
+    return f"buraco-{service}-{os.getpid()}"
 
 
 def migration_timeouts(config: Config) -> migrations.Timeouts:

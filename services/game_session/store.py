@@ -80,7 +80,7 @@ class Creator:
         self.idempotency = idempotency
         #: new tables in one statement (PostgreSQL), on a few asyncpg connections of the creator's own
         self.at_once = db.dialect == "postgresql"
-        self._pool = LazyPool(db, max_size=size)
+        self._pool = LazyPool(db, "creator", max_size=size)
 
     async def create(self, *, scope: str, method: str, request: game_session_pb2.CreateTableRequest, table: NewTable,
                      reply: game_session_pb2.Table) -> tuple[game_session_pb2.Table, bool]:

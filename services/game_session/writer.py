@@ -110,6 +110,8 @@ class Writer:
         self._queue: asyncio.Queue[Write] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: list[Any] = [None] * self.workers
+        if db.dialect == "postgresql":  # one connection of its own per worker
+            db.register_pool("writer", lambda: sum(c is not None for c in self._connections), self.workers)
         self.committed_batches = 0
         #: writes in the worker's last batch: more than one means load, and the next batch waits
         self.last_batch = 0

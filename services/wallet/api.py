@@ -245,7 +245,8 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
     ) -> None:
         self.deps = deps
         self.settings = settings
-        self.tx = transactions or Transactions(deps.db, retention=settings.idempotency_retention, clock=clock)
+        self.tx = transactions or Transactions(deps.db, retention=settings.idempotency_retention, clock=clock,
+                                                   pool_size=settings.asyncpg_pool_size)
         self.wallet = core.Wallet(settings, self.tx.clock)
 
     async def _once(

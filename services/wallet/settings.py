@@ -61,6 +61,13 @@ IDEMPOTENCY_RETENTION_DAYS = Setting(
     "30",
     "how long the wallet keeps answers for retried request ids (replaces the suite-wide hours)",
 )
+ASYNCPG_POOL_SIZE = Setting(
+    "BURACO_WALLET_ASYNCPG_POOL_SIZE",
+    Whole(1, 1000),
+    "10",
+    "PostgreSQL connections of the wallet's own pool (its chip-moving calls), besides the process's main "
+    "pool (BURACO_DATABASE_POOL_SIZE)",
+)
 
 #: The wallet's settings, in the README's order.
 SETTINGS: tuple[Setting[Any], ...] = (
@@ -71,6 +78,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     MAX_HOLD_TTL_SECONDS,
     EXPIRY_SWEEP_SECONDS,
     IDEMPOTENCY_RETENTION_DAYS,
+    ASYNCPG_POOL_SIZE,
 )
 
 
@@ -84,6 +92,7 @@ class WalletSettings:
     #: 0 seconds: no background sweep.
     expiry_sweep_interval: timedelta = timedelta(seconds=30)
     idempotency_retention: timedelta = timedelta(days=30)
+    asyncpg_pool_size: int = 10
 
 
 def load(env: Mapping[str, str] | None = None) -> WalletSettings:
@@ -102,4 +111,5 @@ def load(env: Mapping[str, str] | None = None) -> WalletSettings:
         max_hold_ttl=timedelta(seconds=max_hold_ttl),
         expiry_sweep_interval=timedelta(seconds=EXPIRY_SWEEP_SECONDS.read(env)),
         idempotency_retention=timedelta(days=IDEMPOTENCY_RETENTION_DAYS.read(env)),
+        asyncpg_pool_size=ASYNCPG_POOL_SIZE.read(env),
     )

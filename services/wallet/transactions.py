@@ -73,8 +73,8 @@ R = TypeVar("R", bound=Message)
 #: SQLSTATEs after which a PostgreSQL transaction is run again.
 RETRY_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
 MAX_ATTEMPTS = 8
-#: Connections of the wallet's PostgreSQL pool (per process).
-PG_POOL_SIZE = 20
+#: Connections of the wallet's PostgreSQL pool (per process; BURACO_WALLET_ASYNCPG_POOL_SIZE).
+PG_POOL_SIZE = 10
 #: The sessions of the wallet's own connections. Every statement of the store finds its rows by
 #: key: one generic plan per connection serves all calls (custom plans re-planned the write each
 #: time). A generic plan is made once per connection, from the statistics of that moment, and
@@ -151,6 +151,7 @@ class Transactions:
         clock: Clock = utc_now,
         fault: FaultHook | None = None,
         batching: bool = True,
+        pool_size: int = PG_POOL_SIZE,
     ) -> None:
         self.db = db
         self.dialect = db.dialect
@@ -159,7 +160,7 @@ class Transactions:
         self.fault = fault
         self.batching = batching
         #: The wallet leaves no session state on its connections: released with a rollback only.
-        self._pool = LazyPool(db, max_size=PG_POOL_SIZE, server_settings=PG_SESSION, stateless=True)
+        self._pool = LazyPool(db, "wallet", max_size=pool_size, server_settings=PG_SESSION, stateless=True)
         self._queue: deque[_Call[Any]] = deque()
         self._in_flight = 0
         #: The rows of the shared transactions in flight (never shared between two of them).

@@ -288,7 +288,7 @@ async def test_asyncpg_pools_and_connections_use_the_schema_and_the_settings(db_
     settings = {"application_name": "buraco-test", "enable_seqscan": "off"}
     pool = await asyncpg_pool(db, max_size=2, server_settings=settings, stateless=True)
     connection = await asyncpg_connect(db, server_settings=settings)
-    lazy = LazyPool(db, max_size=1)
+    lazy = LazyPool(db, "test", max_size=1)
     try:
         async with pool.acquire() as pooled:
             for conn in (connection, pooled):
