@@ -9,10 +9,16 @@ reaches one game-session replica (a table's owner) the same way.
 Outside a service (tests, the CLI), `channel(address, token=...)` gives the same behaviour with a
 fixed token or a token function. `ChannelPool` spreads many table connections (a load test's or a
 benchmark's seats) over a few channels per address.
+
+TLS (services.common.tls): with BURACO_TLS_CA_FILE, every channel is TLS, verified against that
+bundle; a channel to one game-session replica (a pod address) verifies the name of the
+game-session address instead. When the files change, later calls go on new channels and the old
+ones close once their calls end (`RETIRE_GRACE_SECONDS`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,6 +35,10 @@ from buraco.v1 import (
 from services.common import logs
 from services.common.auth import ACT_FOR_HEADER, Kind, Minter
 from services.common.config import Config
+from services.common.tls import ClientTls, host_of
+
+#: How long a channel replaced after a certificate change keeps serving the calls it carries.
+RETIRE_GRACE_SECONDS = 60.0
 
 
 def act_for(player: str) -> tuple[tuple[str, str], ...]:
@@ -72,12 +82,32 @@ def channel(
     token: str | Callable[[], str | None] | None = None,
     options: list[tuple[str, Any]] | None = None,
     interceptors: Sequence[Any] = (),
+    credentials: grpc.ChannelCredentials | None = None,
+    server_name: str | None = None,
 ) -> grpc.aio.Channel:
-    """An insecure channel (TLS ends at the mesh or the gateway) that authenticates every call;
-    `interceptors` come after (services.common.tracing's, when tracing is on)."""
+    """A channel that authenticates every call; `interceptors` come after (services.common.tracing's,
+    when tracing is on). With `credentials`, TLS (`server_name`: the name the server's certificate
+    must carry, when not the host of `address`); without, plaintext."""
     source: Callable[[], str | None] = (lambda: token) if isinstance(token, str) or token is None else token
     chain: Any = [_Outbound(source), *interceptors]  # grpc-stubs leaves client interceptors untyped
-    return grpc.aio.insecure_channel(address, options=options, interceptors=chain)
+    return _open(address, options, credentials, server_name, chain)
+
+
+def _open(address: str, options: list[tuple[str, Any]] | None, credentials: grpc.ChannelCredentials | None,
+          server_name: str | None, interceptors: Any = None) -> grpc.aio.Channel:
+    if credentials is None:
+        return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+    if server_name is not None and server_name != host_of(address):
+        options = [*(options or ()), ("grpc.ssl_target_name_override", server_name)]
+    return grpc.aio.secure_channel(address, credentials, options=options, interceptors=interceptors)
+
+
+def _retire(channels: Sequence[grpc.aio.Channel], tasks: set[asyncio.Task[None]]) -> None:
+    """Close `channels` once their calls end (at most RETIRE_GRACE_SECONDS), in the background."""
+    for old in channels:
+        task = asyncio.get_running_loop().create_task(old.close(RETIRE_GRACE_SECONDS))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
 
 def balancing(address: str) -> list[tuple[str, Any]] | None:
@@ -90,19 +120,33 @@ def balancing(address: str) -> list[tuple[str, Any]] | None:
 class ChannelPool:
     """Channels shared by many table connections: up to `size` HTTP/2 connections per address,
     handed out round robin (one connection's flow control then never holds up every seat's
-    stream). The channels carry no token: each connection sends its own with every call."""
+    stream). The channels carry no token: each connection sends its own with every call.
 
-    def __init__(self, size: int = 8) -> None:
+    With `tls`, the channels are TLS and verify `server_name` (the game-session address's host,
+    since the addresses are replicas' pod addresses)."""
+
+    def __init__(self, size: int = 8, *, tls: ClientTls | None = None, server_name: str | None = None) -> None:
         self.size = size
+        self.tls = tls
+        self.server_name = server_name
         self._channels: dict[str, list[grpc.aio.Channel]] = {}
         self._next = 0
+        self._version = 0
+        self._retiring: set[asyncio.Task[None]] = set()
 
     def get(self, address: str) -> grpc.aio.Channel:
+        credentials = None
+        if self.tls is not None:
+            version, credentials = self.tls.current()
+            if version != self._version:  # new certificates: new channels from now on
+                self._version = version
+                _retire([c for channels in self._channels.values() for c in channels], self._retiring)
+                self._channels.clear()
         channels = self._channels.setdefault(address, [])
         if len(channels) < self.size:
             # a distinct option keeps grpc from sharing one subchannel between them
             options = [("grpc.channel_pool_index", len(channels)), *(balancing(address) or ())]
-            channels.append(grpc.aio.insecure_channel(address, options=options))
+            channels.append(_open(address, options, credentials, self.server_name))
             return channels[-1]
         self._next += 1
         return channels[self._next % len(channels)]
@@ -112,6 +156,8 @@ class ChannelPool:
             for channel in channels:
                 await channel.close(None)
         self._channels.clear()
+        for task in list(self._retiring):
+            task.cancel()
 
 
 class ServiceTokens:
@@ -142,12 +188,32 @@ class Clients:
         )
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._replicas: dict[str, grpc.aio.Channel] = {}
+        #: TLS for every channel (BURACO_TLS_CA_FILE); None: plaintext. Files that do not load stop
+        #: the process at start (services.common.tls.TlsError).
+        self.tls = ClientTls(config.tls) if config.tls.calls_tls else None
+        self._version = 0
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    def _credentials(self) -> grpc.ChannelCredentials | None:
+        """The credentials for a new channel; after a certificate change, the open channels are
+        retired (their calls finish) and later calls open new ones."""
+        if self.tls is None:
+            return None
+        version, credentials = self.tls.current()
+        if version != self._version:
+            self._version = version
+            _retire([*self._channels.values(), *self._replicas.values()], self._retiring)
+            self._channels.clear()
+            self._replicas.clear()
+        return credentials
 
     def channel(self, service: str) -> grpc.aio.Channel:
+        credentials = self._credentials()
         if service not in self._channels:
             address = self._config.addresses[service]
             self._channels[service] = channel(
-                address, token=self._tokens, options=balancing(address), interceptors=self._interceptors
+                address, token=self._tokens, options=balancing(address), interceptors=self._interceptors,
+                credentials=credentials,
             )
         return self._channels[service]
 
@@ -155,11 +221,22 @@ class Clients:
         """A channel to the one replica at `address` (`host:port`, as a redirect names a table's
         owner), authenticated and traced as the service channels are; made once per address and
         kept for every later call there, closed with the others."""
+        credentials = self._credentials()
         if address not in self._replicas:
             self._replicas[address] = channel(
-                address, token=self._tokens, options=balancing(address), interceptors=self._interceptors
+                address, token=self._tokens, options=balancing(address), interceptors=self._interceptors,
+                credentials=credentials, server_name=self.replica_server_name,
             )
         return self._replicas[address]
+
+    @property
+    def replica_server_name(self) -> str | None:
+        """The name a game-session replica's certificate carries: its service address's host."""
+        return host_of(self._config.addresses.get("game_session", ""))
+
+    def table_channels(self, size: int) -> ChannelPool:
+        """A pool of channels to game-session replicas, with this process's TLS."""
+        return ChannelPool(size, tls=self.tls, server_name=self.replica_server_name)
 
     def game_session_at(self, address: str) -> game_session_pb2_grpc.GameSessionServiceAsyncStub:
         """The game-session stub for the replica at `address` (`services.client.redirects.Owners`
@@ -191,3 +268,5 @@ class Clients:
             await open_channel.close(None)
         self._channels.clear()
         self._replicas.clear()
+        for task in list(self._retiring):
+            task.cancel()

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from services.common.tls import TlsSettings
+
 T = TypeVar("T")
 
 #: Default ports of the services, and the order `make run` starts them in.
@@ -392,6 +394,36 @@ JWT_KEYS_RELOAD_SECONDS = Setting(
     "30",
     "how often the key set file is checked for a change (rotation without a restart)",
 )
+TLS_CERT_FILE = Setting(
+    "BURACO_TLS_CERT_FILE",
+    Maybe(File()),
+    "",
+    "PEM certificate chain the gRPC server serves TLS with (TLS only, no plaintext), and presents as its client "
+    "certificate when it calls a service that requires one; read again when it changes",
+)
+TLS_KEY_FILE = Setting(
+    "BURACO_TLS_KEY_FILE", Maybe(File()), "", "PEM private key of BURACO_TLS_CERT_FILE (set both or neither)"
+)
+TLS_CA_FILE = Setting(
+    "BURACO_TLS_CA_FILE",
+    Maybe(File()),
+    "",
+    "PEM CA bundle: calls to the other services use TLS and their certificates must chain to it and name the "
+    "host called (unset: plaintext calls)",
+)
+TLS_CLIENT_CA_FILE = Setting(
+    "BURACO_TLS_CLIENT_CA_FILE",
+    Maybe(File()),
+    "",
+    "PEM CA bundle: the server requires a client certificate that chains to it (mutual TLS; needs "
+    "BURACO_TLS_CERT_FILE)",
+)
+TLS_RELOAD_SECONDS = Setting(
+    "BURACO_TLS_RELOAD_SECONDS",
+    Number(0, 86400),
+    "10",
+    "how often the TLS files are checked for a change (a renewed certificate is used without a restart)",
+)
 JWT_LEEWAY_SECONDS = Setting(
     "BURACO_JWT_LEEWAY_SECONDS", Number(0, 300), "10", "clock skew allowed on `exp`, `iat` and `nbf`"
 )
@@ -480,6 +512,11 @@ SETTINGS: tuple[Setting[Any], ...] = (
     JWT_PRIVATE_KEY,
     JWT_KEYS_RELOAD_SECONDS,
     JWT_LEEWAY_SECONDS,
+    TLS_CERT_FILE,
+    TLS_KEY_FILE,
+    TLS_CA_FILE,
+    TLS_CLIENT_CA_FILE,
+    TLS_RELOAD_SECONDS,
     DEV_KEYS_DIR,
     RATE_LIMIT_PER_SECOND,
     RATE_LIMIT_BURST,
@@ -520,6 +557,11 @@ class Config:
     jwt_private_key: Path | None = None
     jwt_leeway_seconds: float = JWT_LEEWAY_SECONDS.parsed_default()
     jwt_keys_reload_seconds: float = JWT_KEYS_RELOAD_SECONDS.parsed_default()
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_ca_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    tls_reload_seconds: float = TLS_RELOAD_SECONDS.parsed_default()
     dev_keys_dir: Path = field(default_factory=DEV_KEYS_DIR.parsed_default)
     rate_limit_per_second: float = RATE_LIMIT_PER_SECOND.parsed_default()
     rate_limit_burst: int = RATE_LIMIT_BURST.parsed_default()
@@ -531,6 +573,18 @@ class Config:
     max_connection_age_grace_seconds: float = MAX_CONNECTION_AGE_GRACE_SECONDS.parsed_default()
     idempotency_retention_hours: float = IDEMPOTENCY_RETENTION_HOURS.parsed_default()
     addresses: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("BURACO_TLS_CERT_FILE and BURACO_TLS_KEY_FILE go together: set both or neither")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ConfigError("BURACO_TLS_CLIENT_CA_FILE asks for mutual TLS: set BURACO_TLS_CERT_FILE and "
+                              "BURACO_TLS_KEY_FILE too")
+
+    @property
+    def tls(self) -> TlsSettings:
+        return TlsSettings(self.tls_cert_file, self.tls_key_file, self.tls_ca_file, self.tls_client_ca_file,
+                           self.tls_reload_seconds)
 
     @property
     def local(self) -> bool:
@@ -583,6 +637,11 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         jwt_private_key=read(JWT_PRIVATE_KEY),
         jwt_leeway_seconds=read(JWT_LEEWAY_SECONDS),
         jwt_keys_reload_seconds=read(JWT_KEYS_RELOAD_SECONDS),
+        tls_cert_file=read(TLS_CERT_FILE),
+        tls_key_file=read(TLS_KEY_FILE),
+        tls_ca_file=read(TLS_CA_FILE),
+        tls_client_ca_file=read(TLS_CLIENT_CA_FILE),
+        tls_reload_seconds=read(TLS_RELOAD_SECONDS),
         dev_keys_dir=read(DEV_KEYS_DIR),
         rate_limit_per_second=read(RATE_LIMIT_PER_SECOND),
         rate_limit_burst=read(RATE_LIMIT_BURST),

@@ -7,8 +7,9 @@ A service describes itself with a `ServiceSpec` and its `__main__.py` calls `mai
     python -m services.wallet downgrade base
     python -m services.wallet revision -m "add accounts" [--autogenerate]
 
-Serving (`Server.start`): read the configuration (exit 2 on a bad value), set up logs, keys and
-the database, run the migrations when BURACO_MIGRATE_ON_START, register the servicers, bind, run
+Serving (`Server.start`): read the configuration (exit 2 on a bad value or certificates that do
+not load), set up logs, keys and the database, run the migrations when BURACO_MIGRATE_ON_START,
+register the servicers, bind (TLS only when BURACO_TLS_CERT_FILE is set: services.common.tls), run
 the service's start hook, accept calls, mark every service SERVING in `grpc.health.v1`, log one
 `listening` line (JSON, with the address and the metrics port), then wait for SIGTERM or SIGINT.
 Stopping (`Server.stop`): health NOT_SERVING, refuse new calls (UNAVAILABLE), run the service's
@@ -65,6 +66,7 @@ from services.common.config import Config, ConfigError
 from services.common.db import Database
 from services.common.interceptor import Limits, Pipeline
 from services.common.metrics import Metrics
+from services.common.tls import ServerTls, TlsError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -162,6 +164,9 @@ class Server:
         self.verifier, self.minter = keys_from_config(config)
         if spec.calls_others and self.minter is None:
             raise ConfigError(f"BURACO_JWT_PRIVATE_KEY: required, {spec.name} calls other services")
+        #: TLS on the port (services.common.tls); None: plaintext. Certificates that do not load stop
+        #: the process here (exit 2), before anything else is opened.
+        self.server_tls = ServerTls(config.tls) if config.tls.serves_tls else None
         self.metrics = Metrics(spec.name)
         self.pipeline = Pipeline(
             service=spec.name,
@@ -245,7 +250,10 @@ class Server:
                 server,
             )
         self._server = server
-        self.port = server.add_insecure_port(self.config.address)
+        if self.server_tls is not None:
+            self.port = server.add_secure_port(self.config.address, self.server_tls.credentials())
+        else:
+            self.port = server.add_insecure_port(self.config.address)
         if self.port == 0:
             raise OSError(f"could not bind {self.config.address}")
         if lifecycle is not None:
@@ -375,7 +383,7 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_module.load(spec.name)
-    except ConfigError as error:
+    except (ConfigError, TlsError) as error:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
     logs.configure(spec.name, config.log_level)
@@ -389,7 +397,7 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
     if command == "serve":
         try:
             asyncio.run(serve(spec, config))
-        except ConfigError as error:
+        except (ConfigError, TlsError) as error:
             print(f"configuration error: {error}", file=sys.stderr)
             return 2
         except migrations.SchemaNotReadyError as error:

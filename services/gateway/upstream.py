@@ -24,7 +24,7 @@ from google.protobuf.message import Message
 
 from buraco.v1 import wallet_pb2
 from services.client.calls import Unreachable
-from services.client.channels import ChannelPool, Clients
+from services.client.channels import Clients
 from services.client.redirects import Owners
 from services.common.auth import Kind, Minter
 from services.common.config import Config
@@ -73,7 +73,7 @@ class Upstream:
         self.tokens = PlayerTokens(minter, token_seconds)
         self.call_seconds = call_seconds
         #: Channels of the table streams (`TableConnection`s), a few per game-session replica.
-        self.table_channels = ChannelPool(size=4)
+        self.table_channels = self.clients.table_channels(4)
         self._callables: dict[tuple[int, str], Any] = {}
 
     def metadata(self, player: str, client_ip: str) -> tuple[tuple[str, str], ...]:
