@@ -204,6 +204,7 @@ def server_env(workdir: Path, args: argparse.Namespace, schema: str | None) -> d
         **base_env(workdir),
         "BURACO_ENV": "local",
         "BURACO_PORT": "0",
+        "BURACO_HEALTH_PORT": "0",
         "BURACO_METRICS_ENABLED": "false",
         "BURACO_RATE_LIMIT_PER_SECOND": "1000000",
         "BURACO_RATE_LIMIT_BURST": "1000000",

@@ -102,6 +102,7 @@ async def serve(kind: str, workdir: Path, postgres_url: str) -> Served:
         "PYTHONPATH": str(ROOT),
         "BURACO_ENV": "local",
         "BURACO_PORT": "0",
+        "BURACO_HEALTH_PORT": "0",
         "BURACO_METRICS_ENABLED": "false",
         "BURACO_DEV_KEYS_DIR": str(workdir / "keys"),
         "BURACO_SERVICE_RATE_LIMIT_PER_SECOND": "1000000",

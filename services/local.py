@@ -64,6 +64,7 @@ class Supervisor:
         env.update(
             BURACO_ENV="local",
             BURACO_METRICS_PORT=str(self.metrics_ports[service]),
+            BURACO_HEALTH_PORT="0",  # the probe port is for the kubelet: any free one here
             BURACO_DEV_KEYS_DIR=str(self.var / "dev-keys"),
         )
         if service == GATEWAY:

@@ -313,6 +313,14 @@ METRICS_PORT = Setting(
     "Prometheus `/metrics` port; 0 picks a free port",
     default_text="9100 + last digit of the default port (9101..9105)",
 )
+HEALTH_PORT = Setting(
+    "BURACO_HEALTH_PORT",
+    Whole(0, 65535),
+    "",
+    "plaintext `grpc.health.v1` port for the kubelet's probes (services `readiness` and `liveness`, nothing "
+    "else); 0 picks a free port",
+    default_text="9200 + last digit of the default port (9201..9205)",
+)
 METRICS_ENABLED = Setting("BURACO_METRICS_ENABLED", Flag(), "true", "serve Prometheus metrics")
 REFLECTION = Setting(
     "BURACO_REFLECTION",
@@ -498,6 +506,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     HOST,
     PORT,
     METRICS_PORT,
+    HEALTH_PORT,
     METRICS_ENABLED,
     REFLECTION,
     DATABASE_URL,
@@ -543,6 +552,7 @@ class Config:
     host: str = HOST.default
     port: int = 0
     metrics_port: int = 0
+    health_port: int = 0
     metrics_enabled: bool = METRICS_ENABLED.parsed_default()
     reflection: bool = REFLECTION.parsed_default()
     database_url: str = "sqlite+aiosqlite:///:memory:"
@@ -623,6 +633,7 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         host=read(HOST),
         port=read(PORT, str(default_port)),
         metrics_port=read(METRICS_PORT, str(9100 + default_port % 10)),
+        health_port=read(HEALTH_PORT, str(9200 + default_port % 10)),
         metrics_enabled=read(METRICS_ENABLED),
         reflection=read(REFLECTION),
         database_url=read(DATABASE_URL, f"sqlite+aiosqlite:///var/{service}.db"),

@@ -184,6 +184,13 @@ class Server:
         self.metrics.watch_database(self.db)
         self.clients = Clients(config, self.minter, interceptors=tracing.client_interceptors(tracer_provider))
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        #: The kubelet's probes, on their own plaintext port (the service's may be TLS only):
+        #: `readiness` (and ""), SERVING from the start of serving to the start of a stop, and
+        #: `liveness`, SERVING for as long as the process answers, draining included, so a replica
+        #: that is stopping, busy or briefly starved is taken out of rotation, not restarted.
+        self.probes = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self.health_port = 0
+        self._probe_server: grpc.aio.Server | None = None
         self.port = 0
         self.metrics_port: int | None = None
         self._server: grpc.aio.Server | None = None
@@ -223,6 +230,7 @@ class Server:
             self._start_over.set()
 
     async def _start(self) -> None:
+        await self._start_probes()
         if self.config.migrate_on_start:
             await migrations.upgrade(self.spec.name, self.spec.migrations, self.db,
                                      timeouts=migration_timeouts(self.config))
@@ -264,6 +272,8 @@ class Server:
         self.metrics.watch_loop()
         for name in ("", *self.spec.grpc_services):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        for name in ("", READINESS):
+            await self.probes.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.config.metrics_enabled:
             self.metrics_port = self.metrics.serve(self.config.host, self.config.metrics_port)
         log.info(
@@ -273,10 +283,26 @@ class Server:
                     "address": self.address,
                     "port": self.port,
                     "metrics_port": self.metrics_port,
+                    "health_port": self.health_port,
                     "env": self.config.env,
                 }
             },
         )
+
+    async def _start_probes(self) -> None:
+        """The probe port, up first: `liveness` answers while the service starts (migrations,
+        leases); `readiness` only once it serves."""
+        probes = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self.probes, probes)
+        address = f"{self.config.host}:{self.config.health_port}"
+        self.health_port = probes.add_insecure_port(address)
+        if self.health_port == 0:
+            raise OSError(f"could not bind the probe port {address}")
+        await probes.start()
+        self._probe_server = probes
+        for name in ("", READINESS):
+            await self.probes.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.probes.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
 
     def stop(self, grace: float | None = None) -> asyncio.Task[None]:
         """Begin a graceful stop (idempotent); await the returned task for it to finish."""
@@ -294,6 +320,8 @@ class Server:
             await self._start_over.wait()
         log.info("shutting down", extra={"fields": {"grace_seconds": grace}})
         await self.health.enter_graceful_shutdown()
+        for name in ("", READINESS):
+            await self.probes.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.pipeline.draining = True  # new calls are refused from here on
         server = self._server
         try:
@@ -318,10 +346,18 @@ class Server:
             await self.clients.close()
             await self.db.dispose()
             self.metrics.close()
+            if self._probe_server is not None:
+                await self._probe_server.stop(None)
+                self._probe_server = None
             self._stopped.set()
 
     async def wait(self) -> None:
         await self._stopped.wait()
+
+
+#: The probe port's services (`grpc.health.v1`): the kubelet's readinessProbe and livenessProbe.
+READINESS = "readiness"
+LIVENESS = "liveness"
 
 
 def server_options(config: Config) -> list[tuple[str, Any]]:

@@ -70,6 +70,7 @@ def replica(tmp_path: Path, env: dict[str, str], port: int) -> Iterator[ServiceP
     settings = {
         "BURACO_HOST": "127.0.0.1",
         "BURACO_PORT": str(port),
+        "BURACO_HEALTH_PORT": "0",
         "BURACO_GAME_SESSION_ADVERTISE_ADDRESS": f"127.0.0.1:{port}",
         **LEASE_ENV,
         **env,

@@ -88,17 +88,23 @@ def test_every_service_is_deployed_probed_and_configured(overlay: str, service: 
 
     # Ports: the defaults of services/common/config.py, and what the service reads from its env.
     ports = _ports(container)
-    assert ports == {"grpc": defaults.port, "metrics": defaults.metrics_port}, service
+    assert ports == {"grpc": defaults.port, "metrics": defaults.metrics_port, "health": defaults.health_port}, service
     effective = _effective_config(objects, service, tmp_path)
-    assert (effective.port, effective.metrics_port) == (defaults.port, defaults.metrics_port)
+    assert (effective.port, effective.metrics_port, effective.health_port) == (
+        defaults.port, defaults.metrics_port, defaults.health_port)
     assert effective.env == "production" and effective.host == "0.0.0.0" and effective.metrics_enabled
     assert not effective.migrate_on_start  # the migration Job does it, before the release
     assert effective.database_schema == service
 
-    # Native gRPC probes against grpc.health.v1 on the service's port (the whole server: no name).
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["grpc"]["port"] == defaults.port, f"{service} {probe}"
-        assert container[probe]["grpc"].get("service", "") == ""
+    # Native gRPC probes on the plaintext probe port (the service's port may be TLS only): readiness
+    # and liveness are different checks (services/common/server.py), and liveness waits far longer
+    # than readiness, so a busy or draining replica leaves the rotation without being restarted.
+    for probe, check in (("startupProbe", "readiness"), ("readinessProbe", "readiness"),
+                         ("livenessProbe", "liveness")):
+        assert container[probe]["grpc"] == {"port": defaults.health_port, "service": check}, f"{service} {probe}"
+    ready, live = container["readinessProbe"], container["livenessProbe"]
+    assert ready["timeoutSeconds"] * ready["failureThreshold"] < 10
+    assert live["periodSeconds"] * live["failureThreshold"] >= 60 and live["timeoutSeconds"] >= 10
 
     # The Service and the headless Service in front of the pods.
     template_labels = workload(objects, service)["spec"]["template"]["metadata"]["labels"]

@@ -236,6 +236,7 @@ def _processes(
                 **addresses,
                 **_database_env(db_target, tmp_path, name),
                 "BURACO_PORT": str(ports[name]),
+                "BURACO_HEALTH_PORT": "0",
             },
         )
         for name in names

@@ -119,6 +119,7 @@ def service_process(
         **os.environ,
         "BURACO_ENV": "local",
         "BURACO_PORT": "0",
+        "BURACO_HEALTH_PORT": "0",
         "BURACO_METRICS_PORT": "0",
         "BURACO_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / name}.db",
         "BURACO_DEV_KEYS_DIR": str(tmp_path / "dev-keys"),

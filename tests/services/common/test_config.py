@@ -170,7 +170,7 @@ def test_the_settings_classes_defaults_are_the_declared_ones(module: str, factor
 def test_a_built_config_has_the_declared_defaults_but_a_free_port_and_a_memory_database() -> None:
     loaded, built = load("wallet", {}), Config(service="wallet")
     different = {name for name in vars(built) if getattr(built, name) != getattr(loaded, name)}
-    assert different == {"port", "metrics_port", "database_url", "addresses"}
+    assert different == {"port", "metrics_port", "health_port", "database_url", "addresses"}
 
 
 def test_kinds_parse_and_bound_their_values(tmp_path: Path) -> None:

@@ -434,6 +434,45 @@ async def test_graceful_stop_finishes_calls_ends_streams_and_refuses_new_calls(h
     await stopping
 
 
+async def probe(address: str, service: str) -> int:
+    async with grpc.aio.insecure_channel(address) as probe_channel:
+        answer = await health_pb2_grpc.HealthStub(probe_channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=5
+        )
+        return int(answer.status)
+
+
+async def test_the_probe_port_takes_a_draining_replica_out_of_rotation_without_restarting_it(
+        harness: Harness) -> None:
+    """The kubelet's probes: `readiness` fails from the start of a stop, `liveness` answers SERVING
+    until the process is gone, so a draining replica is not restarted mid-drain."""
+    server = harness.server
+    address = f"127.0.0.1:{server.health_port}"
+    assert server.health_port not in (0, server.port)
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    assert await probe(address, "readiness") == serving
+    assert await probe(address, "") == serving
+    assert await probe(address, "liveness") == serving
+    async with grpc.aio.insecure_channel(address) as probe_channel:  # the probe port serves nothing else
+        stub = tournament_pb2_grpc.TournamentServiceStub(probe_channel)
+        assert await code_of(stub.GetTournament(
+            tournament_pb2.GetTournamentRequest(name="tournaments/t"), metadata=harness.token(), timeout=5
+        )) == grpc.StatusCode.UNIMPLEMENTED
+
+    slow = asyncio.ensure_future(harness.get("tournaments/slow"))
+    await harness.probe.started.wait()
+    stopping = server.stop(grace=30)
+    while await probe(address, "readiness") != not_serving:
+        await asyncio.sleep(0)  # the stop has begun on the next turns of the loop
+    assert await probe(address, "") == not_serving
+    assert await probe(address, "liveness") == serving  # draining: alive, not to be restarted
+    assert not stopping.done()
+    harness.probe.release.set()
+    await slow
+    await stopping
+    assert await code_of(probe(address, "liveness")) == grpc.StatusCode.UNAVAILABLE  # gone with the process
+
+
 async def test_graceful_stop_also_ends_streams_that_are_busy_sending(harness: Harness) -> None:
     stream = harness.stub.WatchTournament(
         tournament_pb2.WatchTournamentRequest(name="tournaments/firehose"), metadata=harness.token()

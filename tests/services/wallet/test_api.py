@@ -190,6 +190,7 @@ def test_a_bad_wallet_setting_stops_the_service_before_it_binds(tmp_path: Path) 
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "BURACO_PORT": "0",
+            "BURACO_HEALTH_PORT": "0",
             "BURACO_METRICS_ENABLED": "false",
             "BURACO_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'w.db'}",
             "BURACO_DEV_KEYS_DIR": str(tmp_path / "keys"),
