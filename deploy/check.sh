@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 bin=${BIN:-.venv/bin}
 out=${OUT:-build/deploy}
 versions=${K8S_VERSIONS:-1.31.0 1.37.0}
-# The Prometheus Operator's custom resources have no bundled schema: tests/deploy checks them.
-custom='kind (PodMonitor|PrometheusRule) with api version monitoring\.coreos\.com/v1 '
+# Custom resources have no bundled schema: tests/deploy checks them (the Prometheus Operator's,
+# and cert-manager's in the prod overlay).
+custom='kind ((PodMonitor|PrometheusRule) with api version monitoring\.coreos\.com/v1|(Issuer|Certificate) with api version cert-manager\.io/v1) '
 
 mkdir -p "$out"
 for dir in deploy/k8s/overlays/*/; do

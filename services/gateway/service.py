@@ -61,6 +61,11 @@ def load(env: Mapping[str, str] | None = None) -> tuple[Config, GatewaySettings]
         jwt_private_key=read(common.JWT_PRIVATE_KEY),
         jwt_leeway_seconds=read(common.JWT_LEEWAY_SECONDS),
         dev_keys_dir=read(common.DEV_KEYS_DIR),
+        # TLS to the services (the gateway serves HTTP behind the ingress, which ends the players' TLS)
+        tls_ca_file=read(common.TLS_CA_FILE),
+        tls_cert_file=read(common.TLS_CERT_FILE),
+        tls_key_file=read(common.TLS_KEY_FILE),
+        tls_reload_seconds=read(common.TLS_RELOAD_SECONDS),
         shutdown_grace_seconds=read(common.SHUTDOWN_GRACE_SECONDS),
         addresses={name: read(setting) for name, setting in common.ADDRESSES.items()},
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.common import config as config_module
+from services.common.tls import host_of
 from tests.deploy.k8s import (
     EDGE,
     ROOT,
@@ -73,7 +74,17 @@ def _effective_config(objects: tuple[Object, ...], service: str, tmp_path: Path)
     for name in ("BURACO_JWT_PUBLIC_KEYS", "BURACO_JWT_PRIVATE_KEY"):
         if name in data:
             data[name] = str(keys)
-    return config_module.load(service, data)
+    return config_module.load(service, _with_mounted_tls_files(data, tmp_path))
+
+
+def _with_mounted_tls_files(data: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """``data`` with its TLS files (mounted from the certificate's Secret in the cluster) made here."""
+    for name in ("BURACO_TLS_CERT_FILE", "BURACO_TLS_KEY_FILE", "BURACO_TLS_CA_FILE", "BURACO_TLS_CLIENT_CA_FILE"):
+        if data.get(name):
+            mounted = tmp_path / Path(data[name]).name
+            mounted.write_text("")
+            data[name] = str(mounted)
+    return data
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -185,7 +196,8 @@ def test_the_gateway_is_deployed_probed_and_configured(overlay: str, tmp_path: P
     keys = tmp_path / "keys.pem"
     keys.write_text("")
     data |= {"BURACO_JWT_PUBLIC_KEYS": str(keys), "BURACO_JWT_PRIVATE_KEY": str(keys)}
-    config, settings = gateway_service.load(data)  # production's rules hold: oidc, no `*` origin
+    # production's rules hold: oidc, no `*` origin
+    config, settings = gateway_service.load(_with_mounted_tls_files(data, tmp_path))
     assert config.env == "production" and config.host == "0.0.0.0" and settings.sign_in == "oidc"
     assert _ports(container) == {"http": settings.port, "metrics": config.metrics_port}
     for name in ("game_session", "wallet", "matchmaking", "ranking", "tournament"):
@@ -385,3 +397,59 @@ def test_every_variable_reference_resolves(overlay: str) -> None:
                 for variable in re.findall(r"\$\((\w+)\)", entry.get("value", "")):
                     assert variable in known, f"{label} {container['name']}: {entry['name']} uses $({variable})"
                 known.add(entry["name"])
+
+
+# -- TLS (prod: cert-manager) ---------------------------------------------------------------------------
+
+def _tls_files(objects: tuple[Object, ...], process: str) -> dict[str, str]:
+    """The TLS settings of a process's container, each checked to be a file of its mounted certificate."""
+    container = next(c for c in workload(objects, process)["spec"]["template"]["spec"]["containers"]
+                     if c["name"] == k8s_name(process))
+    pod = workload(objects, process)["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "tls")
+    assert volume["secret"]["secretName"] == f"{k8s_name(process)}-tls"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
+    assert mount["readOnly"] is True
+    settings = {name: entry["value"] for name, entry in env(container).items() if name.startswith("BURACO_TLS_")}
+    # cert-manager writes tls.crt, tls.key and ca.crt into the certificate's Secret
+    for value in settings.values():
+        folder, file = value.rsplit("/", 1)
+        assert folder == mount["mountPath"] and file in ("tls.crt", "tls.key", "ca.crt"), value
+    return settings
+
+
+def test_prod_turns_mutual_tls_on_with_certificates_from_cert_manager() -> None:
+    objects = render("prod")
+    # the chain: a self-signed issuer signs the suite's CA, whose issuer signs every workload's certificate
+    assert one(objects, "Issuer", "buraco-selfsigned")["spec"] == {"selfSigned": {}}
+    ca = one(objects, "Certificate", "buraco-ca")["spec"]
+    assert ca["isCA"] is True and ca["issuerRef"] == {"name": "buraco-selfsigned", "kind": "Issuer"}
+    assert one(objects, "Issuer", "buraco-ca")["spec"] == {"ca": {"secretName": ca["secretName"]}}
+    addresses = _configmap(objects)["data"]
+    for process in (*SERVICES, EDGE):
+        name = k8s_name(process)
+        certificate = one(objects, "Certificate", f"{name}-tls")["spec"]
+        assert certificate["secretName"] == f"{name}-tls"
+        assert certificate["issuerRef"] == {"name": "buraco-ca", "kind": "Issuer"}
+        assert {"server auth", "client auth"} <= set(certificate["usages"])
+        assert certificate["renewBefore"] and certificate["privateKey"]["rotationPolicy"] == "Always"
+        files = _tls_files(objects, process)
+        assert files["BURACO_TLS_CA_FILE"].endswith("/ca.crt")  # verifies whom it calls
+        assert files["BURACO_TLS_CERT_FILE"].endswith("/tls.crt")
+        assert files["BURACO_TLS_KEY_FILE"].endswith("/tls.key")
+        if process == EDGE:
+            assert "BURACO_TLS_CLIENT_CA_FILE" not in files  # it serves HTTP behind the ingress
+            continue
+        assert files["BURACO_TLS_CLIENT_CA_FILE"].endswith("/ca.crt")  # mutual TLS
+        # the certificate names what its callers verify: the host of the service's address (the
+        # headless Service, also the name a table's owner is verified by) and the Service itself
+        host = host_of(addresses[f"BURACO_{process.upper()}_ADDRESS"])
+        assert host is not None and host in certificate["dnsNames"] and name in certificate["dnsNames"]
+
+
+def test_dev_stays_plaintext() -> None:
+    objects = render("dev")
+    assert not find(objects, "Certificate")
+    for process in (*SERVICES, EDGE):
+        for container in workload(objects, process)["spec"]["template"]["spec"]["containers"]:
+            assert not [n for n in env(container) if n.startswith("BURACO_TLS_")]
