@@ -58,7 +58,8 @@ run: venv proto migrate ## start every service locally (SQLite under var/); Ctrl
 
 # The engine's hot modules, compiled by mypyc for `make engine-native` (same source, no rewrite).
 NATIVE := build/native
-NATIVE_MODULES := cards rules melds movegen state actions events deal match bots/base bots/random_bot bots/reading bots/planning bots/heuristic
+NATIVE_MODULES := cards rules melds movegen state actions events deal match bots/base bots/random_bot bots/reading bots/planning bots/heuristic \
+	bots/sampling bots/expert
 
 engine-native: venv ## compile the engine with mypyc into build/native (optional, about 1.6x faster)
 	rm -rf $(NATIVE) && mkdir -p $(NATIVE) && cp -r engine $(NATIVE)/
@@ -76,14 +77,25 @@ bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_action
 	$(PY) -m bench.engine --all-presets
 	cd $(NATIVE) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(PY) -m bench.engine
 
-# Heuristic against random-legal, 2 players, every preset: matches to the preset's target, at least
-# 600 hands each (a 95% interval of about +-3% on the hand win rate), fixed seeds.
+# Two suites, fixed seeds, every preset:
+# - heuristic against random-legal, 2 players: matches to the preset's target, at least 600 hands each
+#   (a 95% interval of about +-3% on the hand win rate);
+# - expert against heuristic, 2 and 4 players: BENCH_EXPERT_GAMES matches each (BENCH_EXPERT_EXPRESS_GAMES
+#   in the one-hand presets) with the expert's default budget of CPU per decision, on the mypyc build
+#   (what a server runs), over BENCH_JOBS processes; the win rates with their 95% intervals and the
+#   CPU per expert decision. Hours at the defaults: `make bench-bots BENCH_EXPERT_GAMES=4` for a look.
 BENCH_BOTS_PRESETS := aberto aberto_sujo fechado fechado_stbl fechado_sujo classico_104 buraco_2005 aberto_joker50
+BENCH_EXPERT_GAMES := 12
+BENCH_EXPERT_EXPRESS_GAMES := 30
+BENCH_JOBS := 2
 
-bench-bots: venv ## bot strength: heuristic vs random-legal win rates per hand and per match, every preset
+bench-bots: venv engine-native ## bot strength: heuristic vs random-legal, expert vs heuristic (2 and 4 players), CPU per decision
 	for p in $(BENCH_BOTS_PRESETS); do \
 		$(PY) -m bench.selfplay --ruleset $$p --players 2 --games 100 --min-hands 600 \
 			--bots heuristic,random --seed bench --bench || exit 1; done
+	cd $(NATIVE) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(PY) -m bench.selfplay --suite all \
+		--suite-players 2,4 --games $(BENCH_EXPERT_GAMES) --express-games $(BENCH_EXPERT_EXPRESS_GAMES) \
+		--bots expert,heuristic --jobs $(BENCH_JOBS) --seed bench --bench
 
 bench-ranking: venv ## ranking: rating accuracy on self-play; 1M players on PostgreSQL: reads p99, matches/s
 	$(PY) -m bench.ranking $(ARGS)
