@@ -181,11 +181,12 @@ def native_engine() -> Path | None:
     return native
 
 
-def driver_place() -> tuple[Path, str]:
-    """Where the driver runs and which engine it imports: in `build/native` (its first import
-    path: `python -m` puts the working directory before PYTHONPATH) when the compiled engine is
-    built and current, whose bots take about half the CPU per decision, which leaves the machine's
-    cores to the server and PostgreSQL. The server under test runs the engine as production does."""
+def engine_place() -> tuple[Path, str]:
+    """Where the server and the driver run and so which engine they import: in `build/native` (the
+    first import path: `python -m` puts the working directory before PYTHONPATH) when the compiled
+    engine is built and current, as the service image runs it (deploy/Dockerfile); the driver's bots
+    then take about half the CPU per decision, which leaves the machine's cores to the server and
+    PostgreSQL."""
     native = native_engine()
     return (native, "native (build/native)") if native is not None else (ROOT, "pure Python")
 
@@ -260,9 +261,10 @@ async def orchestrate(args: argparse.Namespace) -> int:
         workdir = Path(folder)
         ensure_dev_keys(workdir / "keys")
         python = [sys.executable, "-m", "bench.game_sessions"]
-        driver_cwd, driver_engine = driver_place()
-        print(f"bench-driver: engine {driver_engine}", flush=True)
-        driver = Child(pinned([*python, "drive"], driver_cores()), base_env(workdir), stdin=True, cwd=driver_cwd)
+        engine_cwd, engine = engine_place()
+        print(f"bench-driver: engine {engine}", flush=True)
+        print(f"bench-server: engine {engine}", flush=True)
+        driver = Child(pinned([*python, "drive"], driver_cores()), base_env(workdir), stdin=True, cwd=engine_cwd)
         children = [driver]
         schemas: list[str] = []
 
@@ -277,7 +279,7 @@ async def orchestrate(args: argparse.Namespace) -> int:
             (workdir / name).mkdir()
             env["BURACO_DEV_KEYS_DIR"] = str(workdir / "keys")
             server = Child(pinned([sys.executable, "-m", "services.game_session", "serve"], "0"), env,
-                           merge_stderr=True)
+                           merge_stderr=True, cwd=engine_cwd)
             children.append(server)
             address = str((await server.read("listening"))["address"])
             server.drain()

@@ -79,7 +79,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.game_sessions import Child, base_env, create_schema, driver_place, pinned, report, rss_bytes, server_env
+from bench.game_sessions import Child, base_env, create_schema, engine_place, pinned, report, rss_bytes, server_env
 from bench.gateway_driver import DIRECT, GATEWAY, drive
 from services.common.auth import ensure_dev_keys
 from services.common.measure import CLOCK_TICKS, cpu_seconds
@@ -345,8 +345,9 @@ async def running(args: argparse.Namespace, workdir: Path, label: str) -> AsyncI
             schema = f"bench_{uuid.uuid4().hex[:12]}"
             await create_schema(args.postgres_url, schema)
         env = {**server_env(folder, args, schema), "BURACO_DEV_KEYS_DIR": str(keys)}
+        engine_cwd, _ = engine_place()
         session = Child(pinned([sys.executable, "-m", "services.game_session", "serve"], places.session), env,
-                        merge_stderr=True)
+                        merge_stderr=True, cwd=engine_cwd)
         children.append(session)
         session_address = str((await session.read("listening"))["address"])
         session.drain()
@@ -355,9 +356,8 @@ async def running(args: argparse.Namespace, workdir: Path, label: str) -> AsyncI
         children.append(gateway)
         port = int((await gateway.read("listening"))["port"])
         gateway.drain()
-        driver_cwd, _ = driver_place()
         driver = Child(pinned([sys.executable, "-m", "bench.gateway", "drive"], places.driver), base_env(workdir),
-                       stdin=True, cwd=driver_cwd)
+                       stdin=True, cwd=engine_cwd)
         children.append(driver)
         yield Bench(driver, gateway, session, {
             "address": session_address, "gateway": f"http://127.0.0.1:{port}", "keys": str(keys),
@@ -377,7 +377,7 @@ async def orchestrate(args: argparse.Namespace) -> int:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
     places = layout(os.cpu_count() or 1)
-    print(f"bench-driver: engine {driver_place()[1]}; cores: gateway {places.gateway}, game session "
+    print(f"bench-server, bench-driver: engine {engine_place()[1]}; cores: gateway {places.gateway}, game session "
           f"{places.session}, driver {places.driver}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as folder:
         workdir = Path(folder)

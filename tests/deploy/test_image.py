@@ -63,3 +63,21 @@ def test_the_build_context_holds_what_the_image_copies_and_nothing_else() -> Non
     assert ignore[0] == "*"
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     assert _copied() == allowed, _copied() ^ allowed
+
+
+def test_it_installs_the_engine_compiled_by_mypyc_and_checks_it_loads_compiled() -> None:
+    runs = [v for k, v in _instructions() if k == "RUN"]
+    build = next(r for r in runs if "BURACO_NATIVE=1" in r)
+    assert "pip wheel" in build and "/opt/venv/bin/pip install --no-deps /wheels/buraco-" in build
+    # the compiled-engine check reads the same listing setup.py compiles
+    assert "engine/native.txt" in build and "endswith('.so')" in build and "python -I -c" in build
+    # mypy and setuptools come pinned into a build-only environment, at the versions the checkout uses
+    tools = next(r for r in runs if "/opt/build/bin/pip install" in r)
+    pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    for package in ("mypy", "setuptools"):
+        assert f"{package}=={pins[package]}" in tools, package
+    assert "-c constraints.txt" in tools
+    # the run stage takes the service's environment only, not the build tools
+    copies = [v for k, v in _instructions() if k == "COPY" and v.startswith("--from=build")]
+    assert copies == ["--from=build /opt/venv /opt/venv"]
