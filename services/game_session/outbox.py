@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 import grpc
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 from sqlalchemy import and_, func, or_, select, update
 
 from buraco.v1 import common_pb2, ranking_pb2, tournament_pb2, wallet_pb2
@@ -43,6 +43,8 @@ log = logging.getLogger("buraco.game_session.outbox")
 
 #: Calls a row may hold, and how each is made.
 Call = Callable[[bytes], Awaitable[None]]
+#: buckets of the delivery delay, in seconds (the settlement SLO reads the 30 s one)
+DELAY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 TARGETS = ("wallet.Settle", "wallet.Void", "ranking.RecordMatch", "tournament.ReportMatchResult")
 #: Codes that will not change on a retry: the row needs a person.
 PERMANENT = frozenset({
@@ -183,9 +185,15 @@ class Deliverer:
                             ["service", "target"], registry=registry)
         self.oldest = Gauge("buraco_outbox_oldest_pending_seconds",
                             "Age of the oldest undelivered outbox row (0 when none).", ["service"], registry=registry)
+        # the settlement SLO's indicator (deploy/k8s/base/monitoring.yaml): from the row's creation,
+        # in the transaction that ended the match, to its delivery
+        self.delay = Histogram("buraco_outbox_delivery_delay_seconds",
+                               "Time from an outbox row's creation (the match's end) to its delivery.",
+                               ["service", "target"], buckets=DELAY_BUCKETS, registry=registry)
         for target in TARGETS:
             self.pending.labels("game_session", target).set(0)
             self.failed.labels("game_session", target).set(0)
+            self.delay.labels("game_session", target)  # exported from the start, at zero
         self.oldest.labels("game_session").set(0)
 
     def start(self) -> None:
@@ -233,7 +241,7 @@ class Deliverer:
             rows = (
                 await session.execute(
                     select(outbox.c.id, outbox.c.target, outbox.c.request, outbox.c.attempts, outbox.c.next_attempt_ms,
-                           outbox.c.claimed_by)
+                           outbox.c.claimed_by, outbox.c.created_ms)
                     .where(outbox.c.state == "pending", or_(outbox.c.next_attempt_ms <= now, abandoned))
                     .order_by(outbox.c.id)
                     .limit(100)
@@ -258,6 +266,7 @@ class Deliverer:
                     raise LookupError(f"no way to deliver {row.target}")
                 await call(row.request)
                 delivered += 1
+                self.delay.labels("game_session", row.target).observe(max(0, self._now_ms() - row.created_ms) / 1000)
             except grpc.aio.AioRpcError as error:
                 error_text = f"{error.code().name}: {error.details()}"[:500]
                 if error.code() in PERMANENT:

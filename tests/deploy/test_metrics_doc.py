@@ -119,7 +119,7 @@ def documented() -> dict[str, Row]:
 
 
 def external() -> set[str]:
-    return {cells[0].strip("`") for cells in _table("From kube-state-metrics")}
+    return {cells[0].strip("`") for table in ("From kube-state-metrics", "From Prometheus") for cells in _table(table)}
 
 
 def test_the_scan_finds_metrics() -> None:
@@ -160,7 +160,7 @@ def test_a_server_registry_holds_what_the_doc_says() -> None:
 
 
 def _metric_names(expr: str) -> set[str]:
-    names = set(re.findall(r"\b((?:buraco|kube)_[a-z0-9_]+)\b", expr))
+    names = set(re.findall(r"\b((?:buraco|kube)_[a-z0-9_]+)\b", expr)) | set(re.findall(r"\b(up)\{", expr))
     return {re.sub(r"_(bucket|sum|count)$", "", n) if n.endswith(("_bucket", "_sum", "_count")) else n for n in names}
 
 
@@ -168,9 +168,14 @@ def _queries() -> dict[str, str]:
     """Every PromQL expression of the alerts and the dashboard, by where it is."""
     queries = {}
     rule = one(render("prod"), "PrometheusRule", "buraco")
-    for group in rule["spec"]["groups"]:
-        for alert in group["rules"]:
-            queries[f"alert {alert['alert']}"] = alert["expr"]
+    rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    # a recorded series stands for its expression (the metrics it reads)
+    recorded = {r["record"]: r["expr"] for r in rules if "record" in r}
+    for r in rules:
+        expr = r["expr"]
+        for name, body in recorded.items():
+            expr = expr.replace(name, f"({body})")
+        queries[f"alert {r['alert']}" if "alert" in r else f"record {r['record']}"] = expr
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "buraco.json").read_text())
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):

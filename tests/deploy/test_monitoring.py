@@ -13,6 +13,11 @@ from buraco.v1 import game_session_pb2, matchmaking_pb2, ranking_pb2, tournament
 from tests.deploy.k8s import ROOT, Object, find, one, overlays, processes, render, workload
 
 REQUIRED_ALERTS = {
+    "BuracoTargetDown",
+    "BuracoTargetMissing",
+    "BuracoMetricAbsent",
+    "BuracoMoveLatencyBudgetBurn",
+    "BuracoSettlementBudgetBurn",
     "BuracoHighErrorRate",
     "BuracoHighLatencyP99",
     "BuracoTablesNoProgress",
@@ -49,7 +54,14 @@ def _rules(objects: tuple[Object, ...]) -> list[Object]:
 
 @pytest.mark.parametrize("overlay", overlays())
 def test_alerts_are_complete_and_have_runbooks(overlay: str) -> None:
-    rules = _rules(render(overlay))
+    every = _rules(render(overlay))
+    # recording rules: named level:metric:operations (Prometheus' convention), each recorded once
+    recorded = [r["record"] for r in every if "record" in r]
+    assert len(recorded) == len(set(recorded))
+    for rule in every:
+        if "record" in rule:
+            assert set(rule) == {"record", "expr"} and re.fullmatch(r"buraco:[a-z0-9_]+:[a-z0-9_]+", rule["record"])
+    rules = [r for r in every if "alert" in r]
     names = [r["alert"] for r in rules]
     assert len(names) == len(set(names))
     assert set(names) >= REQUIRED_ALERTS

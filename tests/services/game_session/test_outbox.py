@@ -105,6 +105,14 @@ async def test_delivered_once_across_a_crash(cluster: Cluster) -> None:
     await b.api.deliverer.refresh_gauges()
     assert _gauge(b.api.deps.registry, "buraco_outbox_pending", target="wallet.Void") == 0.0
     assert _gauge(b.api.deps.registry, "buraco_outbox_oldest_pending_seconds") == 0.0
+    # the delivery delay (the settlement objective's indicator) counts from the match's end
+    registry = b.api.deps.registry
+    delay = "buraco_outbox_delivery_delay_seconds"
+    assert _gauge(registry, f"{delay}_count", target="wallet.Void") == 1.0
+    assert _gauge(registry, f"{delay}_sum", target="wallet.Void") >= 60.0
+    assert _gauge(registry, f"{delay}_bucket", target="wallet.Void", le="30.0") == 0.0
+    assert _gauge(registry, f"{delay}_bucket", target="wallet.Void", le="+Inf") == 1.0
+    assert _gauge(a.api.deps.registry, f"{delay}_count", target="wallet.Void") == 0.0  # it delivered nothing
 
 
 async def test_a_permanent_refusal_is_kept_for_a_person(cluster: Cluster) -> None:
