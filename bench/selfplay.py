@@ -26,6 +26,7 @@ is the suite at a tiny size (one single hand per preset and table size, a 5 ms b
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import multiprocessing
@@ -123,11 +124,15 @@ class MatchOutcome:
     actions: int
     cpu_ms: list[float] = field(default_factory=list)  # per expert decision
     searched: int = 0  # expert decisions that searched
+    deals: list[str] = field(default_factory=list)  # per hand: a digest of its deal (duplicate pairs share them)
 
 
 def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str], seed: str, game: int,
                budget_ms: float | None, single_hand: bool) -> MatchOutcome:
-    """Match (or hand) ``game`` of a pairing, seeded and seated as ``engine.selfplay.run`` does."""
+    """Match (or hand) ``game`` of a pairing, seated as ``engine.selfplay.run`` seats it, dealt in
+    duplicate: games ``2k`` and ``2k + 1`` deal the same hands (hand ``h`` of both from the seed of
+    pair ``k``) with the same first dealer, each bot on the other side, so that the luck of the deal
+    cancels out of the comparison and only the play differs."""
     rules = Ruleset(**rules_spec)
     swap = side_of_bot(0, game)
     side_kind = [kinds[swap], kinds[1 - swap]]
@@ -144,7 +149,10 @@ def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str],
     match = MatchState(rules, players, first_dealer=first_dealer(game, players))
     outcome = MatchOutcome(swap, [], [0, 0], -1, 0, 0)
     while match.needs_deal():
-        match.start_hand(seed=f"{seed}/{game}/{match.hands_played}")
+        match.start_hand(seed=f"{seed}/deal/{game // 2}/{match.hands_played}")
+        assert match.hand is not None
+        deal = json.dumps(match.hand.deal.to_json(), sort_keys=True).encode()
+        outcome.deals.append(hashlib.sha256(deal).hexdigest()[:16])
         outcome.actions += play_hand(match, bots)
         assert match.hand is not None
         outcome.turns += match.hand.turns

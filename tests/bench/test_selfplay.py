@@ -92,3 +92,16 @@ def test_the_suite_refuses_an_unknown_preset(capsys: pytest.CaptureFixture[str])
         main(["--suite", "aberto,nope", "--bots", "expert,heuristic"])
     assert exc.value.code == 2
     assert "unknown preset(s) nope" in capsys.readouterr().err
+
+
+def test_the_suite_deals_in_duplicate_pairs_of_games() -> None:
+    from bench.selfplay import play_match
+    from engine.rules import PRESETS
+
+    rules = PRESETS["aberto"].to_dict()
+    games = [play_match(rules, 2, ("heuristic", "random"), "dup", game, None, True) for game in range(4)]
+    # a pair (games 0 and 1, 2 and 3): the same hand dealt, each bot on the other side
+    assert games[0].deals == games[1].deals and games[2].deals == games[3].deals
+    assert games[0].swap != games[1].swap and games[2].swap != games[3].swap
+    assert games[0].deals != games[2].deals  # the next pair deals other hands
+    assert all(len(g.deals) == 1 and g.hand_totals for g in games)
