@@ -75,6 +75,9 @@ replicas = Table(
     Column("owner_id", String(64), primary_key=True),
     Column("address", String(200), nullable=False),
     Column("expires_ms", BigInteger, nullable=False),
+    # the release the replica runs, and when it gave its tables up (0: it has not; a graceful stop)
+    Column("revision", String(64), nullable=False, server_default=""),
+    Column("released_ms", BigInteger, nullable=False, server_default="0"),
 )
 
 #: Calls to other services that a match end owes (wallet settle/void, ranking record), written in

@@ -107,6 +107,11 @@ class Ownership:
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
+    def handoff(self) -> store.Handoff:
+        """Which released tables this replica may take over at once (`store.Handoff`)."""
+        return store.Handoff(self.settings.revision, self.address, int(self.settings.handoff_wait_seconds * 1000))
+
+    @property
     def address(self) -> str:
         return self._address()
 
@@ -137,7 +142,7 @@ class Ownership:
         if not self.release_on_stop:
             return
         try:
-            await store.release(self.db, self.owner_id)
+            await store.release(self.db, self.owner_id, self.now_ms())
             log.info("leases released", extra={"fields": {"tables": owned}})
         except Exception:
             log.exception("could not release the leases")
@@ -145,7 +150,7 @@ class Ownership:
     async def heartbeat(self) -> None:
         ttl = int(self.settings.lease_seconds * 1000)
         started = self.clock.now()
-        await store.heartbeat(self.db, self.owner_id, self.address, self.now_ms(), ttl)
+        await store.heartbeat(self.db, self.owner_id, self.address, self.now_ms(), ttl, self.settings.revision)
         self._renewed_at = started
 
     async def _maintain(self) -> None:
@@ -202,7 +207,8 @@ class Ownership:
                 await self._load_once(table_id, lambda t, e=epoch: self._load(t, epoch=e))  # type: ignore[misc]
             except Exception:
                 log.exception("loading a held table failed", extra={"fields": {"table": table_id}})
-        expired = await store.expired_live(self.db, now, address=self.address, owner_id=self.owner_id)
+        expired = await store.expired_live(self.db, now, address=self.address, owner_id=self.owner_id,
+                                           handoff=self.handoff)
         for table_id, epoch, force in expired:
             if self.stopping:
                 return
@@ -312,7 +318,7 @@ class Ownership:
             return None
         new_epoch = await store.take_over(
             self.db, table_id, seen_epoch=epoch, owner_address=self.address, owner_id=self.owner_id,
-            now_ms=self.now_ms(), force=force,
+            now_ms=self.now_ms(), force=force, handoff=self.handoff,
         )
         if new_epoch is None:
             return None

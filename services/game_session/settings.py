@@ -40,6 +40,23 @@ LEASE_SECONDS = Setting(
     "10",
     "how long a replica's heartbeat (and so its tables' leases) lasts without renewal",
 )
+HANDOFF_WAIT_SECONDS = Setting(
+    "BURACO_GAME_SESSION_HANDOFF_WAIT_SECONDS",
+    Number(0, 3600),
+    "0",
+    "how long the tables of a replica that stopped gracefully wait for a replica of another revision "
+    "(BURACO_GAME_SESSION_REVISION: the new release, in a rolling update) or at the stopped one's "
+    "address (its replacement) before any replica takes them over, so that a rolling restart moves "
+    "each table once; 0: any replica at once",
+)
+REVISION = Setting(
+    "BURACO_GAME_SESSION_REVISION",
+    Text(),
+    "",
+    "the release this replica runs (the manifests set the pod's `controller-revision-hash`): a "
+    "stopped replica's tables go first to replicas of another revision",
+    default_text="(none)",
+)
 TAKEOVER_SCAN_SECONDS = Setting(
     "BURACO_GAME_SESSION_TAKEOVER_SCAN_SECONDS",
     Number(0.05, 3600),
@@ -124,6 +141,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     ADVERTISE_ADDRESS,
     DEAL_SEED,
     LEASE_SECONDS,
+    HANDOFF_WAIT_SECONDS,
+    REVISION,
     TAKEOVER_SCAN_SECONDS,
     START_SECONDS,
     BOT_DELAY_MS,
@@ -146,6 +165,8 @@ class GameSessionSettings:
     advertise_address: str = ""
     deal_seed: str | None = None
     lease_seconds: float = 10.0
+    handoff_wait_seconds: float = 0.0
+    revision: str = ""
     scan_seconds: float = 3.0
     start_wait_seconds: float = 60.0
     bot_delay_seconds: float = 0.6
@@ -172,6 +193,8 @@ def load(env: Mapping[str, str] | None = None, *, production: bool = False) -> G
         advertise_address=read(ADVERTISE_ADDRESS),
         deal_seed=read(DEAL_SEED),
         lease_seconds=read(LEASE_SECONDS),
+        handoff_wait_seconds=read(HANDOFF_WAIT_SECONDS),
+        revision=read(REVISION),
         scan_seconds=read(TAKEOVER_SCAN_SECONDS),
         start_wait_seconds=read(START_SECONDS),
         bot_delay_seconds=read(BOT_DELAY_MS) / 1000.0,

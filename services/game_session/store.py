@@ -177,6 +177,35 @@ def _alive(now_ms: int) -> Any:
     )
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """Who may take over the tables of a replica that stopped gracefully (`release`), and when.
+
+    In a rolling update every old replica stops in turn: a table taken over by another old
+    replica would move again when that one stops. So for `wait_ms` after a release, its tables
+    are left to a replica of another revision than the releaser's (the new release) or at the
+    releaser's address (its replacement); after that, to any replica (a scale-down, or a rollout
+    whose new replicas are late). A replica whose heartbeat simply ran out (a crash) is not
+    waited for. `wait_ms` 0: any replica at once.
+    """
+
+    revision: str = ""
+    address: str = ""
+    wait_ms: int = 0
+
+
+def _held_back(now_ms: int, handoff: Handoff) -> Any:
+    """The lease's owner released its tables within the wait, for a replica other than this one."""
+    replicas, leases = models.replicas, models.leases
+    return (
+        select(replicas.c.owner_id)
+        .where(replicas.c.owner_id == leases.c.owner_id, replicas.c.released_ms > 0,
+               replicas.c.released_ms + handoff.wait_ms > now_ms, replicas.c.revision == handoff.revision,
+               replicas.c.address != handoff.address)
+        .exists()
+    )
+
+
 async def lease_of(db: Database, table_id: str) -> LeaseRow | None:
     leases, replicas = models.leases, models.replicas
     async with db.read() as session:
@@ -194,7 +223,7 @@ async def lease_of(db: Database, table_id: str) -> LeaseRow | None:
     )
 
 
-async def heartbeat(db: Database, owner_id: str, address: str, now_ms: int, ttl_ms: int) -> None:
+async def heartbeat(db: Database, owner_id: str, address: str, now_ms: int, ttl_ms: int, revision: str = "") -> None:
     """Register or renew this replica: one row, whatever the number of tables it owns (so a
     renewal never waits for, or holds up, the log appends that lock lease rows)."""
     replicas = models.replicas
@@ -204,7 +233,8 @@ async def heartbeat(db: Database, owner_id: str, address: str, now_ms: int, ttl_
         )
         if getattr(result, "rowcount", 0) != 1:
             await session.execute(
-                replicas.insert().values(owner_id=owner_id, address=address, expires_ms=now_ms + ttl_ms)
+                replicas.insert().values(owner_id=owner_id, address=address, expires_ms=now_ms + ttl_ms,
+                                         revision=revision)
             )
 
 
@@ -217,13 +247,15 @@ async def take_over(
     owner_id: str,
     now_ms: int,
     force: bool = False,
+    handoff: Handoff = Handoff(),
 ) -> int | None:
-    """Become the owner of a table whose owner's heartbeat ran out (or, `force`, whose owner is
-    known gone): the new epoch, or None when another replica got there first."""
+    """Become the owner of a table whose owner's heartbeat ran out, unless its owner released it
+    for another replica (`Handoff`), or (`force`) whose owner is known gone: the new epoch, or
+    None when another replica got there first or the table waits for another."""
     leases = models.leases
     condition = and_(leases.c.table_id == table_id, leases.c.epoch == seen_epoch)
     if not force:
-        condition = and_(condition, ~_alive(now_ms))
+        condition = and_(condition, ~_alive(now_ms), ~_held_back(now_ms, handoff))
     async with db.write() as session:
         result = await session.execute(
             update(leases).where(condition).values(owner_address=owner_address, owner_id=owner_id, epoch=seen_epoch + 1)
@@ -245,29 +277,32 @@ async def held(db: Database, owner_id: str) -> dict[str, int]:
 
 
 async def expired_live(
-    db: Database, now_ms: int, *, address: str, owner_id: str, limit: int = 200
+    db: Database, now_ms: int, *, address: str, owner_id: str, limit: int = 200, handoff: Handoff = Handoff()
 ) -> list[tuple[str, int, bool]]:
-    """Live tables whose owner's heartbeat ran out, or whose owner had this replica's address (a
-    previous process at this address is gone: it cannot hold the port we bound): (id, epoch, force)."""
+    """Live tables whose owner's heartbeat ran out (and that are not held back for another
+    replica: `Handoff`), or whose owner had this replica's address (a previous process at this
+    address is gone: it cannot hold the port we bound): (id, epoch, force)."""
     leases = models.leases
     async with db.read() as session:
         rows = (
             await session.execute(
                 select(leases.c.table_id, leases.c.epoch, leases.c.owner_address, _alive(now_ms).label("alive"))
                 .where(leases.c.live == 1, leases.c.owner_id != owner_id)
-                .where(~_alive(now_ms) | (leases.c.owner_address == address))
+                .where((~_alive(now_ms) & ~_held_back(now_ms, handoff)) | (leases.c.owner_address == address))
                 .limit(limit)
             )
         ).all()
     return [(row.table_id, int(row.epoch), bool(row.alive)) for row in rows]
 
 
-async def release(db: Database, owner_id: str) -> None:
+async def release(db: Database, owner_id: str, now_ms: int) -> None:
     """Give up every table this replica owns (graceful stop): its heartbeat ends now, so others
-    take its tables over at once."""
+    take its tables over at once, or, within the handoff wait, the replicas it is left to (`Handoff`)."""
     async with db.write() as session:
         replicas = models.replicas
-        await session.execute(update(replicas).where(replicas.c.owner_id == owner_id).values(expires_ms=0))
+        await session.execute(
+            update(replicas).where(replicas.c.owner_id == owner_id).values(expires_ms=0, released_ms=max(1, now_ms))
+        )
 
 
 @dataclass
