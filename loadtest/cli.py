@@ -54,7 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--think-time", type=float, default=0.0, metavar="S", help="mean pause before each game action (default 0)")
     add("--play-stream", action="store_true",
         help="players act on their Play stream (one bidirectional stream each) instead of unary calls")
-    add("--targets", help="service=host:port,... or a bare host (default: BURACO_<SERVICE>_ADDRESS, localhost)")
+    add("--targets", help="service=host:port,..., a bare host (each service on its default port there), or one "
+        "host:port for every service (an ingress); default: BURACO_<SERVICE>_ADDRESS, localhost")
+    add("--tls-ca", default="", metavar="PEM",
+        help="CA bundle the services' certificates chain to: TLS (default: plaintext)")
+    add("--tls-cert", default="", metavar="PEM", help="client certificate, for services that require one (mutual TLS)")
+    add("--tls-key", default="", metavar="PEM", help="the client certificate's private key")
+    add("--tls-server-name", default="", metavar="NAME",
+        help="the name the certificates carry, when not the host dialled (default: the target's host)")
     add("--gateway", default="", metavar="URL", help="web scenario: the gateway's address (http://host:port)")
     add("--token-key", type=Path, default=None, help="PEM private key tokens are signed with (default: local dev key)")
     add("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco", help="the tokens' audience")
@@ -96,6 +103,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
         targets=parse_targets(args.targets, os.environ),
         gateway=args.gateway.rstrip("/"),
         token_key=key,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_server_name=args.tls_server_name,
         audience=args.audience,
         seed=args.seed,
         run_id=args.run_id or f"lt{uuid.uuid4().hex[:8]}",

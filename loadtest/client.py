@@ -20,6 +20,7 @@ import grpc
 from loadtest.recorder import Recorder
 from services.common.auth import ACT_FOR_HEADER, Kind, Minter, load_private_key
 from services.common.config import DEFAULT_PORTS
+from services.common.tls import ClientTls, TlsSettings
 
 T = TypeVar("T")
 
@@ -44,8 +45,13 @@ def parse_targets(text: str | None, env: Mapping[str, str] | None = None) -> dic
         return targets
     if "=" not in text:
         host = text.strip()
-        if not host or ":" in host or "," in host:
-            raise TargetsError(f"--targets {text!r}: a bare host (no port), or service=host:port pairs")
+        if not host or "," in host:
+            raise TargetsError(f"--targets {text!r}: a bare host, one host:port, or service=host:port pairs")
+        if ":" in host:  # one address for every service (an ingress or a gateway routing gRPC by service)
+            name, _, port = host.rpartition(":")
+            if not name or not port.isdigit():
+                raise TargetsError(f"--targets {text!r}: a bare host, one host:port, or service=host:port pairs")
+            return dict.fromkeys(SERVICES, host)
         return {name: f"{host}:{DEFAULT_PORTS[name]}" for name in SERVICES}
     for part in text.split(","):
         name, _, address = part.strip().partition("=")
@@ -99,11 +105,21 @@ class Tokens:
         return self.metadata(Kind.ADMIN, name)
 
 
+def client_tls(ca: str, cert: str = "", key: str = "") -> ClientTls | None:
+    """The TLS credentials of the run's calls (None: plaintext); TlsError when the files do not load."""
+    if not ca:
+        return None
+    return ClientTls(TlsSettings(Path(cert) if cert else None, Path(key) if key else None, Path(ca), None))
+
+
 @dataclass
 class Channels:
-    """`connections` channels per address (players spread over them), opened on first use."""
+    """`connections` channels per address (players spread over them), opened on first use; TLS
+    with `tls` (verifying `server_name` when given, else the host dialled)."""
 
     connections: int = 4
+    tls: ClientTls | None = None
+    server_name: str = ""
     _open: dict[tuple[str, int], grpc.aio.Channel] = field(default_factory=dict)
 
     def get(self, address: str, player_index: int = 0) -> grpc.aio.Channel:
@@ -111,7 +127,14 @@ class Channels:
         found = self._open.get(key)
         if found is None:
             # A distinct option per slot keeps gRPC from sharing one subchannel between them.
-            found = self._open[key] = grpc.aio.insecure_channel(address, options=[("loadtest.slot", key[1])])
+            options: list[tuple[str, Any]] = [("loadtest.slot", key[1])]
+            if self.tls is None:
+                found = grpc.aio.insecure_channel(address, options=options)
+            else:
+                if self.server_name:
+                    options.append(("grpc.ssl_target_name_override", self.server_name))
+                found = grpc.aio.secure_channel(address, self.tls.current()[1], options=options)
+            self._open[key] = found
         return found
 
     async def close(self) -> None:

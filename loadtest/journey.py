@@ -54,13 +54,14 @@ from buraco.v1 import (
 from engine.bots import make_bot
 from engine.match import MatchState
 from engine.rules import Ruleset, preset
-from loadtest.client import Calls, Channels, RunEnded, StepError, Tokens, status_name
+from loadtest.client import Calls, Channels, RunEnded, StepError, Tokens, client_tls, status_name
 from loadtest.payouts import expected_deltas
 from loadtest.recorder import Recorder
 from loadtest.settings import Settings
 from loadtest.table import play_match, table_request
 from services.client.channels import ChannelPool
 from services.common.auth import Kind
+from services.common.tls import host_of
 
 T = TypeVar("T")
 
@@ -132,7 +133,10 @@ class Driver:
 
     def __post_init__(self) -> None:
         self.calls = Calls(self.recorder, timeout=self.settings.rpc_timeout_s)
-        self.game_channels = ChannelPool(self.settings.connections)
+        # TLS: the owners' pod addresses (redirects) are verified as the game-session service's name
+        self.game_channels = ChannelPool(
+            self.settings.connections, tls=self.channels.tls,
+            server_name=self.settings.tls_server_name or host_of(self.settings.targets["game_session"]))
         self.stopping = asyncio.Event()
 
     # -- stubs ------------------------------------------------------------------------------------
@@ -545,7 +549,8 @@ async def run_shard(settings: Settings, indices: Sequence[int]) -> tuple[Recorde
     measured (from the first start to the last journey's end)."""
     recorder = Recorder()
     tokens = Tokens.from_key(settings.token_key, settings.audience)
-    driver = Driver(settings, recorder, tokens, Channels(settings.connections))
+    tls = client_tls(settings.tls_ca, settings.tls_cert, settings.tls_key)
+    driver = Driver(settings, recorder, tokens, Channels(settings.connections, tls, settings.tls_server_name))
     started = time.perf_counter()
     cpu_started = time.process_time()
     tasks: list[asyncio.Task[None]] = []

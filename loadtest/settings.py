@@ -44,6 +44,14 @@ class Settings:
     #: The gateway's base URL (`http://host:port`): the `web` scenario's one target.
     gateway: str = ""
     token_key: Path = Path("var/dev-keys/dev-private.pem")
+    #: TLS to the services: the CA bundle that verifies them (empty: plaintext), and a client
+    #: certificate and key for servers that require one (mutual TLS).
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: The name the services' certificates must carry, when not the host of the address dialled
+    #: (a port-forward, an IP, one ingress in front of everything).
+    tls_server_name: str = ""
     audience: str = "buraco"
     seed: str = "loadtest"
     #: Prefix of the players' ids and match ids, unique per run (ids must not repeat across runs).
@@ -95,6 +103,13 @@ class Settings:
             raise ValueError("give --duration > 0, or --journeys")
         if not 0 <= self.house_cut_percent <= 100:
             raise ValueError("--house-cut must be 0..100")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together")
+        if (self.tls_cert or self.tls_server_name) and not self.tls_ca:
+            raise ValueError("--tls-cert, --tls-key and --tls-server-name need --tls-ca (TLS to the services)")
+        for name, path in (("--tls-ca", self.tls_ca), ("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key)):
+            if path and not Path(path).is_file():
+                raise ValueError(f"{name} {path}: no such file")
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -51,6 +51,10 @@ def test_defaults_and_knobs() -> None:
         (["--targets", "bank=h:1"], "unknown service"),
         (["--fail-if", "p99<<1"], "gate"),
         (["--max-error-rate", "2"], "fraction"),
+        (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", "c.pem", "--tls-key", "k.pem"], "need --tls-ca"),
+        (["--tls-server-name", "wallet"], "need --tls-ca"),
+        (["--tls-ca", "/nonexistent/ca.pem"], "--tls-ca /nonexistent/ca.pem: no such file"),
     ],
 )
 def test_bad_knobs_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,8 +80,13 @@ def test_targets() -> None:
     }
     mixed = parse_targets("ranking=r:1, game-session=g:2", env)
     assert (mixed["ranking"], mixed["game_session"], mixed["wallet"]) == ("r:1", "g:2", "wallet:7000")
+    # one address for every service (an ingress routing gRPC by service)
+    assert parse_targets("ingress.example:443") == dict.fromkeys(
+        ("matchmaking", "game_session", "wallet", "ranking"), "ingress.example:443")
     with pytest.raises(TargetsError):
-        parse_targets("host:1")
+        parse_targets("host:port")
+    with pytest.raises(TargetsError):
+        parse_targets(":1")
 
 
 def test_shards_split_whole_tables() -> None:

@@ -223,3 +223,33 @@ def test_several_driver_processes_merge_their_reports(tmp_path: Path, processes:
     assert document["summary"]["driver_cpu_us_per_call"] > 0
     rows = {row["name"]: row for row in document["rows"]}
     assert rows["wallet.CreateAccount"]["ok"] == 4
+
+
+async def test_backend_scenario_over_mutual_tls(tmp_path: Path) -> None:
+    """The kit against services that serve TLS only and require a client certificate of their CA,
+    dialled at an address their certificates do not name (`--tls-server-name`)."""
+    from tests.services.common.certs import authority, leaf
+
+    ca = authority("buraco test CA")
+    ca_file = ca.write(tmp_path / "ca.pem")
+    cert, key = leaf(ca, tmp_path, "service", hosts=("wallet-headless", "ranking-headless"))
+    client_cert, client_key = leaf(ca, tmp_path, "loadtest", hosts=("loadtest",))
+    wallet = WalletService(settings=WalletSettings(expiry_sweep_interval=timedelta(0))).spec()
+    tls = {"tls_cert_file": cert, "tls_key_file": key, "tls_client_ca_file": ca_file}
+    async with contextlib.AsyncExitStack() as stack:
+        targets = {}
+        for spec in (wallet, RANKING):
+            server = await stack.enter_async_context(running(spec, make_config(spec.name, tmp_path, **tls)))
+            targets[spec.name] = server.address
+        targets |= {"matchmaking": "127.0.0.1:1", "game_session": "127.0.0.1:1"}  # not in this scenario
+        settings = base_settings(tmp_path, targets, scenario="backend", bet=25, bot="random", journeys=1,
+                                 tls_ca=str(ca_file), tls_cert=str(client_cert), tls_key=str(client_key),
+                                 tls_server_name="wallet-headless")
+        recorder, _ = await run_shard(settings, range(4))
+        # without the client certificate the services refuse the handshake: every call fails
+        plain = replace(settings, tls_cert="", tls_key="", run_id="t2")
+        refused, _ = await run_shard(plain, range(2))
+    assert recorder.counters.get("matches_completed") == 2
+    assert errors_of(recorder) == {}
+    assert {s.name: s.calls for s in recorder if s.kind == "rpc"}["wallet.Settle"] == 2
+    assert errors_of(refused) and not refused.counters.get("matches_completed")
