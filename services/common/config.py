@@ -350,6 +350,14 @@ DATABASE_POOL_SIZE = Setting(
     "PostgreSQL connections of the process's main pool (no overflow); the wallet and game sessions "
     "add pools of their own (docs/operations.md, \"Connection budget\")",
 )
+DATABASE_TRANSACTION_POOLING = Setting(
+    "BURACO_DATABASE_TRANSACTION_POOLING",
+    Flag(),
+    "false",
+    "the URL is a pooler in transaction mode (PgBouncer `pool_mode = transaction`): no prepared "
+    "statement is kept past its transaction and no session setting is sent, so the role's own "
+    "`search_path` must name BURACO_DATABASE_SCHEMA (checked at start; docs/operations.md, \"PgBouncer\")",
+)
 MIGRATION_LOCK_TIMEOUT_SECONDS = Setting(
     "BURACO_MIGRATION_LOCK_TIMEOUT_SECONDS",
     Number(0.1, 3600),
@@ -512,6 +520,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     DATABASE_URL,
     DATABASE_SCHEMA,
     DATABASE_POOL_SIZE,
+    DATABASE_TRANSACTION_POOLING,
     MIGRATE_ON_START,
     MIGRATION_LOCK_TIMEOUT_SECONDS,
     MIGRATION_STATEMENT_TIMEOUT_SECONDS,
@@ -558,6 +567,7 @@ class Config:
     database_url: str = "sqlite+aiosqlite:///:memory:"
     database_schema: str | None = None
     database_pool_size: int = DATABASE_POOL_SIZE.parsed_default()
+    database_transaction_pooling: bool = DATABASE_TRANSACTION_POOLING.parsed_default()
     migrate_on_start: bool = MIGRATE_ON_START.parsed_default()
     migration_lock_timeout_seconds: float = MIGRATION_LOCK_TIMEOUT_SECONDS.parsed_default()
     migration_statement_timeout_seconds: float = MIGRATION_STATEMENT_TIMEOUT_SECONDS.parsed_default()
@@ -639,6 +649,7 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         database_url=read(DATABASE_URL, f"sqlite+aiosqlite:///var/{service}.db"),
         database_schema=read(DATABASE_SCHEMA),
         database_pool_size=read(DATABASE_POOL_SIZE),
+        database_transaction_pooling=read(DATABASE_TRANSACTION_POOLING),
         migrate_on_start=read(MIGRATE_ON_START),
         migration_lock_timeout_seconds=read(MIGRATION_LOCK_TIMEOUT_SECONDS),
         migration_statement_timeout_seconds=read(MIGRATION_STATEMENT_TIMEOUT_SECONDS),

@@ -49,19 +49,20 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import MetaData, event
+from sqlalchemy import MetaData, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from services.common.config import normalise_database_url
+from services.common.config import ConfigError, normalise_database_url
 from services.common.errors import UnavailableError
 
 #: The engine's connections on PostgreSQL, per `Database` (BURACO_DATABASE_POOL_SIZE): its pool
@@ -108,10 +109,23 @@ class _RollbackOnClose(sqlite3.Connection):
             super().close()
 
 
+#: The session settings a transaction pooler passes on (PgBouncer tracks these, refuses the others).
+POOLER_SETTINGS = frozenset({"application_name"})
+
+
+def _pooler_statement_name() -> str:
+    """A prepared statement's name unique to this process and call: behind a transaction pooler a
+    client's statements land on server connections other clients use too."""
+    return f"__buraco_{uuid.uuid4().hex}__"
+
+
 def engine_for(url: str, *, schema: str | None = None, application_name: str | None = None,
-               **kwargs: Any) -> AsyncEngine:
+               transaction_pooling: bool = False, **kwargs: Any) -> AsyncEngine:
     """An async engine: SQLite with foreign keys, WAL and a busy timeout; PostgreSQL with
-    `search_path` set to `schema` when given, and `application_name`."""
+    `search_path` set to `schema` when given, and `application_name`. `transaction_pooling` (a
+    pooler in transaction mode in front of PostgreSQL): only `application_name` is sent, the role's
+    own `search_path` names the schema, and no prepared statement is cached: each has a unique name
+    and lives in its transaction (SQLAlchemy runs every statement in one)."""
     url = normalise_database_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -134,11 +148,14 @@ def engine_for(url: str, *, schema: str | None = None, application_name: str | N
 
         return engine
     server_settings: dict[str, str] = {}
-    if schema:
+    if schema and not transaction_pooling:
         server_settings["search_path"] = schema
     if application_name:
         server_settings["application_name"] = application_name
     connect_args: dict[str, Any] = {"server_settings": server_settings} if server_settings else {}
+    if transaction_pooling:
+        connect_args |= {"statement_cache_size": 0, "prepared_statement_cache_size": 0,
+                         "prepared_statement_name_func": _pooler_statement_name}
     kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine(url, connect_args=connect_args, **kwargs)
 
@@ -186,15 +203,18 @@ _writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, _Wri
 class Database:
     def __init__(
         self, url: str, *, schema: str | None = None, connections: int = CONNECTIONS,
-        application_name: str | None = None, **engine_options: Any
+        application_name: str | None = None, transaction_pooling: bool = False, **engine_options: Any
     ) -> None:
         self.url = normalise_database_url(url)
         self.schema = schema
         self.application_name = application_name
         postgresql = make_url(self.url).get_backend_name() == "postgresql"
+        #: PostgreSQL behind a pooler in transaction mode (`engine_for`, `asyncpg_pool`)
+        self.transaction_pooling = transaction_pooling and postgresql
         if postgresql:  # the pool's size is the engine's whole share of the budget
             engine_options = {"pool_size": connections, "max_overflow": 0, **engine_options}
-        self.engine = engine_for(self.url, schema=schema, application_name=application_name, **engine_options)
+        self.engine = engine_for(self.url, schema=schema, application_name=application_name,
+                                 transaction_pooling=self.transaction_pooling, **engine_options)
         #: The process's connection pools on this database: name -> (open now, most it may open).
         self._pools: dict[str, tuple[Callable[[], int], int]] = {}
         if postgresql:
@@ -211,6 +231,21 @@ class Database:
         self._writer_key: object = id(self) if self._memory else str(Path(file).resolve())
         #: This database's writer on the loop it was last used on.
         self._writer: tuple[asyncio.AbstractEventLoop, _Writer] | None = None
+
+    async def check_search_path(self) -> None:
+        """Behind a transaction pooler the schema comes from the role's own `search_path`: refuse
+        to serve (ConfigError) when the session's current schema is not this database's schema, or
+        its tables would be sought, and made, in another."""
+        if not self.transaction_pooling or not self.schema:
+            return
+        async with self.engine.connect() as connection:
+            current = (await connection.execute(text("SELECT current_schema()"))).scalar()
+            role = (await connection.execute(text("SELECT current_user"))).scalar()
+        if current != self.schema:
+            raise ConfigError(
+                f"BURACO_DATABASE_TRANSACTION_POOLING: the sessions of role {role} start in schema {current!r}, "
+                f"not {self.schema!r} (a transaction pooler passes no search_path on): run "
+                f"ALTER ROLE {role} SET search_path = {self.schema}")
 
     @property
     def dialect(self) -> str:
@@ -329,6 +364,8 @@ def asyncpg_target(db: Database, server_settings: Mapping[str, str] | None = Non
         settings["search_path"] = db.schema
     if db.application_name:
         settings.setdefault("application_name", db.application_name)
+    if db.transaction_pooling:  # the pooler passes these on only; the role's own settings apply
+        settings = {name: value for name, value in settings.items() if name in POOLER_SETTINGS}
     return dsn, settings
 
 
@@ -355,6 +392,8 @@ async def asyncpg_pool(
 
     dsn, settings = asyncpg_target(db, server_settings)
     options: dict[str, Any] = {"reset": _rollback_only} if stateless else {}
+    if db.transaction_pooling:  # unnamed statements only, each prepared where it runs
+        options["statement_cache_size"] = 0
     return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, server_settings=settings, **options)
 
 
@@ -364,7 +403,8 @@ async def asyncpg_connect(db: Database, *, server_settings: Mapping[str, str] | 
     import asyncpg
 
     dsn, settings = asyncpg_target(db, server_settings)
-    return await asyncpg.connect(dsn, server_settings=settings)
+    options: dict[str, Any] = {"statement_cache_size": 0} if db.transaction_pooling else {}
+    return await asyncpg.connect(dsn, server_settings=settings, **options)
 
 
 class LazyPool:

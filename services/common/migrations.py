@@ -81,7 +81,9 @@ async def _run(database: Database, config: AlembicConfig, action: Any, *args: An
                 # behind it: fail fast and say so instead
                 await connection.execute(text(f"SET LOCAL lock_timeout = {timeouts.lock_ms}"))
             if database.schema and postgresql:
-                await connection.execute(text(f'SET search_path TO "{database.schema}"'))
+                # for this transaction only: behind a transaction pooler a session setting would
+                # outlive it on a server connection other clients use
+                await connection.execute(text(f'SET LOCAL search_path TO "{database.schema}"'))
 
             def run(sync_connection: Connection) -> None:
                 config.attributes["connection"] = sync_connection

@@ -180,7 +180,8 @@ class Server:
             ),
         )
         self.db = Database(config.database_url, schema=config.database_schema,
-                           connections=config.database_pool_size, application_name=application_name(spec.name))
+                           connections=config.database_pool_size, application_name=application_name(spec.name),
+                           transaction_pooling=config.database_transaction_pooling)
         self.metrics.watch_database(self.db)
         self.clients = Clients(config, self.minter, interceptors=tracing.client_interceptors(tracer_provider))
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
@@ -238,6 +239,7 @@ class Server:
             # Production migrates with the release's Job first; serving on an older schema would
             # fail later, call by call, so refuse to start instead.
             await migrations.check_at_head(self.spec.name, self.spec.migrations, self.db)
+        await self.db.check_search_path()  # behind a transaction pooler: the role must name the schema
         server = grpc.aio.server(
             interceptors=[*tracing.server_interceptors(self.tracer_provider), self.pipeline, *self.spec.interceptors],
             options=server_options(self.config),
@@ -453,7 +455,8 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
 
 
 async def _database_command(spec: ServiceSpec, config: Config, args: Any) -> int:
-    db = Database(config.database_url, schema=config.database_schema)
+    db = Database(config.database_url, schema=config.database_schema,
+                  transaction_pooling=config.database_transaction_pooling)
     try:
         if args.command == "migrate":
             await migrations.upgrade(spec.name, spec.migrations, db, args.revision, timeouts=migration_timeouts(config))

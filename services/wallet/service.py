@@ -171,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
     logs.configure("wallet", config.log_level)
-    db = Database(config.database_url, schema=config.database_schema)
+    db = Database(config.database_url, schema=config.database_schema,
+                  transaction_pooling=config.database_transaction_pooling)
     try:
         if args[0] == "audit":
             return asyncio.run(_audit_command(db))
