@@ -92,7 +92,7 @@ bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_action
 # - expert against heuristic, 2 and 4 players: BENCH_EXPERT_GAMES matches each (BENCH_EXPERT_EXPRESS_GAMES
 #   in the one-hand presets) with the expert's default budget of CPU per decision, on the mypyc build
 #   (what a server runs), over BENCH_JOBS processes; the win rates with their 95% intervals and the
-#   CPU per expert decision. About 45 minutes here at the defaults (`BENCH_EXPERT_GAMES=4` for a look).
+#   CPU per expert decision. The expert suite takes about 45 minutes here (`BENCH_EXPERT_GAMES=4` for a look).
 BENCH_BOTS_PRESETS := aberto aberto_sujo fechado fechado_stbl fechado_sujo classico_104 buraco_2005 aberto_joker50
 BENCH_EXPERT_GAMES := 12
 BENCH_EXPERT_EXPRESS_GAMES := 30
