@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from loadtest.client import TargetsError, parse_targets
+from loadtest.client import TargetsError, Tokens, TokensError, needed_identities, parse_targets
 from loadtest.recorder import Recorder
 from loadtest.report import Gate, GateError, Report, check_gates, max_error_rate_gate, parse_gate
 from loadtest.settings import BOTS, SCENARIOS, Settings
@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the name the certificates carry, when not the host dialled (default: the target's host)")
     add("--gateway", default="", metavar="URL", help="web scenario: the gateway's address (http://host:port)")
     add("--token-key", type=Path, default=None, help="PEM private key tokens are signed with (default: local dev key)")
+    add("--tokens", default="", metavar="JSON",
+        help="tokens issued beforehand, {\"kind:name\": token} (player:<run id>-<n>, service:gateway, ...), "
+        "instead of signing them with --token-key (needs --run-id; the run says which identities it needs)")
     add("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco", help="the tokens' audience")
     add("--seed", default="loadtest", help="seed of the bots (backend scenario: and the deals); default loadtest")
     add("--run-id", default="", help="prefix of player and match ids (default: random, unique per run)")
@@ -103,6 +106,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         targets=parse_targets(args.targets, os.environ),
         gateway=args.gateway.rstrip("/"),
         token_key=key,
+        tokens_file=args.tokens,
         tls_ca=args.tls_ca,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
@@ -176,7 +180,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 <= args.max_error_rate <= 1:
             parser.error("--max-error-rate is a fraction, 0 to 1")
         gates.append(max_error_rate_gate(args.max_error_rate))
-    if settings.scenario != "web" and not settings.token_key.is_file():  # web: players sign in at the gateway
+    if args.tokens and not args.run_id:
+        parser.error("--tokens needs --run-id: the players' tokens name their ids (<run id>-<n>)")
+    if settings.tokens_file:
+        needed = needed_identities(settings.scenario, settings.run_id, settings.players,
+                                   "wallet" in settings.only or settings.scenario != "backend")
+        try:
+            Tokens.from_file(Path(settings.tokens_file), needed)
+        except TokensError as error:
+            print(f"loadtest: {error}; this run needs {', '.join(needed[:3])}, ... ({len(needed)} in all)",
+                  file=sys.stderr)
+            return 2
+    elif settings.scenario != "web" and not settings.token_key.is_file():  # web: players sign in at the gateway
         print(
             f"loadtest: no signing key at {settings.token_key}: start the suite first (`make run` creates "
             "var/dev-keys) or pass --token-key",

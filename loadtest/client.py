@@ -9,8 +9,9 @@ call's latency and its "time to first event"); a stream that breaks later adds o
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,12 +66,52 @@ def parse_targets(text: str | None, env: Mapping[str, str] | None = None) -> dic
     return targets
 
 
-class Tokens:
-    """Signed tokens by identity, re-minted ten minutes before they expire."""
+class TokensError(ValueError):
+    """A tokens file that cannot be used (unreadable, or without an identity the run needs)."""
 
-    def __init__(self, minter: Minter, ttl: float = 3600.0, clock: Callable[[], float] = time.monotonic) -> None:
+
+def needed_identities(scenario: str, run_id: str, players: int, uses_wallet: bool = True) -> list[str]:
+    """The identities (`kind:name`) a run calls the services as: its players, and the services it
+    stands in for (the gateway opening accounts and granting chips; matchmaking holding stakes and
+    creating tables where the run starts matches itself; game sessions settling them in the
+    backend scenario)."""
+    out = [f"player:{run_id}-{index}" for index in range(players)]
+    if uses_wallet:
+        out.append("service:gateway")
+    if scenario in ("tables", "backend"):
+        out.append("service:matchmaking")
+    if scenario == "backend":
+        out.append("service:game-session")
+    return out
+
+
+class Tokens:
+    """Tokens by identity: signed here with a key (re-minted ten minutes before they expire), or
+    read from a file of tokens issued beforehand (`from_file`), for a deployment whose keys the
+    run must not hold."""
+
+    def __init__(self, minter: Minter | None, ttl: float = 3600.0, clock: Callable[[], float] = time.monotonic,
+                 issued: Mapping[str, str] | None = None) -> None:
         self._minter, self._ttl, self._clock = minter, ttl, clock
         self._cache: dict[tuple[Kind, str], tuple[str, float]] = {}
+        self._issued = dict(issued or {})
+
+    @classmethod
+    def from_file(cls, path: Path, needed: Sequence[str] = ()) -> Tokens:
+        """Tokens issued beforehand: a JSON object of `"kind:name": "token"` (`player:<run id>-<n>`,
+        `service:<name>`, `admin:<name>`); TokensError names what is missing."""
+        try:
+            issued = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise TokensError(f"--tokens {path}: {error}") from None
+        if not isinstance(issued, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in issued.items()):
+            raise TokensError(f"--tokens {path}: expected a JSON object of \"kind:name\": \"token\"")
+        missing = [identity for identity in needed if identity not in issued]
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise TokensError(f"--tokens {path} has no token for {shown}")
+        return cls(None, issued=issued)
 
     @classmethod
     def from_key(cls, path: Path, audience: str = "buraco") -> Tokens:
@@ -82,6 +123,11 @@ class Tokens:
         return cls(Minter(load_private_key(path), audience=audience))
 
     def token(self, kind: Kind, name: str) -> str:
+        if self._minter is None:
+            identity = f"{kind.value}:{name}"
+            if identity not in self._issued:
+                raise TokensError(f"no token issued for {identity}")
+            return self._issued[identity]
         now = self._clock()
         cached = self._cache.get((kind, name))
         if cached is None or now > cached[1] - 600:

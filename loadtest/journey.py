@@ -36,6 +36,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -548,7 +549,8 @@ async def run_shard(settings: Settings, indices: Sequence[int]) -> tuple[Recorde
     """Drive the players `indices` (of the whole run's) to the end; their recorder and the time
     measured (from the first start to the last journey's end)."""
     recorder = Recorder()
-    tokens = Tokens.from_key(settings.token_key, settings.audience)
+    tokens = (Tokens.from_file(Path(settings.tokens_file)) if settings.tokens_file
+              else Tokens.from_key(settings.token_key, settings.audience))
     tls = client_tls(settings.tls_ca, settings.tls_cert, settings.tls_key)
     driver = Driver(settings, recorder, tokens, Channels(settings.connections, tls, settings.tls_server_name))
     started = time.perf_counter()

@@ -44,6 +44,9 @@ class Settings:
     #: The gateway's base URL (`http://host:port`): the `web` scenario's one target.
     gateway: str = ""
     token_key: Path = Path("var/dev-keys/dev-private.pem")
+    #: Tokens issued beforehand (`loadtest.client.Tokens.from_file`), instead of signing them with
+    #: `token_key`: a deployment's keys stay with it.
+    tokens_file: str = ""
     #: TLS to the services: the CA bundle that verifies them (empty: plaintext), and a client
     #: certificate and key for servers that require one (mutual TLS).
     tls_ca: str = ""
@@ -103,6 +106,10 @@ class Settings:
             raise ValueError("give --duration > 0, or --journeys")
         if not 0 <= self.house_cut_percent <= 100:
             raise ValueError("--house-cut must be 0..100")
+        if self.tokens_file and not Path(self.tokens_file).is_file():
+            raise ValueError(f"--tokens {self.tokens_file}: no such file")
+        if self.tokens_file and self.scenario == "web":
+            raise ValueError("--tokens is not for --scenario web (its players sign in at the gateway)")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("--tls-cert and --tls-key go together")
         if (self.tls_cert or self.tls_server_name) and not self.tls_ca:

@@ -253,3 +253,35 @@ async def test_backend_scenario_over_mutual_tls(tmp_path: Path) -> None:
     assert errors_of(recorder) == {}
     assert {s.name: s.calls for s in recorder if s.kind == "rpc"}["wallet.Settle"] == 2
     assert errors_of(refused) and not refused.counters.get("matches_completed")
+
+
+async def test_backend_scenario_with_tokens_issued_beforehand(tmp_path: Path) -> None:
+    """No signing key in the run: every call carries a token from the --tokens file."""
+    from loadtest.client import needed_identities
+
+    async with suite(tmp_path) as targets:
+        minter = dev_minter(tmp_path / "dev-keys")  # the services' key, used here only to issue the file
+        needed = needed_identities("backend", "t1", 4)
+        issued = {identity: minter.mint(Kind(identity.split(":")[0]), identity.split(":", 1)[1]) for identity in needed}
+        tokens = tmp_path / "tokens.json"
+        tokens.write_text(json.dumps(issued))
+        settings = base_settings(tmp_path, targets, scenario="backend", bet=25, bot="random", journeys=1,
+                                 token_key=tmp_path / "no-such-key.pem", tokens_file=str(tokens))
+        recorder, _ = await run_shard(settings, range(4))
+    assert set(needed) == {*(f"player:t1-{n}" for n in range(4)), "service:gateway", "service:matchmaking",
+                           "service:game-session"}
+    assert errors_of(recorder) == {} and recorder.counters.get("matches_completed") == 2
+
+
+def test_a_tokens_file_must_hold_every_identity_the_run_needs(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"player:r9-0": "x", "player:r9-1": "x"}))
+    argv = ["--scenario", "backend", "--players", "2", "--journeys", "1", "--tokens", str(tokens), "--out",
+            str(tmp_path)]
+    assert main([*argv, "--run-id", "r9"]) == 2
+    assert "has no token for service:gateway" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)  # the players' tokens name their ids: the run id must be given
+    assert exit_info.value.code == 2
+    assert "--tokens needs --run-id" in capsys.readouterr().err
