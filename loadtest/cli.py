@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--gateway", default="", metavar="URL", help="web scenario: the gateway's address (http://host:port)")
     add("--token-key", type=Path, default=None, help="PEM private key tokens are signed with (default: local dev key)")
     add("--tokens", default="", metavar="JSON",
-        help="tokens issued beforehand, {\"kind:name\": token} (player:<run id>-<n>, service:gateway, ...), "
+        help="tokens issued beforehand, {\"kind:name\": token} (player:<run id>-<n>, admin:loadtest, ...), "
         "instead of signing them with --token-key (needs --run-id; the run says which identities it needs)")
     add("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco", help="the tokens' audience")
     add("--seed", default="loadtest", help="seed of the bots (backend scenario: and the deals); default loadtest")

@@ -71,13 +71,14 @@ class TokensError(ValueError):
 
 
 def needed_identities(scenario: str, run_id: str, players: int, uses_wallet: bool = True) -> list[str]:
-    """The identities (`kind:name`) a run calls the services as: its players, and the services it
-    stands in for (the gateway opening accounts and granting chips; matchmaking holding stakes and
-    creating tables where the run starts matches itself; game sessions settling them in the
-    backend scenario)."""
+    """The identities (`kind:name`) a run calls the services as: its players (who open their own
+    accounts), an admin who tops them up with chips, and the services it stands in for (matchmaking
+    holding stakes and creating tables where the run starts matches itself; game sessions settling
+    them in the backend scenario). The same kinds a deployment's scoped keys sign (docs/operations.md,
+    "Keys"): player tokens by the gateway's key, the admin's by the operators', each service's by its own."""
     out = [f"player:{run_id}-{index}" for index in range(players)]
     if uses_wallet:
-        out.append("service:gateway")
+        out.append("admin:loadtest")
     if scenario in ("tables", "backend"):
         out.append("service:matchmaking")
     if scenario == "backend":

@@ -72,7 +72,8 @@ POLL_INTERVAL_S = 0.05
 POLL_MAX_S = 1.0
 #: The service identity accounts are opened and topped up with (the sign-up flow, a gateway): a
 #: service's rate limit is per service, far above one admin's.
-SIGNUP_SERVICE = "gateway"
+#: The admin who tops players up with promotional chips (an operator, in a real deployment).
+TOP_UP_ADMIN = "loadtest"
 #: Grants top a player up to this many stakes.
 TOP_UP_STAKES = 20
 
@@ -176,7 +177,7 @@ class Driver:
                     "wallet.CreateAccount",
                     wallet.CreateAccount,
                     wallet_pb2.CreateAccountRequest(request_id=f"{player.id}-signup", player=player.name),
-                    self.tokens.service(SIGNUP_SERVICE),
+                    self.tokens.player(player.id),  # a player opens their own account, as at the gateway
                 )
             if self.uses("ranking"):
                 profile = await self.calls.unary(
@@ -216,7 +217,7 @@ class Driver:
                     kind=wallet_pb2.GrantRequest.KIND_PROMOTION,
                     note="load test",
                 ),
-                self.tokens.service(SIGNUP_SERVICE),
+                self.tokens.admin(TOP_UP_ADMIN),
             )
             balance += amount
         return balance

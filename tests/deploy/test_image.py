@@ -33,7 +33,9 @@ def test_the_base_image_is_pinned_and_shared_by_both_stages() -> None:
     # An exact patch release of Python 3.11 (the project's), slim, or a digest.
     assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", image), image
     froms = [v for k, v in _instructions() if k == "FROM"]
-    assert froms == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE} AS run"]
+    # the services' image is the default (last) target; the load-test kit's shares its runtime
+    assert froms == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE} AS runtime", "runtime AS loadtest",
+                     "runtime AS run"]
 
 
 def test_it_installs_the_pinned_dependencies_and_the_project() -> None:
@@ -52,7 +54,9 @@ def test_it_installs_the_pinned_dependencies_and_the_project() -> None:
 
 def test_it_runs_as_a_non_root_user_on_a_read_only_root() -> None:
     users = [v for k, v in _instructions() if k == "USER"]
-    assert users == ["10001:10001"]  # numeric, so runAsNonRoot can verify it; the manifests use 10001
+    # numeric, so runAsNonRoot can verify it; the manifests use 10001. The loadtest target installs
+    # its clients as root and switches back before its command.
+    assert users == ["10001:10001", "0", "10001:10001"]
     env = " ".join(v for k, v in _instructions() if k == "ENV")
     assert "PYTHONDONTWRITEBYTECODE=1" in env and "TMPDIR=/tmp" in env and "BURACO_ENV=production" in env
     assert "compileall" in " ".join(v for k, v in _instructions() if k == "RUN")
@@ -80,4 +84,21 @@ def test_it_installs_the_engine_compiled_by_mypyc_and_checks_it_loads_compiled()
     assert "-c constraints.txt" in tools
     # the run stage takes the service's environment only, not the build tools
     copies = [v for k, v in _instructions() if k == "COPY" and v.startswith("--from=build")]
-    assert copies == ["--from=build /opt/venv /opt/venv"]
+    assert copies[0] == "--from=build /opt/venv /opt/venv"
+    assert all("/opt/build" not in c and "/wheels" not in c for c in copies)
+
+
+def test_the_loadtest_target_adds_the_kit_and_its_clients_to_the_runtime_only() -> None:
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current = ""
+    for instruction, value in _instructions():
+        if instruction == "FROM":
+            current = value.rsplit(" AS ", 1)[1]
+        stages.setdefault(current, []).append((instruction, value))
+    loadtest = stages["loadtest"]
+    assert ("COPY", "loadtest /opt/loadtest/loadtest") in loadtest
+    assert any(k == "RUN" and "-c /opt/loadtest/constraints.txt httpx websockets" in v for k, v in loadtest)
+    assert loadtest[-1] == ("CMD", '["python", "-m", "loadtest", "--help"]')
+    assert [v for k, v in loadtest if k == "USER"][-1] == "10001:10001"
+    # the services' image (the default, last target) is the runtime with nothing added
+    assert list(stages)[-1] == "run" and stages["run"] == [("FROM", "runtime AS run")]

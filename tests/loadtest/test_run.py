@@ -268,7 +268,7 @@ async def test_backend_scenario_with_tokens_issued_beforehand(tmp_path: Path) ->
         settings = base_settings(tmp_path, targets, scenario="backend", bet=25, bot="random", journeys=1,
                                  token_key=tmp_path / "no-such-key.pem", tokens_file=str(tokens))
         recorder, _ = await run_shard(settings, range(4))
-    assert set(needed) == {*(f"player:t1-{n}" for n in range(4)), "service:gateway", "service:matchmaking",
+    assert set(needed) == {*(f"player:t1-{n}" for n in range(4)), "admin:loadtest", "service:matchmaking",
                            "service:game-session"}
     assert errors_of(recorder) == {} and recorder.counters.get("matches_completed") == 2
 
@@ -280,7 +280,7 @@ def test_a_tokens_file_must_hold_every_identity_the_run_needs(tmp_path: Path,
     argv = ["--scenario", "backend", "--players", "2", "--journeys", "1", "--tokens", str(tokens), "--out",
             str(tmp_path)]
     assert main([*argv, "--run-id", "r9"]) == 2
-    assert "has no token for service:gateway" in capsys.readouterr().err
+    assert "has no token for admin:loadtest" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         main(argv)  # the players' tokens name their ids: the run id must be given
     assert exit_info.value.code == 2
