@@ -125,7 +125,8 @@ def engine_for(url: str, *, schema: str | None = None, application_name: str | N
     `search_path` set to `schema` when given, and `application_name`. `transaction_pooling` (a
     pooler in transaction mode in front of PostgreSQL): only `application_name` is sent, the role's
     own `search_path` names the schema, and no prepared statement is cached: each has a unique name
-    and lives in its transaction (SQLAlchemy runs every statement in one)."""
+    and is used only within its transaction (SQLAlchemy runs every statement in one); the pooler's
+    `DISCARD ALL` drops it when the transaction ends (docs/operations.md, "PgBouncer")."""
     url = normalise_database_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
