@@ -326,6 +326,8 @@ def test_a_practice_table_against_a_bot_sorted_hand_legal_moves_and_a_dropped_so
     page.sign_in()
     table = practice_table(page)
     assert table.startswith("tables/")
+    # the level chosen is the table's too (the bot that takes a dropped player's seat plays at it)
+    assert server_table(page, table)["options"]["botLevel"] == "BOT_LEVEL_EASY"
     turns = 0
     checked_turn = -1
     dropped = False
@@ -413,6 +415,24 @@ def test_a_spectator_sees_the_table_but_no_hand(local_suite: LocalSuite, browser
 
 
 # -- helpers ------------------------------------------------------------------------------------------
+def server_table(page: Page, table: str) -> dict[str, Any]:
+    """GetTable through the gateway with the page's own session."""
+    answer: dict[str, Any] = page.driver.execute_async_script(
+        """
+        const [name, done] = arguments;
+        const session = JSON.parse(sessionStorage.getItem("buraco.session"));
+        fetch("/buraco.v1.GameSessionService/GetTable", {
+          method: "POST",
+          headers: {"content-type": "application/json", "authorization": "Bearer " + session.token},
+          body: JSON.stringify({name}),
+        }).then(r => r.json()).then(done, e => done({error: String(e)}));
+        """,
+        table,
+    )
+    assert "error" not in answer, answer
+    return answer
+
+
 def server_hints(page: Page) -> dict[str, Any]:
     """GetLegalMoves through the gateway with the page's own session: what the server says now."""
     table = (page.table() or {})["table"]

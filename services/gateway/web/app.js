@@ -444,6 +444,8 @@ class App {
       drawSeconds: Number(f.drawSeconds.value) || 0,
       playSeconds: Number(f.playSeconds.value) || 0,
       spectatorsAllowed: f.spectators.checked,
+      // the bots' level is the table's too: a bot of this level takes the seat of a player who drops
+      botLevel: f.level.value,
     };
     const button = form.querySelector("[type=submit]");
     button.disabled = true;
