@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +41,7 @@ from services.client.channels import ChannelPool
 from services.client.connection import play_seat
 from services.client.model import ruleset_of, shadow_state
 from services.common.auth import Kind, Minter
-from tests.services.harness import ServiceProcess, bearer, dev_minter, service_process
+from tests.services.harness import ServiceProcess, bearer, dev_minter, free_port, service_process
 
 pytestmark = pytest.mark.slow
 
@@ -57,11 +56,6 @@ LEASE_ENV = {
 #: Events each table reaches through replica A before it is killed.
 EVENTS_BEFORE_KILL = 20
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from services.common.db import Database
 from services.game_session.table import ruleset_for
 from services.wallet.service import run_audit
 from tests.conftest import DatabaseTarget
-from tests.services.harness import ServiceProcess, bearer, dev_minter, service_process
+from tests.services.harness import ServiceProcess, bearer, dev_minter, free_port, service_process
 
 Metadata = tuple[tuple[str, str], ...]
 WAIT_SECONDS = 60.0
@@ -213,18 +212,13 @@ def _database_env(db_target: DatabaseTarget, tmp_path: Path, name: str) -> dict[
     return db_target.environment()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
 
 @contextlib.contextmanager
 def _processes(
     db_target: DatabaseTarget, tmp_path: Path, names: tuple[str, ...], extra: dict[str, str]
 ) -> Iterator[dict[str, ServiceProcess]]:
     """Every process at once, on ports chosen beforehand so each knows the others' addresses."""
-    ports = {name: _free_port() for name in names}
+    ports = {name: free_port() for name in names}
     addresses = {f"BURACO_{name.upper()}_ADDRESS": f"127.0.0.1:{port}" for name, port in ports.items()}
     contexts = {
         name: service_process(

@@ -24,9 +24,9 @@ from sqlalchemy import text
 
 from services.common.auth import Kind
 from tests.conftest import DatabaseTarget
-from tests.e2e.suite import SERVICES, Suite, _free_port, suite
+from tests.e2e.suite import SERVICES, Suite, suite
 from tests.e2e.web import CallFailed, TableFeed, WebPlayer, play_until_over
-from tests.services.harness import ServiceProcess, dev_minter, service_process
+from tests.services.harness import ServiceProcess, dev_minter, free_port, service_process
 
 START = 1000
 #: A bot plays far faster than a person, and every test player calls from one address: the
@@ -152,7 +152,7 @@ async def test_the_browser_stream_survives_its_table_owner_stopping(
     leases = {"BURACO_GAME_SESSION_LEASE_SECONDS": "2", "BURACO_GAME_SESSION_TAKEOVER_SCAN_SECONDS": "0.5"}
     async with suite(db_target, tmp_path, names, BURACO_WALLET_STARTING_GRANT_CHIPS=str(START), **leases) as running:
         first = running.processes["game_session"]
-        port = _free_port()
+        port = free_port()
         with service_process("game_session", tmp_path / "second", label="game_session-2", env={
             **first.env, "BURACO_PORT": str(port), "BURACO_DEV_KEYS_DIR": str(tmp_path / "dev-keys")}) as second:
             replicas = {first.address: first, second.address: second}

@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -42,6 +43,14 @@ def make_config(service: str, tmp_path: Path, **overrides: Any) -> Config:
         shutdown_grace_seconds=5.0,
     )
     return replace(base, **overrides)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a process that must know its port
+    before it starts: a fixed address to restart at, or a pooler's configuration)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def dev_minter(keys_dir: Path, audience: str = "buraco") -> Minter:

@@ -35,7 +35,7 @@ from services.common.config import Config, ConfigError
 from services.common.db import Database
 from tests.services.common.test_least_privilege import _specs
 from tests.services.game_session.conftest import table_request
-from tests.services.harness import bearer, dev_minter, make_config, running
+from tests.services.harness import bearer, dev_minter, free_port, make_config, running
 
 SERVICES = ("wallet", "ranking", "matchmaking", "tournament", "game_session")
 
@@ -49,11 +49,6 @@ def _binary() -> str:
         pytest.skip(message)
     return found
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -131,7 +126,7 @@ async def bouncer(postgres_url: str, tmp_path: Path) -> AsyncIterator[Bouncer]:
             await admin.execute(f'ALTER ROLE "{role}" IN DATABASE "{database}" SET search_path = "{schema}"')
         await admin.execute(f'CREATE ROLE "{bare}" LOGIN')
         await admin.execute(f'CREATE SCHEMA "{bare_schema}" AUTHORIZATION "{bare}"')
-        port = _free_port()
+        port = free_port()
         users = [*roles.values(), bare]
         (folder / "users.txt").write_text("".join(f'"{user}" ""\n' for user in users))
         (folder / "pgbouncer.ini").write_text(

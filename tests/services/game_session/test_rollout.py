@@ -12,7 +12,6 @@ twice; with it, none does.
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from sqlalchemy import select
@@ -21,14 +20,10 @@ from buraco.v1 import common_pb2, game_session_pb2, wallet_pb2
 from services.common.auth import Kind
 from services.game_session import models
 from tests.services.game_session.conftest import Cluster, Node, settings, subscribe, table_request
+from tests.services.harness import free_port
 
 TABLES_PER_REPLICA = 2
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def _owners(node: Node) -> dict[str, tuple[str, int]]:
@@ -67,7 +62,7 @@ async def _rollout(cluster: Cluster, wait: float) -> dict[str, list[tuple[str, i
     """Three replicas of revision r1 with tables in play, replaced one by one by revision r2; every
     table's owners in turn, as (address, epoch): a takeover raises the epoch, also by the replacement
     at the same address."""
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     nodes = [await _start(cluster, port, "r1", wait) for port in ports]
     tables = [f"t{n}-{k}" for n in range(3) for k in range(TABLES_PER_REPLICA)]
     for index, table_id in enumerate(tables):
@@ -143,8 +138,8 @@ async def test_without_a_handoff_wait_a_rolling_update_moves_some_table_twice(cl
 
 async def test_a_released_table_goes_to_any_replica_once_the_wait_is_over(cluster: Cluster) -> None:
     """A scale-down: no replica of another revision comes, and none at the stopped one's address."""
-    a = await _start(cluster, _free_port(), "r1", 30.0)
-    b = await _start(cluster, _free_port(), "r1", 30.0)
+    a = await _start(cluster, free_port(), "r1", 30.0)
+    b = await _start(cluster, free_port(), "r1", 30.0)
     await _bots_play(cluster, a, "t-scale")
     await cluster.stop(a)
     cluster.clock.advance(5)
