@@ -244,3 +244,19 @@ async def started(cluster: Cluster, table_id: str, *who: str, **opts: Any) -> di
     for stream in streams.values():
         await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
     return streams
+
+
+async def left_to_bots(cluster: Cluster, node: Node, table_id: str, tournament: str = "", **opts: Any) -> list[Stream]:
+    """A table at `node` whose two players (alice, bob) join and, once the deal is in, both leave:
+    bots play both seats from then on. The players' streams, still open."""
+    stub = cluster.stub(node)
+    request = table_request(table_id, "alice", "bob", **opts)
+    request.table.tournament = tournament
+    await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
+    streams = [subscribe(stub, cluster.token(Kind.PLAYER, p), f"tables/{table_id}") for p in ("alice", "bob")]
+    for stream in streams:
+        await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
+    for player in ("alice", "bob"):
+        await stub.LeaveTable(game_session_pb2.LeaveTableRequest(table=f"tables/{table_id}", request_id="leave"),
+                              metadata=cluster.token(Kind.PLAYER, player))
+    return streams

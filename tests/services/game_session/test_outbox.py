@@ -27,7 +27,14 @@ from services.game_session import models
 from services.game_session.log import Entry
 from services.game_session.table import LiveTable
 from tests.conftest import DatabaseTarget
-from tests.services.game_session.conftest import Cluster, Node, options, seats, settings, subscribe, table_request
+from tests.services.game_session.conftest import (
+    Cluster,
+    Node,
+    left_to_bots,
+    options,
+    seats,
+    settings,
+)
 from tests.services.harness import bearer, dev_minter, make_config, running
 
 
@@ -35,16 +42,7 @@ async def _finish(
     cluster: Cluster, node: Node, table_id: str, tournament: str = "", **opts: Any
 ) -> game_session_pb2.MatchEnded:
     """Both players leave at once; the bots finish the (express) match."""
-    stub = cluster.stub(node)
-    request = table_request(table_id, "alice", "bob", **opts)
-    request.table.tournament = tournament
-    await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "mm"))
-    streams = [subscribe(stub, cluster.token(Kind.PLAYER, p), f"tables/{table_id}") for p in ("alice", "bob")]
-    for stream in streams:
-        await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
-    for player in ("alice", "bob"):
-        await stub.LeaveTable(game_session_pb2.LeaveTableRequest(table=f"tables/{table_id}", request_id="bye"),
-                              metadata=cluster.token(Kind.PLAYER, player))
+    streams = await left_to_bots(cluster, node, table_id, tournament, **opts)
     await streams[0].wait(lambda events: any(e.HasField("match_ended") for e in events), timeout=60)
     for stream in streams:
         await stream.close()

@@ -16,10 +16,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from buraco.v1 import common_pb2, game_session_pb2, wallet_pb2
-from services.common.auth import Kind
+from buraco.v1 import common_pb2, wallet_pb2
 from services.game_session import models
-from tests.services.game_session.conftest import Cluster, Node, settings, subscribe, table_request
+from tests.services.game_session.conftest import Cluster, Node, left_to_bots, settings
 from tests.services.harness import free_port
 
 TABLES_PER_REPLICA = 2
@@ -40,16 +39,7 @@ async def _start(cluster: Cluster, port: int, revision: str, wait: float) -> Nod
 
 async def _bots_play(cluster: Cluster, node: Node, table_id: str) -> None:
     """A staked table whose two players join and leave at once: bots play both seats from then on."""
-    stub = cluster.stub(node)
-    await stub.CreateTable(table_request(table_id, "alice", "bob", mode=common_pb2.TABLE_MODE_COMPETITIVE,
-                                         bet_chips=10), metadata=cluster.token(Kind.SERVICE, "matchmaking"))
-    streams = [subscribe(stub, cluster.token(Kind.PLAYER, p), f"tables/{table_id}") for p in ("alice", "bob")]
-    for stream in streams:
-        await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
-    for player in ("alice", "bob"):
-        await stub.LeaveTable(game_session_pb2.LeaveTableRequest(table=f"tables/{table_id}", request_id="leave"),
-                              metadata=cluster.token(Kind.PLAYER, player))
-    for stream in streams:
+    for stream in await left_to_bots(cluster, node, table_id, mode=common_pb2.TABLE_MODE_COMPETITIVE, bet_chips=10):
         await stream.close()
 
 
