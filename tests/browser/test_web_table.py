@@ -415,41 +415,33 @@ def test_a_spectator_sees_the_table_but_no_hand(local_suite: LocalSuite, browser
 
 
 # -- helpers ------------------------------------------------------------------------------------------
-def server_table(page: Page, table: str) -> dict[str, Any]:
-    """GetTable through the gateway with the page's own session."""
+def gateway_call(page: Page, method: str, body: dict[str, Any]) -> dict[str, Any]:
+    """`method` (`Service/Method`) through the gateway with the page's own session: its answer."""
     answer: dict[str, Any] = page.driver.execute_async_script(
         """
-        const [name, done] = arguments;
+        const [method, body, done] = arguments;
         const session = JSON.parse(sessionStorage.getItem("buraco.session"));
-        fetch("/buraco.v1.GameSessionService/GetTable", {
+        fetch("/buraco.v1." + method, {
           method: "POST",
           headers: {"content-type": "application/json", "authorization": "Bearer " + session.token},
-          body: JSON.stringify({name}),
+          body: JSON.stringify(body),
         }).then(r => r.json()).then(done, e => done({error: String(e)}));
         """,
-        table,
+        method,
+        body,
     )
     assert "error" not in answer, answer
     return answer
+
+
+def server_table(page: Page, table: str) -> dict[str, Any]:
+    """GetTable: the table as the server has it."""
+    return gateway_call(page, "GameSessionService/GetTable", {"name": table})
 
 
 def server_hints(page: Page) -> dict[str, Any]:
-    """GetLegalMoves through the gateway with the page's own session: what the server says now."""
-    table = (page.table() or {})["table"]
-    answer: dict[str, Any] = page.driver.execute_async_script(
-        """
-        const [table, done] = arguments;
-        const session = JSON.parse(sessionStorage.getItem("buraco.session"));
-        fetch("/buraco.v1.GameSessionService/GetLegalMoves", {
-          method: "POST",
-          headers: {"content-type": "application/json", "authorization": "Bearer " + session.token},
-          body: JSON.stringify({table}),
-        }).then(r => r.json()).then(done, e => done({error: String(e)}));
-        """,
-        table,
-    )
-    assert "error" not in answer, answer
-    return answer
+    """GetLegalMoves: what the server says now."""
+    return gateway_call(page, "GameSessionService/GetLegalMoves", {"table": (page.table() or {})["table"]})
 
 
 def drop_socket_while_drawing(page: Page) -> None:
