@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import grpc
 
 from loadtest.recorder import Recorder
+from services.client.channels import open_channel
 from services.common.auth import ACT_FOR_HEADER, Kind, Minter, load_private_key
 from services.common.config import DEFAULT_PORTS
 from services.common.tls import ClientTls, TlsSettings
@@ -174,14 +175,9 @@ class Channels:
         found = self._open.get(key)
         if found is None:
             # A distinct option per slot keeps gRPC from sharing one subchannel between them.
-            options: list[tuple[str, Any]] = [("loadtest.slot", key[1])]
-            if self.tls is None:
-                found = grpc.aio.insecure_channel(address, options=options)
-            else:
-                if self.server_name:
-                    options.append(("grpc.ssl_target_name_override", self.server_name))
-                found = grpc.aio.secure_channel(address, self.tls.current()[1], options=options)
-            self._open[key] = found
+            credentials = None if self.tls is None else self.tls.current()[1]
+            found = self._open[key] = open_channel(address, [("loadtest.slot", key[1])], credentials,
+                                                   self.server_name or None)
         return found
 
     async def close(self) -> None:

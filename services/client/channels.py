@@ -90,11 +90,14 @@ def channel(
     must carry, when not the host of `address`); without, plaintext."""
     source: Callable[[], str | None] = (lambda: token) if isinstance(token, str) or token is None else token
     chain: Any = [_Outbound(source), *interceptors]  # grpc-stubs leaves client interceptors untyped
-    return _open(address, options, credentials, server_name, chain)
+    return open_channel(address, options, credentials, server_name, chain)
 
 
-def _open(address: str, options: list[tuple[str, Any]] | None, credentials: grpc.ChannelCredentials | None,
-          server_name: str | None, interceptors: Any = None) -> grpc.aio.Channel:
+def open_channel(address: str, options: list[tuple[str, Any]] | None, credentials: grpc.ChannelCredentials | None,
+                 server_name: str | None, interceptors: Any = None) -> grpc.aio.Channel:
+    """A bare channel (no token): plaintext without `credentials`, else TLS verifying `server_name`
+    when given (a replica dialled at its pod address carries its service's name), else the host of
+    `address`."""
     if credentials is None:
         return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
     if server_name is not None and server_name != host_of(address):
@@ -146,7 +149,7 @@ class ChannelPool:
         if len(channels) < self.size:
             # a distinct option keeps grpc from sharing one subchannel between them
             options = [("grpc.channel_pool_index", len(channels)), *(balancing(address) or ())]
-            channels.append(_open(address, options, credentials, self.server_name))
+            channels.append(open_channel(address, options, credentials, self.server_name))
             return channels[-1]
         self._next += 1
         return channels[self._next % len(channels)]
