@@ -13,16 +13,27 @@ With `--pid PID` (Linux: the service's process) each line also gives the CPU the
 during the run, in % of one core, and the CPU seconds it spent per player-minute: a figure that,
 unlike latency, does not depend on what else the machine runs, from which the players one core
 holds follow (`players * 100 / cpu%`, at full use of the core).
+
+The whole suite at once (`--service all`: the bound applies to every RPC of the run):
+
+    python -m loadtest.sweep --service all --suite SUITE_PID --postgres --levels 1000,2000 -- ...
+
+`--suite PID` (the `services.local` process) measures each of its services' processes, named by
+their module, and `--pid NAME=PID` any other process; `--postgres` adds PostgreSQL's processes on
+this machine as one (the backends alive at the end of the level: CPU of backends that exit during
+it is not counted). Each line then ends with every process's share of a core, and the driver's
+own (from its report).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +41,53 @@ from typing import Any
 from services.common.measure import cpu_seconds
 
 SERVICES = ("matchmaking", "game_session", "wallet", "ranking")
+ALL = "all"
+
+
+def suite_processes(suite_pid: int) -> dict[str, int]:
+    """The processes `services.local` started, by service name (`python -m services.NAME`)."""
+    out: dict[str, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) != suite_pid:
+                continue
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        modules = [a.decode() for a in argv if a.startswith(b"services.")]
+        if modules:
+            out[modules[0].removeprefix("services.")] = int(stat.parent.name)
+    return out
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time so far of every process named `postgres` on this machine (the server and its backends)."""
+    total = 0.0
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "postgres":
+                total += cpu_seconds(int(comm.parent.name))
+        except OSError:
+            continue
+    return total
+
+
+def process_meters(pids: dict[str, int], postgres: bool) -> dict[str, Callable[[], float]]:
+    """A CPU-seconds reading per measured process, by name."""
+    meters: dict[str, Callable[[], float]] = {name: functools.partial(cpu_seconds, pid) for name, pid in pids.items()}
+    if postgres:
+        meters["postgres"] = postgres_cpu_seconds
+    return meters
+
+
+def parse_pid(text: str) -> tuple[str, int]:
+    """`--pid` values: `PID` (named "service") or `NAME=PID`."""
+    name, _, pid = text.rpartition("=")
+    try:
+        return name or "service", int(pid)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--pid {text!r}: expected PID or NAME=PID") from None
 
 
 @dataclass(frozen=True)
@@ -43,7 +101,8 @@ class Level:
 
 def level_of(players: int, report: dict[str, Any], service: str, p99_ms: float) -> Level:
     """One level's figures for `service` from a run's report.json."""
-    rows = [r for r in report["rows"] if r["kind"] == "rpc" and r["name"].startswith(f"{service}.")]
+    prefix = "" if service == ALL else f"{service}."
+    rows = [r for r in report["rows"] if r["kind"] == "rpc" and r["name"].startswith(prefix)]
     calls = sum(r["calls"] for r in rows)
     errors = sum(r["errors"] for r in rows)
     p99s = [r["p99_ms"] for r in rows if r["p99_ms"] is not None]
@@ -57,11 +116,18 @@ def level_of(players: int, report: dict[str, Any], service: str, p99_ms: float) 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--levels", required=True, help="player counts to try, in order: 8,16,32")
-    parser.add_argument("--service", choices=SERVICES, required=True, help="whose RPCs the bound applies to")
+    parser.add_argument(
+        "--service", choices=(*SERVICES, ALL), required=True, help="whose RPCs the bound applies to (all: every RPC)"
+    )
     parser.add_argument("--p99-ms", type=float, default=100.0, help="the bound on every RPC's p99 (default 100)")
     parser.add_argument("--out", type=Path, default=Path("var/loadtest-sweep"), help="reports folder")
     parser.add_argument("--all", action="store_true", help="run every level, even after one over the bound")
-    parser.add_argument("--pid", type=int, help="the service's process id, to report its CPU use (Linux)")
+    parser.add_argument(
+        "--pid", type=parse_pid, action="append", default=[],
+        help="PID or NAME=PID of a process whose CPU use to report (Linux); repeatable",
+    )
+    parser.add_argument("--suite", type=int, help="the services.local process: report each service's CPU use")
+    parser.add_argument("--postgres", action="store_true", help="report PostgreSQL's CPU use (its processes here)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then arguments for python -m loadtest")
     options = parser.parse_args(argv)
     try:
@@ -69,24 +135,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         parser.error("--levels: whole numbers separated by commas")
     extra = [a for a in options.args if a != "--"]
+    pids = dict(options.pid)
+    if options.suite:
+        pids.update(suite_processes(options.suite))
+    meters = process_meters(pids, options.postgres)
+    single = len(meters) == 1 and not options.suite and not options.postgres
     best: Level | None = None
-    print(f"{'players':>8} {'calls/s':>9} {'worst p99':>10} {'errors':>8}  within  cpu%  cpu-s/player-min")
+    columns = "  cpu%  cpu-s/player-min" if single else "  cpu% of a core per process" if meters else ""
+    print(f"{'players':>8} {'calls/s':>9} {'worst p99':>10} {'errors':>8}  within{columns}")
     for players in levels:
         out = options.out / str(players)
         command = [sys.executable, "-m", "loadtest", *extra, "--players", str(players), "--out", str(out)]
-        cpu_before, wall_before = (cpu_seconds(options.pid), time.monotonic()) if options.pid else (0.0, 0.0)
+        before = {name: meter() for name, meter in meters.items()}
+        wall_before = time.monotonic()
         finished = subprocess.run(command, capture_output=True, text=True, check=False)
-        cpu = ""
-        if options.pid:
-            share = (cpu_seconds(options.pid) - cpu_before) / (time.monotonic() - wall_before)
-            cpu = f"  {share * 100:4.0f}  {share * 60 / players:.4f}"
+        wall = time.monotonic() - wall_before
+        shares = {name: (meter() - before[name]) / wall for name, meter in meters.items()}
         report_path = out / "report.json"
         if finished.returncode == 2 or not report_path.is_file():
             sys.stderr.write(finished.stdout[-2000:] + finished.stderr[-2000:])
             print(f"loadtest.sweep: the run at {players} players failed", file=sys.stderr)
             return 2
-        level = level_of(players, json.loads(report_path.read_text()), options.service, options.p99_ms)
+        report = json.loads(report_path.read_text())
+        level = level_of(players, report, options.service, options.p99_ms)
         worst = "-" if level.worst_p99_ms is None else f"{level.worst_p99_ms:.1f}ms"
+        if single:
+            (share,) = shares.values()
+            cpu = f"  {share * 100:4.0f}  {share * 60 / players:.4f}"
+        else:
+            driver_ms = float(report["summary"]["counters"].get("driver_cpu_ms", 0))
+            shares["driver"] = driver_ms / 1000 / wall
+            cpu = "  " + " ".join(f"{name}={share * 100:.0f}%" for name, share in shares.items())
         print(
             f"{players:>8} {level.calls_per_s:>9} {worst:>10} {level.error_rate * 100:>7.2f}%  "
             f"{'yes' if level.within else 'no':<6}{cpu}",

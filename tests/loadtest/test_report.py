@@ -164,3 +164,62 @@ def test_sweep_level_reads_one_service_from_a_report() -> None:
     assert not ranking.within
     assert level_of(8, document, "ranking", 600.0).within
     assert not level_of(8, document, "game_session", 100.0).within  # no call: no evidence
+
+
+def test_sweep_level_over_every_rpc_takes_the_worst_service() -> None:
+    from loadtest.sweep import ALL, level_of
+
+    recorder = Recorder()
+    for ms in range(1, 101):
+        recorder.ok("rpc", "wallet.GetAccount", ms / 1000)
+        recorder.ok("rpc", "game_session.Draw", ms / 2000)
+    recorder.ok("step", "journey", 30.0)  # steps are not RPCs: never under the bound
+    document = json.loads(Report.build(recorder, elapsed_s=10.0).json())
+    level = level_of(2, document, ALL, 100.0)
+    assert level.calls_per_s == 20.0
+    assert level.worst_p99_ms == pytest.approx(99, rel=1e-3)  # the wallet's, not the game session's 49.5
+    assert level.within
+    assert not level_of(2, document, ALL, 90.0).within
+
+
+def test_sweep_pid_arguments() -> None:
+    import argparse
+
+    from loadtest.sweep import parse_pid
+
+    assert parse_pid("123") == ("service", 123)
+    assert parse_pid("driver=77") == ("driver", 77)
+    with pytest.raises(argparse.ArgumentTypeError, match="NAME=PID"):
+        parse_pid("driver=x")
+
+
+def test_sweep_finds_a_suites_service_processes() -> None:
+    """`--suite PID` names each child by its `services.NAME` module, and ignores other children."""
+    import subprocess
+    import sys
+
+    from loadtest.sweep import process_meters, suite_processes
+
+    # A parent that starts two children the way services.local does, plus one that is no service.
+    script = (
+        "import subprocess, sys\n"
+        "cmd = [sys.executable, '-c', 'import sys; sys.stdin.read()']\n"
+        "kids = [subprocess.Popen([*cmd, 'services.wallet'], stdin=subprocess.PIPE),\n"
+        "        subprocess.Popen([*cmd, 'services.ranking'], stdin=subprocess.PIPE),\n"
+        "        subprocess.Popen([*cmd, 'other'], stdin=subprocess.PIPE)]\n"
+        "print(' '.join(str(k.pid) for k in kids), flush=True)\n"
+        "sys.stdin.read()\n"
+        "for k in kids: k.stdin.close(); k.wait()\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        wallet, ranking, _other = (int(p) for p in parent.stdout.readline().split())
+        assert suite_processes(parent.pid) == {"wallet": wallet, "ranking": ranking}
+        meters = process_meters({"wallet": wallet}, postgres=True)
+        assert set(meters) == {"wallet", "postgres"}
+        assert meters["wallet"]() >= 0.0
+    finally:
+        assert parent.stdin is not None
+        parent.stdin.close()
+        parent.wait(timeout=30)
