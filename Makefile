@@ -9,7 +9,7 @@ PROTO_RELEASE := proto/release/buraco-v1.json
 
 .PHONY: help venv proto proto-check proto-lint proto-breaking proto-release test lint typecheck unit \
 	run migrate bench-engine wheel-native engine-native test-engine-native bench-ranking deploy-check bench-wallet bench-bots bench-sessions bench-gateway bench-matchmaking \
-	bench-tournament clean
+	bench-tournament bench-suite clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -127,6 +127,11 @@ bench-gateway: venv engine-native ## gateway: latency it adds to a move vs direc
 
 bench-matchmaking: venv ## matchmaking: one matcher pass over 100,000 tickets, tickets matched/s end to end and at steady rates (SQLite, PostgreSQL), match quality
 	$(PY) -m bench.matchmaking $(ARGS)
+
+# The whole suite (services.local on PostgreSQL, the compiled engine) under the journey of real players at
+# human pace, a fresh suite per level; `ARGS="--levels 500"` for one level, `ARGS=--smoke` for a tiny run.
+bench-suite: venv engine-native ## the whole suite: players held at human pace with every RPC's p99 < 100 ms, CPU share of each service
+	$(PY) -m bench.suite $(ARGS)
 
 bench-tournament: venv ## tournaments: Swiss pairing, standings, prize shares and a bracket at 1,024 entrants (ms)
 	$(PY) -m bench.tournament $(ARGS)

@@ -1,0 +1,229 @@
+"""The whole suite under the journey of real players: ``python -m bench.suite`` (``make bench-suite``).
+
+For each level (a number of players), a fresh suite as ``make run`` starts it (``services.local``:
+one process per service, the four the journey calls; on PostgreSQL in a schema of its own, dropped
+at the end, or SQLite with ``--database sqlite``), the compiled engine when ``build/native`` is
+current (as the image runs it), then ``python -m loadtest`` with the journey scenario: every player
+signs up, is funded, queues, confirms, plays one express match at human pace (``--think-time``,
+mean seconds before each game action), sees the pot settled to the chip and reads the leaderboard.
+The players start evenly over ``--ramp`` seconds, so that all of them play at once for most of the run.
+
+Prints one figure per line as ``bench: NAME VALUE UNIT``, per level: the RPC calls per second, the
+worst p99 over every RPC (and which RPC it is, on a ``worst:`` line), the errors, the journeys
+completed, each process's CPU share in cores (every service, PostgreSQL's processes, the driver);
+and last ``journey_players_within_p99`` (the largest level with every RPC's p99 under ``--p99-ms``
+and no error; 0 when none).
+
+The services keep their production rate limits (a player at human pace stays far under them), except
+without think time (``--smoke``), where they are lifted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.game_sessions import create_schema, engine_place
+from loadtest.sweep import ALL, Level, level_of, process_meters, suite_processes
+from services.common.config import DEFAULT_PORTS
+
+ROOT = Path(__file__).resolve().parents[1]
+READY_LINE = "every service is listening"
+SERVICES = ("matchmaking", "game_session", "wallet", "ranking")
+
+
+def report(name: str, value: float, unit: str) -> None:
+    print(f"bench: {name} {value:.6g} {unit}", flush=True)
+
+
+class Suite:
+    """`services.local` in its own folder and process group, started and stopped around one level."""
+
+    def __init__(self, workdir: Path, env: dict[str, str], cwd: Path, port_base: int, metrics_base: int) -> None:
+        self.workdir = workdir
+        self.port_base = port_base
+        self.log: list[str] = []
+        self.ready = threading.Event()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "services.local", "--port-base", str(port_base),
+             "--metrics-base", str(metrics_base), "--var", str(workdir), "--only", *SERVICES],
+            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if len(self.log) < 2000:
+                self.log.append(line)
+            if READY_LINE in line:
+                self.ready.set()
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.ready.wait(0.2):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                return False
+        return True
+
+    def targets(self) -> str:
+        order = list(DEFAULT_PORTS)
+        return ",".join(f"{name}=localhost:{self.port_base + order.index(name)}" for name in SERVICES)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def loadtest_command(args: argparse.Namespace, suite: Suite, players: int, out: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "loadtest", "--scenario", "journey", "--targets", suite.targets(),
+        "--token-key", str(suite.workdir / "dev-keys" / "dev-private.pem"),
+        "--players", str(players), "--journeys", "1", "--ramp", str(args.ramp),
+        "--think-time", str(args.think_time),
+        "--processes", str(args.processes), "--seats", str(args.seats), "--out", str(out),
+        "--wait-timeout", str(args.wait_timeout),
+    ]
+
+
+def worst_rpc(report_json: dict[str, Any]) -> tuple[str, float]:
+    rows = [r for r in report_json["rows"] if r["kind"] == "rpc" and r["p99_ms"] is not None]
+    if not rows:
+        return "-", float("nan")
+    row = max(rows, key=lambda r: r["p99_ms"])
+    return row["name"], float(row["p99_ms"])
+
+
+def run_level(args: argparse.Namespace, players: int, workdir: Path, schema: str | None) -> Level | None:
+    place, _ = engine_place()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if args.think_time == 0:
+        # players without think time call far faster than a person: lift the per-player limit
+        env.update(BURACO_RATE_LIMIT_PER_SECOND="100000", BURACO_RATE_LIMIT_BURST="100000")
+    if args.database == "postgres":
+        assert schema is not None
+        env["BURACO_DATABASE_URL"] = args.postgres_url
+        env["BURACO_DATABASE_SCHEMA"] = schema
+    suite = Suite(workdir / "suite", env, place, args.port_base, args.metrics_base)
+    try:
+        if not suite.wait_ready(args.start_timeout):
+            sys.stderr.write("".join(suite.log[-60:]))
+            print(f"bench.suite: the suite did not start for {players} players", file=sys.stderr)
+            return None
+        meters = process_meters(suite_processes(suite.process.pid), postgres=args.database == "postgres")
+        before = {name: meter() for name, meter in meters.items()}
+        started = time.monotonic()
+        out = workdir / f"report-{players}"
+        finished = subprocess.run(loadtest_command(args, suite, players, out), cwd=place, env=env,
+                                  capture_output=True, text=True, check=False)
+        wall = time.monotonic() - started
+        shares = {name: (meter() - before[name]) / wall for name, meter in meters.items()}
+    finally:
+        suite.stop()
+    path = out / "report.json"
+    if finished.returncode == 2 or not path.is_file():
+        sys.stderr.write(finished.stdout[-3000:] + finished.stderr[-3000:])
+        print(f"bench.suite: the load test at {players} players failed to run", file=sys.stderr)
+        return None
+    document = json.loads(path.read_text())
+    level = level_of(players, document, ALL, args.p99_ms)
+    counters = document["summary"]["counters"]
+    name, p99 = worst_rpc(document)
+    prefix = f"journey_{players}"
+    report(f"{prefix}_calls_per_s", level.calls_per_s, "calls/s")
+    report(f"{prefix}_worst_p99", p99, "ms")
+    print(f"worst: {prefix} {name} p99 {p99:.1f} ms", flush=True)
+    report(f"{prefix}_errors", float(document["summary"]["rpc_errors"]), "calls")
+    for row in document["rows"]:
+        if row["errors"]:
+            print(f"errors: {prefix} {row['kind']} {row['name']} {row['errors_by_code']}", flush=True)
+    report(f"{prefix}_journeys_completed", float(counters.get("journeys_completed", 0)), "journeys")
+    report(f"{prefix}_journeys_failed", float(counters.get("journeys_failed", 0)), "journeys")
+    for process, share in shares.items():
+        report(f"{prefix}_cpu_{process}", share, "cores")
+    report(f"{prefix}_cpu_driver", float(counters.get("driver_cpu_ms", 0)) / 1000 / wall, "cores")
+    report(f"{prefix}_driver_cpu_per_call", float(document["summary"]["driver_cpu_us_per_call"]), "us")
+    if finished.returncode != 0:
+        sys.stderr.write(finished.stdout[-1500:])
+    return level
+
+
+async def make_schema(url: str, drop: str | None = None) -> str:
+    if drop is not None:
+        await create_schema(url, drop, drop=True)
+        return drop
+    schema = f"bench_suite_{uuid.uuid4().hex[:10]}"
+    await create_schema(url, schema)
+    return schema
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", default="1000,2000", help="player counts, one fresh suite each (default 1000,2000)")
+    parser.add_argument("--ramp", type=float, default=120.0, help="seconds over which the players start")
+    parser.add_argument("--think-time", type=float, default=1.0, help="mean seconds before each game action")
+    parser.add_argument("--wait-timeout", type=float, default=120.0, help="longest wait for a match or a settlement")
+    parser.add_argument("--processes", type=int, default=2, help="driver processes")
+    parser.add_argument("--seats", type=int, default=2, choices=(2, 4), help="players per table")
+    parser.add_argument("--p99-ms", type=float, default=100.0, help="the bound on every RPC's p99")
+    parser.add_argument("--database", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--postgres-url", default=os.environ.get(
+        "BURACO_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"))
+    parser.add_argument("--port-base", type=int, default=58051, help="the suite's first port")
+    parser.add_argument("--metrics-base", type=int, default=9401, help="the suite's first metrics port")
+    parser.add_argument("--start-timeout", type=float, default=120.0)
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that checks the bench works: 4 players, no think time, SQLite")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.smoke:
+        args.levels, args.ramp, args.think_time, args.processes = "4", 0.0, 0.0, 1
+        args.database = "sqlite"
+    try:
+        levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    except ValueError:
+        print("bench.suite: --levels: whole numbers separated by commas", file=sys.stderr)
+        return 2
+    _, engine = engine_place()
+    print(f"bench.suite: engine {engine}, database {args.database}, think time {args.think_time} s, "
+          f"ramp {args.ramp} s, {args.processes} driver process(es)", flush=True)
+    best = 0
+    for players in levels:
+        with tempfile.TemporaryDirectory(prefix="bench-suite-") as folder:
+            schema = asyncio.run(make_schema(args.postgres_url)) if args.database == "postgres" else None
+            try:
+                level = run_level(args, players, Path(folder), schema)
+            finally:
+                if schema is not None:
+                    asyncio.run(make_schema(args.postgres_url, drop=schema))
+        if level is None:
+            return 1
+        if level.within:
+            best = max(best, players)
+    report("journey_players_within_p99", float(best), "players")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

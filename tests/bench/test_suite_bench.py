@@ -1,0 +1,77 @@
+"""`make bench-suite` (bench/suite.py) at its smoke size: a suite started as `make run` starts it,
+four players through the whole journey, every figure printed, the suite stopped."""
+
+from __future__ import annotations
+
+import math
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.services.harness import ROOT
+
+pytestmark = pytest.mark.slow
+
+PER_LEVEL = {
+    "journey_4_calls_per_s": "calls/s",
+    "journey_4_worst_p99": "ms",
+    "journey_4_errors": "calls",
+    "journey_4_journeys_completed": "journeys",
+    "journey_4_journeys_failed": "journeys",
+    "journey_4_cpu_matchmaking": "cores",
+    "journey_4_cpu_game_session": "cores",
+    "journey_4_cpu_wallet": "cores",
+    "journey_4_cpu_ranking": "cores",
+    "journey_4_cpu_driver": "cores",
+    "journey_4_driver_cpu_per_call": "us",
+    "journey_players_within_p99": "players",
+}
+
+
+def free_range(count: int) -> int:
+    """The first of `count` consecutive ports on 127.0.0.1 that nothing listens on now."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + count > 65535:
+            continue
+        probes = [socket.socket() for _ in range(count)]
+        try:
+            for offset, extra in enumerate(probes):
+                extra.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for extra in probes:
+                extra.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def test_the_bench_prints_every_figure() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.suite", "--smoke", "--port-base", str(free_range(5)),
+         "--metrics-base", str(free_range(6))],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    figures: dict[str, tuple[float, str]] = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("bench: "):
+            _, name, number, unit = line.split()
+            figures[name] = (float(number), unit)
+    for name, unit in PER_LEVEL.items():
+        assert name in figures, f"{name} missing from:\n{run.stdout}"
+        value, printed_unit = figures[name]
+        assert printed_unit == unit and math.isfinite(value), (name, value, printed_unit)
+    assert figures["journey_4_errors"][0] == 0
+    assert figures["journey_4_journeys_completed"][0] == 4 and figures["journey_4_journeys_failed"][0] == 0
+    # every service and the driver did work; the game session most of it (a whole match per table)
+    cpu = {name: figures[f"journey_4_cpu_{name}"][0] for name in ("matchmaking", "game_session", "wallet", "driver")}
+    assert all(share > 0 for share in cpu.values()), cpu
+    assert cpu["game_session"] > cpu["wallet"]
+    within = figures["journey_players_within_p99"][0]
+    assert within == (4 if figures["journey_4_worst_p99"][0] < 100 else 0)
