@@ -7,6 +7,8 @@ current (as the image runs it), then ``python -m loadtest`` with the journey sce
 signs up, is funded, queues, confirms, plays one express match at human pace (``--think-time``,
 mean seconds before each game action), sees the pot settled to the chip and reads the leaderboard.
 The players start evenly over ``--ramp`` seconds, so that all of them play at once for most of the run.
+Each player acts on its table's ``Play`` stream, as the gateway does for every browser it holds a
+socket for (``--stream changes``: unary action calls beside ``SubscribeChanges`` instead).
 
 Prints one figure per line as ``bench: NAME VALUE UNIT``, per level: the RPC calls per second, the
 worst p99 over every RPC (and which RPC it is, on a ``worst:`` line), the errors, the journeys
@@ -100,7 +102,7 @@ def loadtest_command(args: argparse.Namespace, suite: Suite, players: int, out: 
         "--players", str(players), "--journeys", "1", "--ramp", str(args.ramp),
         "--think-time", str(args.think_time),
         "--processes", str(args.processes), "--seats", str(args.seats), "--out", str(out),
-        "--wait-timeout", str(args.wait_timeout),
+        "--wait-timeout", str(args.wait_timeout), *(["--play-stream"] if args.stream == "play" else []),
     ]
 
 
@@ -183,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wait-timeout", type=float, default=120.0, help="longest wait for a match or a settlement")
     parser.add_argument("--processes", type=int, default=2, help="driver processes")
     parser.add_argument("--seats", type=int, default=2, choices=(2, 4), help="players per table")
+    parser.add_argument("--stream", choices=("play", "changes"), default="play",
+                        help="players act on their Play stream, as the gateway does for every browser (default), "
+                        "or by unary calls beside SubscribeChanges")
     parser.add_argument("--p99-ms", type=float, default=100.0, help="the bound on every RPC's p99")
     parser.add_argument("--database", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--postgres-url", default=os.environ.get(
@@ -207,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _, engine = engine_place()
     print(f"bench.suite: engine {engine}, database {args.database}, think time {args.think_time} s, "
-          f"ramp {args.ramp} s, {args.processes} driver process(es)", flush=True)
+          f"ramp {args.ramp} s, {args.processes} driver process(es), actions on {args.stream}", flush=True)
     best = 0
     for players in levels:
         with tempfile.TemporaryDirectory(prefix="bench-suite-") as folder:
