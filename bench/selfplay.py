@@ -16,7 +16,8 @@ turns/s (bots' thinking and engine time together, one process, one core). ``--be
 each of these presets with 2 and with 4 players (``--suite-players``; 4 players: a pair of each,
 partners on a side), ``--games`` matches each (``--express-games`` for one-hand presets, whose
 matches are a single hand), on ``--jobs`` processes. It times every decision of an ``expert`` bot
-(CPU, ``time.process_time``, around ``choose``) and prints, with ``--bench``, per preset and table
+(CPU, ``time.process_time``, around ``choose``; the collector run as a game-session replica runs it,
+``ServiceCollector``) and prints, with ``--bench``, per preset and table
 size the match win rate with its 95% Wilson interval and the number of matches, then the CPU per
 expert decision over the whole suite (mean, p99, max; and the share of decisions that searched).
 ``--budget-ms`` sets the expert's CPU budget per decision (default: the bot's default). ``--smoke``
@@ -26,6 +27,7 @@ is the suite at a tiny size (one single hand per preset and table size, a 5 ms b
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import math
@@ -43,6 +45,7 @@ from engine.errors import EngineError
 from engine.match import MatchState
 from engine.rules import PRESETS, Ruleset, ruleset_from_spec
 from engine.selfplay import BotStats, SelfPlayResult, first_dealer, play_hand, run, side_of_bot
+from services.common.collector import GC_SETTLE_SECONDS, GC_THRESHOLDS, collect_young_and_freeze
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -94,8 +97,41 @@ def report(result: SelfPlayResult, bench: bool = False) -> list[str]:
     return lines
 
 
+class ServiceCollector:
+    """Python's collector run as a game-session replica runs it (services/common/collector.py):
+    young passes every 10,000 allocations, and every ``GC_SETTLE_SECONDS`` the survivors moved out
+    of its sight, so that no collection re-scans the engine's memo tables. The replica settles on
+    its event loop, not on the thread that decides for a bot; here the settle runs between two
+    decisions, outside their timing. Without it, a full collection of this process (hundreds of
+    thousands of memoised objects) would fall inside a decision now and then, a pause the service
+    does not have, and the bench's longest decisions would measure the collector.
+
+    The collector is process-wide: it is run so only in the bench's own processes (``enabled`` set
+    when run as a program, inherited by its forked workers), never in a process that imports the
+    bench (the tests)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.settled: float | None = None
+
+    def settle_if_due(self) -> None:
+        if not self.enabled:
+            return
+        now = time.process_time()
+        if self.settled is None:
+            gc.set_threshold(*GC_THRESHOLDS)
+        if self.settled is None or now - self.settled >= GC_SETTLE_SECONDS:
+            collect_young_and_freeze()
+            self.settled = now
+
+
+#: One per process (the collector is process-wide): the worker processes' own after a fork.
+COLLECTOR = ServiceCollector()
+
+
 class TimedBot:
-    """A bot whose decisions are timed (CPU, ``time.process_time``): the bench's view of its cost."""
+    """A bot whose decisions are timed (CPU, ``time.process_time``): the bench's view of its cost,
+    with the collector run as the service runs it (``ServiceCollector``)."""
 
     def __init__(self, bot: Bot, times: list[float]) -> None:
         self.bot = bot
@@ -103,6 +139,7 @@ class TimedBot:
         self.times = times  # ms per ``choose`` call, appended
 
     def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
+        COLLECTOR.settle_if_due()
         start = time.process_time()
         action = self.bot.choose(view, legal)
         self.times.append(1000.0 * (time.process_time() - start))
@@ -349,4 +386,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    COLLECTOR.enabled = True
     sys.exit(main())

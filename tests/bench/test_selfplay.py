@@ -105,3 +105,30 @@ def test_the_suite_deals_in_duplicate_pairs_of_games() -> None:
     assert games[0].swap != games[1].swap and games[2].swap != games[3].swap
     assert games[0].deals != games[2].deals  # the next pair deals other hands
     assert all(len(g.deals) == 1 and g.hand_totals for g in games)
+
+
+def test_the_service_collector_settles_only_when_enabled_and_when_due() -> None:
+    """The bench runs Python's collector as a game-session replica does (frozen survivors, young
+    passes every 10,000 allocations), only in its own processes, at most every settle period."""
+    import gc
+
+    from bench.selfplay import ServiceCollector
+    from services.common.collector import GC_THRESHOLDS
+
+    thresholds = gc.get_threshold()
+    collector = ServiceCollector()
+    try:
+        collector.settle_if_due()  # not enabled: the process's collector is left alone
+        assert collector.settled is None and gc.get_threshold() == thresholds
+        collector.enabled = True
+        before = gc.get_freeze_count()
+        keep: list[list[int]] = [[] for _ in range(1000)]  # young survivors the settle must freeze
+        collector.settle_if_due()
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() >= before + len(keep)
+        first = collector.settled
+        collector.settle_if_due()  # within the period: no second settle
+        assert collector.settled == first
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
