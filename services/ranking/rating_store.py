@@ -27,7 +27,9 @@ def _rated(match: FinishedMatch, before: dict[str, RatingView]) -> dict[str, Rat
     seats_by_side = [sorted((s for s in match.seats if s.side == side), key=lambda s: s.seat) for side in (0, 1)]
     sides = [[Skill(before[s.player].mu, before[s.player].sigma) for s in side] for side in seats_by_side]
     result = rate_sides(sides, winner)
-    as_loss = rate_sides(sides, 1 - winner)  # for players who abandoned a side that went on to win
+    # For players who abandoned a side that went on to win: computed only when there is one.
+    abandoned = any(s.outcome is Outcome.ABANDONED for s in seats_by_side[winner])
+    as_loss = rate_sides(sides, 1 - winner) if abandoned else result
     after: dict[str, RatingView] = {}
     for side, seats in enumerate(seats_by_side):
         for index, seat in enumerate(seats):
