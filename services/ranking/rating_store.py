@@ -20,7 +20,7 @@ from services.ranking.ratings import RatingView, Skill, rate_sides
 # -- recording ----------------------------------------------------------------------------------
 
 
-def _rated(match: FinishedMatch, before: dict[str, RatingView]) -> dict[str, RatingView]:
+def after_match(match: FinishedMatch, before: dict[str, RatingView]) -> dict[str, RatingView]:
     """Every seat's rating after the match, from their ratings before it (one preset)."""
     winner = match.winning_side
     assert winner is not None
@@ -54,7 +54,7 @@ async def rate(
     history (one read, one upsert and one insert for all of them); per preset, before and after."""
     ids = [s.player for s in match.seats]
     befores = await _ratings(session, ids, presets, match.players)
-    changes = {preset: (befores[preset], _rated(match, befores[preset])) for preset in presets}
+    changes = {preset: (befores[preset], after_match(match, befores[preset])) for preset in presets}
     after = sorted(
         (view for _, rated in changes.values() for view in rated.values()), key=lambda v: (v.player, v.preset)
     )
