@@ -185,8 +185,9 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
 
         if self.recorder is None:
             return await alone()
-        call = Call(identity.principal, request.request_id, request_hash("RecordMatch", canonical), match, now,
-                    respond=_recorded, slow=alone)
+        # The match's content hash is the canonical request's hash (without its request id).
+        call = Call(identity.principal, request.request_id, match.content_hash, match, now, respond=_recorded,
+                    slow=alone)
         answer = await self.recorder.record(call)
         assert isinstance(answer, ranking_pb2.RecordMatchResponse)
         return answer

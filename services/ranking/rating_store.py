@@ -6,7 +6,6 @@ that moves them is in `ratings.py` (docs/ranking.md, "Ratings").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -36,13 +35,9 @@ def after_match(match: FinishedMatch, before: dict[str, RatingView]) -> dict[str
             abandoned_a_winner = seat.outcome is Outcome.ABANDONED and side == winner
             skill = as_loss[side][index] if abandoned_a_winner else result[side][index]
             old = before[seat.player]
-            after[seat.player] = replace(
-                old,
-                mu=skill.mu,
-                sigma=skill.sigma,
-                matches=old.matches + 1,
-                updated_at=match.end_time,
-                match_id=match.match_id,
+            after[seat.player] = RatingView(
+                old.player, old.preset, old.players, skill.mu, skill.sigma, old.matches + 1, match.end_time,
+                match.match_id,
             )
     return after
 

@@ -16,11 +16,13 @@ in their order of arrival. A batch is one transaction of four statements whateve
     2. players: every player's row created or updated by the match's XP and statistics (one
        INSERT ... ON CONFLICT DO UPDATE, in player id order: the per-player lock every recording
        takes, as `profiles.lock_players` does), returning the new totals;
-    3. read: the ratings and leaderboard entries the matches change (read after 2, so under the
-       players' locks and on a snapshot taken after them);
-    4. write: XP events, levels that changed, ratings and their history, leaderboard entries, the
-       summed count changes (in key order), each match's result and each call's stored answer,
-       all in one statement of data-modifying CTEs over arrays (unnest).
+    3. read: the ratings the matches change (after 2: under the players' locks, on a snapshot taken
+       after them), from which the new ratings are computed here;
+    4. write: XP events, levels that changed, ratings and their history, each match's result and
+       each call's stored answer, and the leaderboards: from one row per player (XP gained, new
+       rating scores, the periods' first dates) the statement reads the player's entries on the
+       twenty boards, writes their new scores, and writes the count changes they make, summed,
+       in key order; one statement of data-modifying CTEs over arrays sent as literals.
 Locks are taken in one global order (match rows by id, then players by id, then count rows by key;
 entries, ratings and events belong to a locked player), so batches running at once, and the
 replicas' batches, never deadlock: the same order as `core.record_match`.
@@ -48,7 +50,7 @@ from google.protobuf.message import Message
 
 from services.common.db import LazyPool
 from services.ranking import leaderboards
-from services.ranking.leaderboards import BUCKET_WIDTH, GLOBAL_SCOPE, XP_METRIC, board_key, micros, rating_score
+from services.ranking.leaderboards import BUCKET_WIDTH, GLOBAL_SCOPE, micros, rating_score
 from services.ranking.matches import FinishedMatch, MatchRecorded, PlayerAward
 from services.ranking.periods import SLOT_MICROSECONDS, Period, bounds
 from services.ranking.progress import Outcome, level_for, xp_for
@@ -105,14 +107,26 @@ RETURNING player, xp, level, xp_events
 """)
 
 _READ = _arrays_as_text("""
-SELECT 0 AS kind, r.player, r.preset AS key, r.mu, r.sigma, r.matches AS a, 0::int8 AS b, r.updated_at AS t
+SELECT r.player, r.preset, r.mu, r.sigma, r.matches, r.updated_at
 FROM unnest($1::text[], $2::text[], $3::int2[]) AS k(player, preset, players)
 JOIN ranking_ratings r ON r.player = k.player AND r.preset = k.preset AND r.players = k.players
-UNION ALL
-SELECT 1, e.player, e.board, 0, 0, e.order_score, e.achieved_us, NULL
-FROM unnest($4::text[], $5::text[]) AS k(board, player)
-JOIN ranking_board_entries e ON e.board = k.board AND e.player = k.player
 """)
+
+
+def _board_targets() -> str:
+    """The VALUES list of the twenty leaderboards of one (match, player) row of `input`: XP and rating,
+    global and the modality, five periods; the board key (`leaderboards.board_key`), its period's
+    slot length, and the value (XP to add, a rating score to set; NULL: not on that board)."""
+    periods = [(Period.ALL_TIME, "'-'"), (Period.DAILY, "i.day"), (Period.WEEKLY, "i.week"),
+               (Period.MONTHLY, "i.month"), (Period.YEARLY, "i.year")]
+    rows = []
+    for scope, rating in (("'*'", "i.r_global"), ("i.preset", "i.r_preset")):
+        for period, start in periods:
+            slot = SLOT_MICROSECONDS[period]
+            rows.append(f"(true, 'xp|' || {scope} || '|{period.value}|' || {start}, {slot}::int8, nullif(i.xp, 0))")
+            rows.append(f"(false, i.metric || '|' || {scope} || '|{period.value}|' || {start}, {slot}::int8, {rating})")
+    return ",\n            ".join(rows)
+
 
 _WRITE = _arrays_as_text("""
 WITH levels AS (
@@ -136,10 +150,26 @@ history AS (
     SELECT * FROM unnest($11::text[], $12::text[], $13::int2[], $16::int8[], $18::text[], $14::float8[],
                          $15::float8[], $17::timestamptz[])
 ),
+input AS (
+    SELECT * FROM unnest($19::text[], $20::text[], $21::text[], $22::int8[], $23::int8[], $24::int8[], $25::int8[],
+                         $26::text[], $27::text[], $28::text[], $29::text[])
+        AS i(player, preset, metric, xp, r_global, r_preset, end_us, day, week, month, year)
+),
+targets AS (
+    SELECT i.player, b.board, b.slot_length, b.is_xp, b.value, i.end_us
+    FROM input i CROSS JOIN LATERAL (VALUES
+            {targets}
+        ) AS b(is_xp, board, slot_length, value)
+    WHERE b.value IS NOT NULL
+),
+-- `leaderboards.update_boards`: XP added to the entry (or to 0), a rating score set unless the entry
+-- already has it from a match that ended no earlier; the time reached is the later of the two.
 changes AS (
-    SELECT * FROM unnest($19::text[], $20::text[], $21::int8[], $22::int8[],
-                         $23::int8[], $24::int8[], $25::int8[])
-        AS d(board, player, old_score, old_achieved, score, achieved, slot_length)
+    SELECT t.board, t.player, -e.order_score AS old_score, e.achieved_us AS old_achieved,
+           CASE WHEN t.is_xp THEN coalesce(-e.order_score, 0) + t.value ELSE t.value END AS score,
+           greatest(t.end_us, e.achieved_us) AS achieved, t.slot_length
+    FROM targets t LEFT JOIN ranking_board_entries e ON e.board = t.board AND e.player = t.player
+    WHERE t.is_xp OR e.player IS NULL OR e.order_score <> -t.value OR e.achieved_us < t.end_us
 ),
 entries AS (
     INSERT INTO ranking_board_entries (board, player, order_score, achieved_us)
@@ -150,10 +180,10 @@ counts AS (
     INSERT INTO ranking_board_counts AS c (board, "level", "key", slot, "count")
     SELECT board, "level", "key", slot, sum(delta) FROM (
         SELECT d.board, v.* FROM changes d CROSS JOIN LATERAL (VALUES
-            (0::int2, (d.score - ((d.score % $26::int8) + $26::int8) % $26::int8) / $26::int8, 0::int8, 1),
+            (0::int2, (d.score - ((d.score % $30::int8) + $30::int8) % $30::int8) / $30::int8, 0::int8, 1),
             (1::int2, d.score, 0::int8, 1),
             (2::int2, d.score, d.achieved / d.slot_length, 1),
-            (0::int2, (d.old_score - ((d.old_score % $26::int8) + $26::int8) % $26::int8) / $26::int8, 0::int8, -1),
+            (0::int2, (d.old_score - ((d.old_score % $30::int8) + $30::int8) % $30::int8) / $30::int8, 0::int8, -1),
             (1::int2, d.old_score, 0::int8, -1),
             (2::int2, d.old_score, d.old_achieved / d.slot_length, -1)
         ) AS v("level", "key", slot, delta)
@@ -166,12 +196,13 @@ counts AS (
 ),
 results AS (
     UPDATE ranking_matches m SET result = d.result, rated = d.rated
-    FROM unnest($27::text[], $28::bytea[], $29::bool[]) AS d(match_id, result, rated) WHERE m.match_id = d.match_id
+    FROM unnest($31::text[], $32::bytea[], $33::bool[]) AS d(match_id, result, rated) WHERE m.match_id = d.match_id
 )
 INSERT INTO ranking_idempotency_keys (scope, request_id, method, request_hash, response, created_at, expires_at)
-SELECT * FROM unnest($30::text[], $31::text[], $32::text[], $33::text[], $34::bytea[], $35::timestamptz[],
-                     $36::timestamptz[])
-""")
+SELECT * FROM unnest($34::text[], $35::text[], $36::text[], $37::text[], $38::bytea[], $39::timestamptz[],
+                     $40::timestamptz[])
+""").replace("{targets}", _board_targets())
+
 
 METHOD = "RecordMatch"
 
@@ -199,27 +230,23 @@ class Call:
 
 
 class _Boards:
-    """The leaderboards a match's end time falls in: per (metric, scope), the ten keys (five periods)
-    with their slot lengths, kept per local date (a few entries a day)."""
+    """The first local dates of the day, week, month and year a match's end time falls in, kept per
+    end time (forgotten past 4,096)."""
 
     def __init__(self, zone: ZoneInfo) -> None:
         self.zone = zone
-        self._starts: dict[object, dict[Period, str]] = {}
-        self._keys: dict[tuple[object, str, str], list[tuple[str, int]]] = {}
+        self._starts: dict[datetime, tuple[str, str, str, str]] = {}
 
-    def keys(self, end_time: datetime, metric: str, scope: str) -> list[tuple[str, int]]:
-        day = end_time.astimezone(self.zone).date()
-        found = self._keys.get((day, metric, scope))
+    def starts(self, end_time: datetime) -> tuple[str, str, str, str]:
+        found = self._starts.get(end_time)
         if found is None:
-            if len(self._keys) > 4096:
-                self._keys.clear()
+            if len(self._starts) > 4096:
                 self._starts.clear()
-            starts = self._starts.get(day)
-            if starts is None:
-                starts = self._starts[day] = {p: bounds(p, end_time, self.zone).start_name for p in Period}
-            found = self._keys[(day, metric, scope)] = [
-                (board_key(metric, scope, period, start), SLOT_MICROSECONDS[period]) for period, start in starts.items()
-            ]
+            day, week, month, year = (
+                bounds(period, end_time, self.zone).start_name
+                for period in (Period.DAILY, Period.WEEKLY, Period.MONTHLY, Period.YEARLY)
+            )
+            found = self._starts[end_time] = (day, week, month, year)
         return found
 
 
@@ -231,14 +258,16 @@ class _Writes:
     levels: list[int] = field(default_factory=list)
     events: list[list[Any]] = field(default_factory=lambda: [[] for _ in range(8)])
     ratings: list[list[Any]] = field(default_factory=lambda: [[] for _ in range(8)])
-    #: Per changed entry: board, player, old score and time (None: new), new score and time, the
-    #: board's slot length (the statement derives the count changes from them).
-    entries: list[list[Any]] = field(default_factory=lambda: [[] for _ in range(7)])
+    #: Per player of a match that awards: player, preset, rating metric, XP gained, new rating
+    #: scores (global, modality; None: unrated), end time (microseconds), the day's, week's, month's
+    #: and year's first dates (the statement derives the entries and counts from them).
+    boards: list[tuple[Any, ...]] = field(default_factory=list)
     results: list[list[Any]] = field(default_factory=lambda: [[] for _ in range(3)])
     answers: list[list[Any]] = field(default_factory=lambda: [[] for _ in range(7)])
 
     def arguments(self) -> list[Any]:
-        return [*arrays(self.level_players, self.levels, *self.events, *self.ratings, *self.entries), BUCKET_WIDTH,
+        boards: list[tuple[Any, ...]] = list(zip(*self.boards, strict=True)) if self.boards else [()] * 11
+        return [*arrays(self.level_players, self.levels, *self.events, *self.ratings, *boards), BUCKET_WIDTH,
                 *arrays(*self.results, *self.answers)]
 
 
@@ -262,17 +291,25 @@ def _element(value: Any) -> str:
 
 
 def _array(column: Sequence[Any]) -> str:
-    """A column as a PostgreSQL array literal (`_element` for each value), the common columns (all
-    strings needing no escape, all integers, all floats) joined at C speed."""
+    """A column as a PostgreSQL array literal (`_element` for each value), the columns of one type
+    (strings needing no escape; integers, floats or booleans, with NULLs; times) joined at C speed.
+    A column holds one type: a stray value fails the statement (and the batch: its calls then run
+    through the reference path), it is never written as something else."""
     if not column:
         return "{}"
-    first = column[0]
-    if type(first) is str:
-        joined = '","'.join(column)
-        if '"' not in joined and "\\" not in joined and all(type(v) is str for v in column):
+    kind: type = type(next((v for v in column if v is not None), None))
+    if kind is str:
+        try:
+            joined = '","'.join(column)
+        except TypeError:  # a NULL among the strings
+            return "{" + ",".join(map(_element, column)) + "}"
+        if joined.count('"') == 2 * (len(column) - 1) and "\\" not in joined:  # only the separators' quotes
             return '{"' + joined + '"}'
-    elif (type(first) is int or type(first) is float) and None not in column:
-        return "{" + ",".join(map(repr, column)) + "}"
+    elif kind in (int, float, bool, type(None)):
+        # str() of each ("True" and "False" read as booleans), None written as NULL
+        return "{" + ",".join(map(str, column)).replace("None", "NULL") + "}"
+    elif kind is datetime and None not in column:
+        return '{"' + '","'.join(map(datetime.isoformat, column)) + '"}'
     return "{" + ",".join(map(_element, column)) + "}"
 
 
@@ -380,9 +417,9 @@ class Recorder:
             if not calls:
                 return {}
             totals = await self._update_players(connection, calls)
-            ratings, entries = await self._read(connection, calls)
+            ratings = await self._read(connection, calls)
             writes = _Writes()
-            answers = {call: self._plan(call, totals, ratings, entries, writes) for call in calls}
+            answers = {call: self._plan(call, totals, ratings, writes) for call in calls}
             await connection.execute(_WRITE, *writes.arguments())
         self.batches += 1
         self.recorded += len(calls)
@@ -439,56 +476,31 @@ class Recorder:
         rows = await connection.fetch(_PLAYERS, *arrays(*columns))
         return {row[0]: (int(row[1]), int(row[2]), int(row[3])) for row in rows}
 
-    def _read(self, connection: Any, calls: Sequence[Call]) -> Awaitable[tuple[
-            dict[tuple[str, str], RatingView], dict[tuple[str, str], tuple[int, int]]]]:
-        rating_keys: list[list[Any]] = [[], [], []]
-        entry_keys: list[list[str]] = [[], []]
+    @staticmethod
+    async def _read(connection: Any, calls: Sequence[Call]) -> dict[tuple[str, str], RatingView]:
+        """The ratings the rated matches change, by (player, preset); the unrated are missing."""
+        keys: list[list[Any]] = [[], [], []]
         for call in calls:
             match = call.match
-            if not match.awards:
-                continue
-            for seat in match.seats:
-                if xp_for(seat.outcome, express=match.express) > 0:
-                    for scope in (GLOBAL_SCOPE, match.preset):
-                        for board, _ in self._boards.keys(match.end_time, XP_METRIC, scope):
-                            entry_keys[0].append(board)
-                            entry_keys[1].append(seat.player)
             if match.rated:
-                metric = leaderboards.rating_metric(match.players)
                 for seat in match.seats:
                     for scope in (match.preset, GLOBAL_SCOPE):
-                        rating_keys[0].append(seat.player)
-                        rating_keys[1].append(scope)
-                        rating_keys[2].append(match.players)
-                        for board, _ in self._boards.keys(match.end_time, metric, scope):
-                            entry_keys[0].append(board)
-                            entry_keys[1].append(seat.player)
-        return self._fetch_read(connection, rating_keys, entry_keys)
-
-    @staticmethod
-    async def _fetch_read(connection: Any, rating_keys: list[list[Any]], entry_keys: list[list[str]]) -> tuple[
-            dict[tuple[str, str], RatingView], dict[tuple[str, str], tuple[int, int]]]:
-        ratings: dict[tuple[str, str], RatingView] = {}
-        entries: dict[tuple[str, str], tuple[int, int]] = {}
-        if not rating_keys[0] and not entry_keys[0]:
-            return ratings, entries
-        sizes = dict(zip(zip(rating_keys[0], rating_keys[1], strict=True), rating_keys[2], strict=True))
-        for row in await connection.fetch(_READ, *arrays(*rating_keys, *entry_keys)):
-            if row[0] == 0:
-                player, preset = row[1], row[2]
-                ratings[(player, preset)] = RatingView(
-                    player, preset, sizes[(player, preset)], row[3], row[4], int(row[5]), row[7]
-                )
-            else:
-                entries[(row[2], row[1])] = (-int(row[5]), int(row[6]))
-        return ratings, entries
+                        keys[0].append(seat.player)
+                        keys[1].append(scope)
+                        keys[2].append(match.players)
+        if not keys[0]:
+            return {}
+        sizes = dict(zip(zip(keys[0], keys[1], strict=True), keys[2], strict=True))
+        return {
+            (row[0], row[1]): RatingView(row[0], row[1], sizes[(row[0], row[1])], row[2], row[3], int(row[4]), row[5])
+            for row in await connection.fetch(_READ, *arrays(*keys))
+        }
 
     def _plan(
         self,
         call: Call,
         totals: dict[str, tuple[int, int, int]],
         ratings: dict[tuple[str, str], RatingView],
-        entries: dict[tuple[str, str], tuple[int, int]],
         writes: _Writes,
     ) -> Message:
         """What `core.record_match` writes and answers for this call's match, added to `writes`."""
@@ -538,7 +550,7 @@ class Recorder:
                 else:
                     ratings_before, ratings_after = before, after
         if awards_points:
-            self._plan_boards(match, gained, ratings_after, overall_after, entries, writes)
+            self._plan_boards(match, gained, ratings_after, overall_after, writes)
 
         result = MatchRecorded(
             results=tuple(
@@ -567,39 +579,19 @@ class Recorder:
         gained: dict[str, int],
         ratings_after: dict[str, RatingView],
         overall_after: dict[str, RatingView],
-        entries: dict[tuple[str, str], tuple[int, int]],
         writes: _Writes,
     ) -> None:
-        """`leaderboards.update_boards`, into `writes` (the statement makes `leaderboards.count_deltas`
-        of them)."""
+        """What `leaderboards.update_boards` needs, one row per player, into `writes` (the
+        statement's `input`)."""
+        starts = self._boards.starts(match.end_time)
         end_us = micros(match.end_time)
-        boards, players, old_scores, old_achieved, scores, achieved, slots = writes.entries
         metric = leaderboards.rating_metric(match.players)
-
-        def change(board: str, slot_length: int, player: str, old: tuple[int, int] | None, score: int) -> None:
-            boards.append(board)
-            players.append(player)
-            slots.append(slot_length)
-            scores.append(score)
-            if old is None:
-                old_scores.append(None)
-                old_achieved.append(None)
-                achieved.append(end_us)
-            else:
-                old_scores.append(old[0])
-                old_achieved.append(old[1])
-                achieved.append(end_us if old[1] < end_us else old[1])
-
-        for scope in (GLOBAL_SCOPE, match.preset):
-            for player, xp in gained.items():
-                if xp > 0:
-                    for board, slot_length in self._boards.keys(match.end_time, XP_METRIC, scope):
-                        old = entries.get((board, player))
-                        change(board, slot_length, player, old, (old[0] if old else 0) + xp)
-            source = overall_after if scope == GLOBAL_SCOPE else ratings_after
-            for player, view in source.items():
-                score = rating_score(view.ordinal)
-                for board, slot_length in self._boards.keys(match.end_time, metric, scope):
-                    old = entries.get((board, player))
-                    if old is None or old[0] != score or old[1] < end_us:
-                        change(board, slot_length, player, old, score)
+        for player, xp in gained.items():
+            overall = overall_after.get(player)
+            modality = ratings_after.get(player)
+            writes.boards.append((
+                player, match.preset, metric, xp,
+                None if overall is None else rating_score(overall.ordinal),
+                None if modality is None else rating_score(modality.ordinal),
+                end_us, *starts,
+            ))
