@@ -343,6 +343,11 @@ class Served:
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.process.pid)
 
+    def system_seconds(self) -> float:
+        """Its CPU time in the kernel (sockets, mostly)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
 
 async def serve(url: str, schema: str, keys: Path) -> Served:
     env = {
@@ -412,6 +417,23 @@ async def drain(calls: list[Callable[[], Awaitable[Any]]], concurrency: int) -> 
     return time.perf_counter() - started, latencies
 
 
+async def paced(calls: list[Callable[[], Awaitable[Any]]], rate: float) -> list[float]:
+    """Start `calls` at `rate` per second (open loop, whatever the answers' pace); each call's
+    milliseconds from its scheduled start, so a late start counts as waiting."""
+    loop = asyncio.get_running_loop()
+    start = loop.time() + 0.05
+    latencies: list[float] = []
+
+    async def one(index: int, call: Callable[[], Awaitable[Any]]) -> None:
+        due = start + index / rate
+        await asyncio.sleep(max(0.0, due - loop.time()))
+        await call()
+        latencies.append((loop.time() - due) * 1000)
+
+    await asyncio.gather(*(one(i, call) for i, call in enumerate(calls)))
+    return latencies
+
+
 async def postgres_backends(dsn: str, pid: int) -> list[int]:
     """The PostgreSQL backends serving process `pid` (its connections carry its pid in their name)."""
     connection = await asyncpg.connect(dsn)
@@ -434,12 +456,16 @@ def cpu_of(pids: list[int]) -> float:
     return total
 
 
-async def bench_recording(url: str, schema: str, ids: list[str], count: int, now: datetime) -> None:
+async def bench_recording(
+    url: str, schema: str, ids: list[str], count: int, now: datetime, *, paced_rate: float = 50.0,
+    paced_count: int = 500
+) -> None:
     """RecordMatch of 4-player matches through gRPC against the service in its own process, 16
     callers; GetPlayer in the same process and run as the baseline. Printed: the rates, RecordMatch
     p50/p99, the server's CPU per match (its process's user + system time over the phase, client
     excluded) and the matches per second one core of it would serve, PostgreSQL's CPU per match
-    (the server's backends), and the SQL round trips and statements per match."""
+    (the server's backends), and the SQL round trips and statements per match; then `paced_count`
+    matches started at `paced_rate` per second (open loop): their p50/p99."""
     keys = Path(tempfile.mkdtemp(prefix="bench-ranking-keys-"))
     private, _ = ensure_dev_keys(keys)
     dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
@@ -466,17 +492,19 @@ async def bench_recording(url: str, schema: str, ids: list[str], count: int, now
             get_player_cpu = (served.cpu_seconds() - cpu) / count
 
             before = await served.sql_counts()
-            cpu, database_cpu = served.cpu_seconds(), cpu_of(backends)
+            cpu, database_cpu, system = served.cpu_seconds(), cpu_of(backends), served.system_seconds()
             elapsed, latencies = await drain(
                 [functools.partial(stub.RecordMatch, r, metadata=metadata, timeout=60) for r in requests], concurrency
             )
             server_cpu = (served.cpu_seconds() - cpu) / count
+            system = (served.system_seconds() - system) / count
             database_cpu = (cpu_of(backends) - database_cpu) / count
             after = await served.sql_counts()
             emit("record_match_4p_per_s", count / elapsed, "matches/s", 1)
             emit("record_match_4p_p50", statistics.median(latencies), "ms", 1)
             emit("record_match_4p_p99", percentile(latencies, 0.99), "ms", 1)
             emit("record_match_4p_server_cpu_per_match", server_cpu * 1000, "ms")
+            emit("record_match_4p_server_system_cpu_per_match", system * 1000, "ms")
             emit("record_match_4p_per_core_s", 1 / server_cpu, "matches/s", 0)
             emit("record_match_4p_postgres_cpu_per_match", database_cpu * 1000, "ms")
             for name in ("round_trips", "statements"):
@@ -484,6 +512,15 @@ async def bench_recording(url: str, schema: str, ids: list[str], count: int, now
             emit("get_player_per_s_baseline", count / baseline, "calls/s", 1)
             emit("get_player_server_cpu_per_call", get_player_cpu * 1000, "ms")
             emit("record_match_ratio_to_get_player", (count / elapsed) / (count / baseline), "ratio")
+            # Open loop at a steady rate (below saturation on a shared machine): the latency a caller
+            # sees when the service is not the queue.
+            steady = record_requests(ids[1::2], paced_count, now, "paced")
+            steady_ms = await paced(
+                [functools.partial(stub.RecordMatch, r, metadata=metadata, timeout=60) for r in steady], paced_rate
+            )
+            emit("record_match_4p_paced_rate", paced_rate, "matches/s", 0)
+            emit("record_match_4p_paced_p50", statistics.median(steady_ms), "ms", 1)
+            emit("record_match_4p_paced_p99", percentile(steady_ms, 0.99), "ms", 1)
             again, _ = await drain(
                 [
                     functools.partial(stub.RecordMatch, replace_id(r), metadata=metadata, timeout=60)
@@ -514,7 +551,9 @@ def replace_id(request: ranking_pb2.RecordMatchRequest) -> ranking_pb2.RecordMat
     return copy
 
 
-async def bench_database(url: str, players: int, record: int, *, reads: bool = True) -> None:
+async def bench_database(
+    url: str, players: int, record: int, *, reads: bool = True, paced_rate: float = 50.0
+) -> None:
     schema = f"bench_ranking_{os.getpid()}"
     dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
     db = Database(url, schema=schema)
@@ -527,7 +566,7 @@ async def bench_database(url: str, players: int, record: int, *, reads: bool = T
         emit("load_seconds", time.perf_counter() - started, "s", 1)
         if reads:
             await bench_reads(db, dsn, schema, ids)
-        await bench_recording(url, schema, ids, record, now)
+        await bench_recording(url, schema, ids, record, now, paced_rate=paced_rate)
     finally:
         await db.dispose()
         connection = await asyncpg.connect(dsn)
