@@ -61,8 +61,11 @@ from services.ranking.ratings import DEFAULT_MU, DEFAULT_SIGMA, RatingView
 BATCH_SIZE = 32
 BATCHES_IN_FLIGHT = 3
 #: The session of the recorder's connections: every statement is the same few, with arrays for
-#: parameters; one generic plan per connection serves them all.
-PG_SESSION = {"plan_cache_mode": "force_generic_plan"}
+#: parameters, and finds its rows by key: one generic plan per connection serves them all, and
+#: sequential scans are ruled out (made while a table is small, a generic plan would scan and hash
+#: whole tables, whose cost then grows with every match). Behind a transaction pooler these are not
+#: passed on (docs/operations.md, "PgBouncer"): the statements then plan as usual.
+PG_SESSION = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
 
 def _arrays_as_text(sql: str) -> str:
     """The statement with each array parameter `$n::T[]` read from text (`$n::text::T[]`): the
@@ -168,7 +171,10 @@ changes AS (
     SELECT t.board, t.player, -e.order_score AS old_score, e.achieved_us AS old_achieved,
            CASE WHEN t.is_xp THEN coalesce(-e.order_score, 0) + t.value ELSE t.value END AS score,
            greatest(t.end_us, e.achieved_us) AS achieved, t.slot_length
-    FROM targets t LEFT JOIN ranking_board_entries e ON e.board = t.board AND e.player = t.player
+    FROM targets t LEFT JOIN LATERAL (  -- one index look-up per target, never a scan of the boards
+        SELECT e.player, e.order_score, e.achieved_us FROM ranking_board_entries e
+        WHERE e.board = t.board AND e.player = t.player
+    ) AS e ON true
     WHERE t.is_xp OR e.player IS NULL OR e.order_score <> -t.value OR e.achieved_us < t.end_us
 ),
 entries AS (

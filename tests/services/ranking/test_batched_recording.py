@@ -13,18 +13,20 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import Message
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from buraco.v1 import common_pb2, ranking_pb2, ranking_pb2_grpc
+from services.common import migrations
 from services.common.auth import Kind
-from services.common.db import Database
+from services.common.db import Database, LazyPool
 from services.ranking import core, models
 from services.ranking.matches import FinishedMatch
-from services.ranking.recorder import Call, Recorder
+from services.ranking.progress import Outcome
+from services.ranking.recorder import BATCHES_IN_FLIGHT, PG_SESSION, Call, Recorder
 from services.ranking.service import SPEC
 from tests.conftest import DatabaseTarget
 from tests.services.harness import bearer, dev_minter, make_config, running
-from tests.services.ranking.conftest import duel
+from tests.services.ranking.conftest import NOW, ZONE, duel, match, seat
 
 PRESETS = ("aberto", "fechado")
 
@@ -45,17 +47,17 @@ def random_match(rng: random.Random, index: int, players: list[str], now: dateti
     if size == 4 and rng.random() < 0.1:
         seated = seated[:3]  # a bot in the last seat: recorded, never rated
     participants = []
-    for seat, player in seated:
+    for position, player in seated:
         if annulled:
             outcome = common_pb2.OUTCOME_VOID
         elif rng.random() < 0.1:
             outcome = common_pb2.OUTCOME_ABANDONED
         else:
-            outcome = common_pb2.OUTCOME_WON if seat % 2 == winner else common_pb2.OUTCOME_LOST
-        address = "203.0.113.1" if rng.random() < 0.05 else f"10.0.{index % 250}.{seat + 1}"
+            outcome = common_pb2.OUTCOME_WON if position % 2 == winner else common_pb2.OUTCOME_LOST
+        address = "203.0.113.1" if rng.random() < 0.05 else f"10.0.{index % 250}.{position + 1}"
         participants.append(
             ranking_pb2.RecordMatchRequest.Participant(
-                player=f"players/{player}", seat=seat, outcome=outcome, score=rng.randint(-400, 3000),
+                player=f"players/{player}", seat=position, outcome=outcome, score=rng.randint(-400, 3000),
                 canastras=rng.randint(0, 5), client_ip=address,
             )
         )
@@ -278,3 +280,42 @@ async def test_a_failed_batch_s_calls_run_again_one_by_one() -> None:
     assert [a.rated for a in answers[1:]] == [True, True, True]  # the reference path's answers
     assert sorted(slow) == ["b2", "b3", "b4"] and recorder.slow_calls == 3
 
+
+
+async def test_two_replicas_batching_on_shared_players_never_deadlock(postgres_url: str) -> None:
+    """Two recorders (two replicas) on one database record matches among six players at once:
+    their batches wait on each other's player and count rows, and none fails (a deadlock would fail
+    a batch and send its calls to the reference path)."""
+    schema = f"test_replicas_{random.randrange(10**9)}"
+    await _execute_schema(postgres_url, f'CREATE SCHEMA "{schema}"')
+    db = Database(postgres_url, schema=schema)
+    recorders: list[Recorder] = []
+    try:
+        await migrations.upgrade("ranking", SPEC.migrations, db)
+        recorders = [
+            Recorder(LazyPool(db, f"recorder-{n}", max_size=BATCHES_IN_FLIGHT, server_settings=PG_SESSION),
+                     zone=ZONE, retention=timedelta(hours=1), batch_size=4)
+            for n in range(2)
+        ]
+        rng = random.Random(11)
+        players = [f"q{n}" for n in range(6)]
+        slow: list[str] = []
+        calls = []
+        for index in range(120):
+            a, b, c, d = rng.sample(players, 4)
+            finished = match(f"r-{index}", seat(a, 0, Outcome.WON, 900), seat(b, 1, Outcome.LOST, 300),
+                             seat(c, 2, Outcome.WON, 900), seat(d, 3, Outcome.LOST, 300),
+                             end_time=NOW - timedelta(minutes=rng.randrange(0, 3000)))
+            calls.append(_call(finished, f"rq-{index}", slow))
+        answers = await asyncio.gather(*(recorders[n % 2].record(call) for n, call in enumerate(calls)))
+        assert slow == [] and all(not a.rated or len(a.results) == 4 for a in map(_response, answers))
+        assert sum(r.recorded for r in recorders) == 120
+        async with db.transaction() as session:
+            assert await core.audit(session) == []
+            total = await session.scalar(select(func.sum(models.players.c.xp)))
+        assert total == 120 * (2 * 40 + 2 * 5)
+    finally:
+        for recorder in recorders:
+            await recorder.close()
+        await db.dispose()
+        await _execute_schema(postgres_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
