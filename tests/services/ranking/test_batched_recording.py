@@ -22,7 +22,7 @@ from services.common.db import Database, LazyPool
 from services.ranking import core, models
 from services.ranking.matches import FinishedMatch
 from services.ranking.progress import Outcome
-from services.ranking.recorder import BATCHES_IN_FLIGHT, PG_SESSION, Call, Recorder
+from services.ranking.recorder import BATCHES_IN_FLIGHT, PG_SESSION, Call, Recorder, arrays
 from services.ranking.service import SPEC
 from tests.conftest import DatabaseTarget
 from tests.services.harness import bearer, dev_minter, make_config, running
@@ -319,3 +319,26 @@ async def test_two_replicas_batching_on_shared_players_never_deadlock(postgres_u
             await recorder.close()
         await db.dispose()
         await _execute_schema(postgres_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def test_array_literals_read_back_as_the_values_sent(postgres_url: str) -> None:
+    """The recorder's statements take arrays as text literals: every kind of value comes back as
+    it was (quotes, backslashes, braces, commas, the word NULL, NULLs, floats, times, bytes)."""
+    import asyncpg
+
+    columns: list[tuple[str, list[Any]]] = [
+        ("text", ['a"b', "c\\d", "{e,f}", "NULL", " g ", "", "xp|*|day|2026-11-29", None]),
+        ("text", ["plain", "p0000001"]),
+        ("int8", [0, -5, 2**62, None]),
+        ("float8", [25.0, 1 / 3, -0.1, 8.333333333333334]),
+        ("bool", [True, False, None]),
+        ("timestamptz", [datetime(2026, 11, 29, 15, 0, 0, 123456, tzinfo=UTC), datetime(2000, 1, 1, tzinfo=UTC)]),
+        ("bytea", [b"", b'{"rated":true}', b"\x00\\\xff"]),
+    ]
+    connection = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        for kind, values in columns:
+            (literal,) = arrays(values)
+            assert await connection.fetchval(f"SELECT $1::text::{kind}[]", literal) == values, kind
+    finally:
+        await connection.close()
