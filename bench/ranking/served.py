@@ -1,6 +1,6 @@
 """``python -m bench.ranking.served``: the ranking service exactly as ``python -m services.ranking``
-serves it (same configuration from the environment), in a process of its own so that the benchmark
-can read its CPU time, with a count of what it sends PostgreSQL.
+serves it (that entry point run as is, with the configuration from the environment), in a process
+of its own so that the benchmark can read its CPU time, with a count of what it sends PostgreSQL.
 
 Every asyncpg connection the process opens (SQLAlchemy's engine and any raw pool go through asyncpg)
 has its protocol wrapped by `CountingProtocol`, which counts, per message exchange with the server:
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import signal
 import sys
 from collections import Counter
@@ -31,9 +32,6 @@ from services.common.transport import use_suite_transport
 use_suite_transport()  # first: grpc reads its transport once, when imported
 
 import asyncpg.connection  # noqa: E402
-
-from services.common.server import main  # noqa: E402
-from services.ranking.service import SPEC  # noqa: E402
 
 COUNTS: Counter[str] = Counter()
 
@@ -94,14 +92,10 @@ def _print_counts(_signal: int, _frame: Any) -> None:
 if __name__ == "__main__":
     asyncpg.connection.Connection.__init__ = _counting_init
     signal.signal(signal.SIGUSR1, _print_counts)
+    # The service's own entry point (`python -m services.ranking`), with its event loop and collector.
     profile = os.environ.get("BURACO_BENCH_PROFILE")
     if not profile:
-        raise SystemExit(main(SPEC))
+        runpy.run_module("services.ranking", run_name="__main__", alter_sys=True)
     import cProfile
 
-    profiler = cProfile.Profile()
-    try:
-        status = profiler.runcall(main, SPEC)
-    finally:
-        profiler.dump_stats(profile)
-    raise SystemExit(status)
+    cProfile.run('runpy.run_module("services.ranking", run_name="__main__", alter_sys=True)', profile)
