@@ -17,14 +17,17 @@ Prints one figure per line as ``bench: NAME VALUE UNIT``:
    ratings and two all-time leaderboards (XP with many ties; ratings) are loaded with COPY; then
    the p50/p99 of top-100, rank-of-player and players-around-a-player reads (through the
    service's `leaderboards` module, a transaction each, as the service runs them), with a plain
-   index count of the entries ahead as the baseline; then RecordMatch through gRPC on an
-   in-process server, matches per second, with GetPlayer calls per second as the baseline. Ranks
-   are checked against the plain count.
+   index count of the entries ahead as the baseline; then RecordMatch of 4-player matches through
+   gRPC against the service in a process of its own (``served.py``, which counts the SQL round
+   trips and statements it sends): matches per second, p50/p99, the server process's CPU per match
+   (client excluded) and the matches per second one core would serve, PostgreSQL's CPU per match,
+   with GetPlayer calls per second (and CPU per call) in the same run as the baseline. Ranks are
+   checked against the plain count.
 
 Options: ``--players N`` (default 1,000,000), ``--selfplay N`` matches (default 1,600),
 ``--record N`` matches (default 1,500), ``--seed S`` of the self-play (default 6),
 ``--postgres URL`` (default BURACO_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test),
-``--skip-selfplay``, ``--skip-database``.
+``--skip-selfplay``, ``--skip-database``, ``--skip-reads`` (at scale, RecordMatch only).
 """
 
 from __future__ import annotations

@@ -21,13 +21,17 @@ def main() -> None:
     parser.add_argument("--postgres", default=DEFAULT_URL)
     parser.add_argument("--skip-selfplay", action="store_true")
     parser.add_argument("--skip-database", action="store_true")
+    parser.add_argument("--skip-reads", action="store_true", help="at scale, only RecordMatch (no leaderboard reads)")
+    parser.add_argument("--paced", type=float, default=50.0, help="RecordMatch's open-loop rate, matches/s")
     args = parser.parse_args()
     if not args.skip_selfplay:
         if not heuristic_available():
             print("# the heuristic bot is not available: strengths come from the weakened random bot", flush=True)
         bench_accuracy(args.selfplay, args.seed)
     if not args.skip_database:
-        asyncio.run(bench_database(args.postgres, args.players, args.record))
+        asyncio.run(bench_database(
+            args.postgres, args.players, args.record, reads=not args.skip_reads, paced_rate=args.paced
+        ))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,12 @@ import math
 import os
 import random
 import re
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -28,9 +32,8 @@ from bench.ranking import emit
 from buraco.v1 import common_pb2, ranking_pb2, ranking_pb2_grpc
 from services.common import migrations
 from services.common.auth import Kind, Minter, ensure_dev_keys, load_private_key
-from services.common.config import Config
 from services.common.db import Database
-from services.common.server import Server
+from services.common.measure import cpu_seconds
 from services.ranking import leaderboards, models, ratings
 from services.ranking.leaderboards import EntryChange, Position
 from services.ranking.periods import SLOT_MICROSECONDS
@@ -45,6 +48,7 @@ def percentile(values: list[float], share: float) -> float:
 
 XP_BOARD = "xp|*|all|-"
 RATING_BOARD = "r2|aberto|all|-"
+ROOT = Path(__file__).resolve().parents[2]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -283,25 +287,27 @@ def _stamp(moment: datetime) -> Timestamp:
     return value
 
 
-def record_requests(ids: list[str], count: int, now: datetime) -> list[ranking_pb2.RecordMatchRequest]:
+def record_requests(ids: list[str], count: int, now: datetime, prefix: str) -> list[ranking_pb2.RecordMatchRequest]:
+    """`count` competitive 4-player matches between random players (each seat its own address, so
+    every match is rated and writes every leaderboard: the most a match does), ending in the last
+    `count` seconds."""
     rng = random.Random(61)
     presets = ["aberto", "fechado", "buraco_2005"]
     requests = []
     for index in range(count):
-        size = 4 if index % 3 == 0 else 2
-        seated = rng.sample(ids, size)
+        seated = rng.sample(ids, 4)
         winner = rng.randrange(2)
         express = rng.random() < 0.3
         requests.append(
             ranking_pb2.RecordMatchRequest(
-                request_id=f"bench-{index}",
-                match_id=f"bench-{index}",
+                request_id=f"{prefix}-{index}",
+                match_id=f"{prefix}-{index}",
                 options=common_pb2.TableOptions(
                     ruleset=common_pb2.RulesetRef(preset=rng.choice(presets)),
-                    players=size,
+                    players=4,
                     length=common_pb2.MATCH_LENGTH_EXPRESS if express else common_pb2.MATCH_LENGTH_POINTS,
                     target_points=0 if express else 2000,
-                    mode=common_pb2.TABLE_MODE_COMPETITIVE if rng.random() < 0.9 else common_pb2.TABLE_MODE_PRACTICE,
+                    mode=common_pb2.TABLE_MODE_COMPETITIVE,
                     bet_chips=50,
                 ),
                 participants=[
@@ -311,7 +317,7 @@ def record_requests(ids: list[str], count: int, now: datetime) -> list[ranking_p
                         outcome=common_pb2.OUTCOME_WON if seat % 2 == winner else common_pb2.OUTCOME_LOST,
                         score=rng.randint(-300, 3000),
                         canastras=rng.randint(0, 6),
-                        client_ip=f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}",
+                        client_ip=f"10.{rng.randrange(256)}.{rng.randrange(256)}.{seat + 1}",
                     )
                     for seat, player in enumerate(seated)
                 ],
@@ -321,61 +327,211 @@ def record_requests(ids: list[str], count: int, now: datetime) -> list[ranking_p
     return requests
 
 
-async def bench_recording(url: str, schema: str, ids: list[str], count: int, now: datetime) -> None:
+@dataclass
+class Served:
+    """The ranking service in a process of its own (`bench.ranking.served`): its address, and the
+    SQL it sent so far (`sql_counts()`)."""
+
+    process: subprocess.Popen[str]
+    address: str
+    counts: asyncio.Queue[dict[str, int]]
+
+    async def sql_counts(self) -> dict[str, int]:
+        self.process.send_signal(signal.SIGUSR1)
+        return await asyncio.wait_for(self.counts.get(), 30)
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.process.pid)
+
+    def system_seconds(self) -> float:
+        """Its CPU time in the kernel (sockets, mostly)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
+async def serve(url: str, schema: str, keys: Path) -> Served:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "BURACO_ENV": "local",
+        "BURACO_PORT": "0",
+        "BURACO_HEALTH_PORT": "0",
+        "BURACO_METRICS_ENABLED": "false",
+        "BURACO_MIGRATE_ON_START": "false",
+        "BURACO_DEV_KEYS_DIR": str(keys),
+        "BURACO_DATABASE_URL": url,
+        "BURACO_DATABASE_SCHEMA": schema,
+        "BURACO_RATE_LIMIT_PER_SECOND": "1000000",
+        "BURACO_RATE_LIMIT_BURST": "1000000",
+        "BURACO_SERVICE_RATE_LIMIT_PER_SECOND": "10000000",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.ranking.served"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    loop = asyncio.get_running_loop()
+    counts: asyncio.Queue[dict[str, int]] = asyncio.Queue()
+    listening: asyncio.Future[str] = loop.create_future()
+
+    def read() -> None:  # a thread: the server's output, until it exits
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("sql-counts "):
+                loop.call_soon_threadsafe(counts.put_nowait, json.loads(line.split(" ", 1)[1]))
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("message") == "listening" and not listening.done():
+                loop.call_soon_threadsafe(listening.set_result, str(entry["address"]))
+            elif isinstance(entry, dict) and entry.get("level") in ("ERROR", "CRITICAL"):
+                print(f"# server: {line.strip()[:300]}", flush=True)
+        if not listening.done():
+            loop.call_soon_threadsafe(listening.set_exception, RuntimeError(f"the server exited ({process.wait()})"))
+
+    threading.Thread(target=read, daemon=True).start()
+    address = await asyncio.wait_for(listening, 120)
+    return Served(process, address, counts)
+
+
+async def drain(calls: list[Callable[[], Awaitable[Any]]], concurrency: int) -> tuple[float, list[float]]:
+    """Run `calls` with `concurrency` callers: elapsed seconds, and each call's milliseconds."""
+    queue = list(reversed(calls))
+    latencies: list[float] = []
+
+    async def worker() -> None:
+        while queue:
+            call = queue.pop()
+            started = time.perf_counter()
+            await call()
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started, latencies
+
+
+async def paced(calls: list[Callable[[], Awaitable[Any]]], rate: float) -> list[float]:
+    """Start `calls` at `rate` per second (open loop, whatever the answers' pace); each call's
+    milliseconds from its scheduled start, so a late start counts as waiting."""
+    loop = asyncio.get_running_loop()
+    start = loop.time() + 0.05
+    latencies: list[float] = []
+
+    async def one(index: int, call: Callable[[], Awaitable[Any]]) -> None:
+        due = start + index / rate
+        await asyncio.sleep(max(0.0, due - loop.time()))
+        await call()
+        latencies.append((loop.time() - due) * 1000)
+
+    await asyncio.gather(*(one(i, call) for i, call in enumerate(calls)))
+    return latencies
+
+
+async def postgres_backends(dsn: str, pid: int) -> list[int]:
+    """The PostgreSQL backends serving process `pid` (its connections carry its pid in their name)."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        rows = await connection.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1", f"%-{pid}"
+        )
+    finally:
+        await connection.close()
+    return [int(r["pid"]) for r in rows]
+
+
+def cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            continue
+    return total
+
+
+async def bench_recording(
+    url: str, schema: str, ids: list[str], count: int, now: datetime, *, paced_rate: float = 50.0,
+    paced_count: int = 500
+) -> None:
+    """RecordMatch of 4-player matches through gRPC against the service in its own process, 16
+    callers; GetPlayer in the same process and run as the baseline. Printed: the rates, RecordMatch
+    p50/p99, the server's CPU per match (its process's user + system time over the phase, client
+    excluded) and the matches per second one core of it would serve, PostgreSQL's CPU per match
+    (the server's backends), and the SQL round trips and statements per match; then `paced_count`
+    matches started at `paced_rate` per second (open loop): their p50/p99."""
     keys = Path(tempfile.mkdtemp(prefix="bench-ranking-keys-"))
     private, _ = ensure_dev_keys(keys)
-    config = Config(
-        service="ranking",
-        port=0,
-        metrics_enabled=False,
-        database_url=url,
-        database_schema=schema,
-        migrate_on_start=False,
-        dev_keys_dir=keys,
-        rate_limit_per_second=1e6,
-        rate_limit_burst=1_000_000,
-        service_rate_limit_per_second=1e7,
-    )
-    server = Server(SPEC, config)
-    await server.start()
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    served = await serve(url, schema, keys)
     minter = Minter(load_private_key(private), audience="buraco")
     metadata = (("authorization", f"Bearer {minter.mint(Kind.SERVICE, 'game-session')}"),)
-    requests = record_requests(ids, count, now)
     concurrency = 16
+    warm = record_requests(ids, 100, now, "warm")
+    requests = record_requests(ids[::-1], count, now, "bench")
     try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
+        async with grpc.aio.insecure_channel(served.address) as channel:
             stub = ranking_pb2_grpc.RankingServiceStub(channel)
-
-            async def drain(calls: list[Callable[[], Awaitable[Any]]]) -> float:
-                queue = list(reversed(calls))
-
-                async def worker() -> None:
-                    while queue:
-                        await queue.pop()()
-
-                started = time.perf_counter()
-                await asyncio.gather(*(worker() for _ in range(concurrency)))
-                return time.perf_counter() - started
+            # Warm-up (connections opened, statements prepared), not measured.
+            await drain(
+                [functools.partial(stub.RecordMatch, r, metadata=metadata, timeout=60) for r in warm], concurrency
+            )
+            backends = await postgres_backends(dsn, served.process.pid)
 
             profiles = [ranking_pb2.GetPlayerRequest(name=f"players/{p}") for p in random.Random(62).sample(ids, count)]
-            baseline = await drain(
-                [functools.partial(stub.GetPlayer, r, metadata=metadata, timeout=60) for r in profiles]
+            cpu = served.cpu_seconds()
+            baseline, _ = await drain(
+                [functools.partial(stub.GetPlayer, r, metadata=metadata, timeout=60) for r in profiles], concurrency
             )
-            elapsed = await drain(
-                [functools.partial(stub.RecordMatch, r, metadata=metadata, timeout=60) for r in requests]
+            get_player_cpu = (served.cpu_seconds() - cpu) / count
+
+            before = await served.sql_counts()
+            cpu, database_cpu, system = served.cpu_seconds(), cpu_of(backends), served.system_seconds()
+            elapsed, latencies = await drain(
+                [functools.partial(stub.RecordMatch, r, metadata=metadata, timeout=60) for r in requests], concurrency
             )
-            emit("record_match_per_s", count / elapsed, "matches/s", 1)
+            server_cpu = (served.cpu_seconds() - cpu) / count
+            system = (served.system_seconds() - system) / count
+            database_cpu = (cpu_of(backends) - database_cpu) / count
+            after = await served.sql_counts()
+            emit("record_match_4p_per_s", count / elapsed, "matches/s", 1)
+            emit("record_match_4p_p50", statistics.median(latencies), "ms", 1)
+            emit("record_match_4p_p99", percentile(latencies, 0.99), "ms", 1)
+            emit("record_match_4p_server_cpu_per_match", server_cpu * 1000, "ms")
+            emit("record_match_4p_server_system_cpu_per_match", system * 1000, "ms")
+            emit("record_match_4p_per_core_s", 1 / server_cpu, "matches/s", 0)
+            emit("record_match_4p_postgres_cpu_per_match", database_cpu * 1000, "ms")
+            for name in ("round_trips", "statements"):
+                emit(f"record_match_4p_sql_{name}_per_match", (after.get(name, 0) - before.get(name, 0)) / count, name)
             emit("get_player_per_s_baseline", count / baseline, "calls/s", 1)
+            emit("get_player_server_cpu_per_call", get_player_cpu * 1000, "ms")
             emit("record_match_ratio_to_get_player", (count / elapsed) / (count / baseline), "ratio")
-            again = await drain(
+            # Open loop at a steady rate (below saturation on a shared machine): the latency a caller
+            # sees when the service is not the queue.
+            steady = record_requests(ids[1::2], paced_count, now, "paced")
+            steady_ms = await paced(
+                [functools.partial(stub.RecordMatch, r, metadata=metadata, timeout=60) for r in steady], paced_rate
+            )
+            emit("record_match_4p_paced_rate", paced_rate, "matches/s", 0)
+            emit("record_match_4p_paced_p50", statistics.median(steady_ms), "ms", 1)
+            emit("record_match_4p_paced_p99", percentile(steady_ms, 0.99), "ms", 1)
+            again, _ = await drain(
                 [
                     functools.partial(stub.RecordMatch, replace_id(r), metadata=metadata, timeout=60)
                     for r in requests[:300]
-                ]
+                ],
+                concurrency,
             )
-            emit("record_match_replayed_per_s", 300 / again, "matches/s", 1)
+            emit("record_match_replayed_per_s", min(300, count) / again, "matches/s", 1)
     finally:
-        await server.stop(0)
+        served.process.send_signal(signal.SIGTERM)
+        await asyncio.get_running_loop().run_in_executor(None, served.process.wait)
     # The recorded matches moved players on the loaded boards: ranks still equal the plain count.
     db = Database(url, schema=schema)
     try:
@@ -395,7 +551,9 @@ def replace_id(request: ranking_pb2.RecordMatchRequest) -> ranking_pb2.RecordMat
     return copy
 
 
-async def bench_database(url: str, players: int, record: int) -> None:
+async def bench_database(
+    url: str, players: int, record: int, *, reads: bool = True, paced_rate: float = 50.0
+) -> None:
     schema = f"bench_ranking_{os.getpid()}"
     dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
     db = Database(url, schema=schema)
@@ -406,8 +564,9 @@ async def bench_database(url: str, players: int, record: int) -> None:
         ids = await load(db, dsn, schema, players, now)
         emit("load_players", len(ids), "players", 0)
         emit("load_seconds", time.perf_counter() - started, "s", 1)
-        await bench_reads(db, dsn, schema, ids)
-        await bench_recording(url, schema, ids, record, now)
+        if reads:
+            await bench_reads(db, dsn, schema, ids)
+        await bench_recording(url, schema, ids, record, now, paced_rate=paced_rate)
     finally:
         await db.dispose()
         connection = await asyncpg.connect(dsn)

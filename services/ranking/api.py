@@ -10,7 +10,8 @@ leaderboards, any authenticated caller (they are public on the platform).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+import socket
+from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeAlias
 
@@ -21,13 +22,15 @@ from buraco.v1 import common_pb2, ranking_pb2, ranking_pb2_grpc
 from engine.rules import PRESETS
 from services.common import validation as check
 from services.common.auth import Kind, current_identity
+from services.common.db import LazyPool
 from services.common.errors import InvalidArgumentError
 from services.common.idempotency import IdempotencyStore, request_hash
-from services.common.server import Deps
+from services.common.server import Deps, Hooks
 from services.ranking import core, leaderboards, matches, models, profiles, rating_store, ratings
 from services.ranking.leaderboards import GLOBAL_SCOPE, XP_METRIC, Position
 from services.ranking.periods import Period, PeriodBounds, bounds, local_midnight
 from services.ranking.progress import Outcome
+from services.ranking.recorder import BATCHES_IN_FLIGHT, PG_SESSION, Call, Recorder
 from services.ranking.settings import RankingSettings
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
@@ -88,6 +91,10 @@ def _address(value: str, field: str) -> str | None:
     """A seat's address, normalised (an IPv4-mapped IPv6 address is its IPv4 address); None if empty."""
     if value == "":
         return None
+    try:  # a dotted IPv4 address (most seats), read and written back in its canonical form
+        return socket.inet_ntop(socket.AF_INET, socket.inet_pton(socket.AF_INET, value))
+    except OSError:
+        pass
     try:
         address = ipaddress.ip_address(value.strip())
     except ValueError:
@@ -113,16 +120,43 @@ def _rating(view: ratings.RatingView) -> ranking_pb2.Rating:
     return rating
 
 
+def _recorded(recorded: matches.MatchRecorded) -> ranking_pb2.RecordMatchResponse:
+    return ranking_pb2.RecordMatchResponse(
+        rated=recorded.rated,
+        results=[
+            ranking_pb2.RecordMatchResponse.PlayerResult(
+                player=f"players/{r.player}",
+                xp_gained=r.xp_gained,
+                xp_total=r.xp_total,
+                level=r.level,
+                level_up=r.level_up,
+                rating_before=_rating(r.rating_before) if r.rating_before else None,
+                rating_after=_rating(r.rating_after) if r.rating_after else None,
+            )
+            for r in recorded.results
+        ],
+    )
+
+
 class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
     def __init__(self, deps: Deps, settings: RankingSettings | None = None, clock: Clock | None = None) -> None:
         self.deps = deps
         self.settings = settings or RankingSettings.load()
         self.clock: Clock = clock or (lambda: datetime.now(UTC))
-        self.idempotency = IdempotencyStore(
-            models.idempotency_keys,
-            retention=timedelta(hours=deps.config.idempotency_retention_hours),
-            clock=self.clock,
-        )
+        retention = timedelta(hours=deps.config.idempotency_retention_hours)
+        self.idempotency = IdempotencyStore(models.idempotency_keys, retention=retention, clock=self.clock)
+        #: PostgreSQL: RecordMatch calls recorded together on raw asyncpg (recorder.py); SQLite:
+        #: each in its own transaction through `core.record_match`.
+        self.recorder: Recorder | None = None
+        if deps.db.dialect == "postgresql":
+            pool = LazyPool(deps.db, "recorder", max_size=BATCHES_IN_FLIGHT, server_settings=PG_SESSION,
+                            stateless=True)
+            self.recorder = Recorder(pool, zone=self.settings.time_zone, retention=retention)
+
+    async def close(self) -> None:
+        """Ends the recorder's batches and closes its pool (the engine is the server's to dispose)."""
+        if self.recorder is not None:
+            await self.recorder.close()
 
     # -- recording ------------------------------------------------------------------------------
 
@@ -136,32 +170,27 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         canonical, match = self._finished_match(request, now)
 
         async def work(session: Any) -> ranking_pb2.RecordMatchResponse:
-            recorded = await core.record_match(session, match, zone=self.settings.time_zone, now=now)
-            return ranking_pb2.RecordMatchResponse(
-                rated=recorded.rated,
-                results=[
-                    ranking_pb2.RecordMatchResponse.PlayerResult(
-                        player=f"players/{r.player}",
-                        xp_gained=r.xp_gained,
-                        xp_total=r.xp_total,
-                        level=r.level,
-                        level_up=r.level_up,
-                        rating_before=_rating(r.rating_before) if r.rating_before else None,
-                        rating_after=_rating(r.rating_after) if r.rating_after else None,
-                    )
-                    for r in recorded.results
-                ],
+            return _recorded(await core.record_match(session, match, zone=self.settings.time_zone, now=now))
+
+        def alone() -> Awaitable[ranking_pb2.RecordMatchResponse]:
+            # The stored request hash is of the canonical request: no address reaches the database.
+            return self.idempotency.run(
+                self.deps.db,
+                scope=identity.principal,
+                method="RecordMatch",
+                request=canonical,
+                response_type=ranking_pb2.RecordMatchResponse,
+                work=work,
             )
 
-        # The stored request hash is of the canonical request: no address reaches the database.
-        return await self.idempotency.run(
-            self.deps.db,
-            scope=identity.principal,
-            method="RecordMatch",
-            request=canonical,
-            response_type=ranking_pb2.RecordMatchResponse,
-            work=work,
-        )
+        if self.recorder is None:
+            return await alone()
+        # The match's content hash is the canonical request's hash (without its request id).
+        call = Call(identity.principal, request.request_id, match.content_hash, match, now, respond=_recorded,
+                    slow=alone)
+        answer = await self.recorder.record(call)
+        assert isinstance(answer, ranking_pb2.RecordMatchResponse)
+        return answer
 
     def _finished_match(
         self, request: ranking_pb2.RecordMatchRequest, now: datetime
@@ -457,5 +486,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         return ranking_pb2.ListLeaderboardNeighborsResponse(entries=[self._entry(board, r) for r in ranked])
 
 
-def register(server: grpc.aio.Server, deps: Deps) -> None:
-    ranking_pb2_grpc.add_RankingServiceServicer_to_server(RankingApi(deps), server)
+def register(server: grpc.aio.Server, deps: Deps) -> Hooks:
+    api = RankingApi(deps)
+    ranking_pb2_grpc.add_RankingServiceServicer_to_server(api, server)
+    return Hooks(on_stop=api.close)

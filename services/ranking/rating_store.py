@@ -6,7 +6,6 @@ that moves them is in `ratings.py` (docs/ranking.md, "Ratings").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,27 +19,25 @@ from services.ranking.ratings import RatingView, Skill, rate_sides
 # -- recording ----------------------------------------------------------------------------------
 
 
-def _rated(match: FinishedMatch, before: dict[str, RatingView]) -> dict[str, RatingView]:
+def after_match(match: FinishedMatch, before: dict[str, RatingView]) -> dict[str, RatingView]:
     """Every seat's rating after the match, from their ratings before it (one preset)."""
     winner = match.winning_side
     assert winner is not None
     seats_by_side = [sorted((s for s in match.seats if s.side == side), key=lambda s: s.seat) for side in (0, 1)]
     sides = [[Skill(before[s.player].mu, before[s.player].sigma) for s in side] for side in seats_by_side]
     result = rate_sides(sides, winner)
-    as_loss = rate_sides(sides, 1 - winner)  # for players who abandoned a side that went on to win
+    # For players who abandoned a side that went on to win: computed only when there is one.
+    abandoned = any(s.outcome is Outcome.ABANDONED for s in seats_by_side[winner])
+    as_loss = rate_sides(sides, 1 - winner) if abandoned else result
     after: dict[str, RatingView] = {}
     for side, seats in enumerate(seats_by_side):
         for index, seat in enumerate(seats):
             abandoned_a_winner = seat.outcome is Outcome.ABANDONED and side == winner
             skill = as_loss[side][index] if abandoned_a_winner else result[side][index]
             old = before[seat.player]
-            after[seat.player] = replace(
-                old,
-                mu=skill.mu,
-                sigma=skill.sigma,
-                matches=old.matches + 1,
-                updated_at=match.end_time,
-                match_id=match.match_id,
+            after[seat.player] = RatingView(
+                old.player, old.preset, old.players, skill.mu, skill.sigma, old.matches + 1, match.end_time,
+                match.match_id,
             )
     return after
 
@@ -52,7 +49,7 @@ async def rate(
     history (one read, one upsert and one insert for all of them); per preset, before and after."""
     ids = [s.player for s in match.seats]
     befores = await _ratings(session, ids, presets, match.players)
-    changes = {preset: (befores[preset], _rated(match, befores[preset])) for preset in presets}
+    changes = {preset: (befores[preset], after_match(match, befores[preset])) for preset in presets}
     after = sorted(
         (view for _, rated in changes.values() for view in rated.values()), key=lambda v: (v.player, v.preset)
     )

@@ -16,6 +16,7 @@ rated on the table's result.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -91,11 +92,75 @@ class RatingView:
 
 
 def rate_sides(sides: list[list[Skill]], winner: int) -> list[list[Skill]]:
-    """New skills after a match between `sides` (two teams, in side order) won by side `winner`."""
+    """New skills after a match between `sides` (two teams, in side order) won by side `winner`:
+    `MODEL.rate` with those ranks, computed by `_rate_two_teams` (the same arithmetic in the same
+    order, so the same floats; tests compare the two on random ratings)."""
+    if len(sides) == 2 and all(1 <= len(side) <= 2 for side in sides):
+        return _rate_two_teams(sides, winner)
+    return _rate_with_model(sides, winner)
+
+
+def _rate_with_model(sides: list[list[Skill]], winner: int) -> list[list[Skill]]:
     teams = [[MODEL.create_rating([s.mu, s.sigma]) for s in side] for side in sides]
     ranks = [0.0 if index == winner else 1.0 for index in range(len(sides))]
     rated = MODEL.rate(teams, ranks=ranks)
     return [[Skill(r.mu, r.sigma) for r in team] for team in rated]
+
+
+_TAU_SQUARED = MODEL.tau * MODEL.tau
+_BETA_SQUARED = MODEL.beta**2
+_KAPPA = MODEL.kappa
+
+
+def _rate_two_teams(sides: list[list[Skill]], winner: int) -> list[list[Skill]]:
+    """OpenSkill's Plackett-Luce update (Weng and Lin, algorithm 4) for two teams of one or two
+    players and distinct ranks, with the model's defaults (no weights, scores, balance or sigma
+    limit), written out: the library's general code spends most of its time copying and sorting.
+    Every expression is the library's, in its order: a sum of two floats does not depend on their
+    order, which is the only freedom taken (the library sums a team's players by ordinal)."""
+    # sigma corrected by tau before the match
+    teams = [[(s.mu, math.sqrt(s.sigma * s.sigma + _TAU_SQUARED)) for s in side] for side in sides]
+    team_mu = [0.0, 0.0]
+    team_sigma_squared = [0.0, 0.0]
+    for index, team in enumerate(teams):
+        mu_summed = 0.0
+        sigma_squared_summed = 0.0
+        for mu, sigma in team:
+            mu_summed += mu * 1.0
+            sigma_squared_summed += (sigma * 1.0) ** 2
+        team_mu[index] = mu_summed
+        team_sigma_squared[index] = sigma_squared_summed
+    loser = 1 - winner
+    c = math.sqrt(0.0 + (team_sigma_squared[winner] + _BETA_SQUARED) + (team_sigma_squared[loser] + _BETA_SQUARED))
+    exp_winner = math.exp(team_mu[winner] / c)
+    exp_loser = math.exp(team_mu[loser] / c)
+    sum_winner = exp_winner + exp_loser  # the ranks at or after the winner's: both teams
+    result: list[list[Skill]] = [[], []]
+    for index in (winner, loser):
+        if index == winner:
+            ratio = exp_winner / sum_winner
+            delta = 0.0 + ratio * (1 - ratio) / 1
+            omega = 0.0 + (1 - ratio) / 1
+        else:
+            ratio = exp_loser / sum_winner
+            delta = 0.0 + ratio * (1 - ratio) / 1
+            omega = 0.0 - ratio / 1
+            own = exp_loser / exp_loser
+            delta += own * (1 - own) / 1
+            omega += (1 - own) / 1
+        sigma_squared = team_sigma_squared[index]
+        omega *= sigma_squared / c
+        delta *= sigma_squared / c**2
+        delta *= math.sqrt(sigma_squared) / c
+        for mu, sigma in teams[index]:
+            if omega >= 0:
+                mu += (sigma**2 / sigma_squared) * omega * 1.0
+                sigma *= math.sqrt(max(1 - (sigma**2 / sigma_squared) * delta * 1.0, _KAPPA))
+            else:
+                mu += (sigma**2 / sigma_squared) * omega / 1.0
+                sigma *= math.sqrt(max(1 - (sigma**2 / sigma_squared) * delta / 1.0, _KAPPA))
+            result[index].append(Skill(mu, sigma))
+    return result
 
 
 def win_probability(sides: list[list[Skill]]) -> list[float]:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.common.config import ConfigError
+from services.ranking import ratings
 from services.ranking.periods import Period, bounds
 from services.ranking.progress import Outcome, level_for, level_start, xp_for
 from services.ranking.ratings import Skill, rate_sides, win_probability
@@ -96,3 +97,16 @@ def test_ratings_move_winners_up_and_predict_the_stronger_side() -> None:
     sides = rate_sides([[strong, weak], [new, new]], 1)
     assert sides[0][0].mu < strong.mu and sides[0][1].mu < weak.mu
     assert sides[1][0].mu > new.mu and sides[1][1].mu > new.mu
+
+
+_skill = st.builds(Skill, st.floats(-20.0, 70.0), st.floats(0.3, 12.0))
+
+
+@given(
+    st.lists(_skill, min_size=1, max_size=2),
+    st.lists(_skill, min_size=1, max_size=2),
+    st.integers(0, 1),
+)
+def test_the_two_team_update_gives_the_library_s_floats(first: list[Skill], second: list[Skill], winner: int) -> None:
+    """rate_sides' written-out update for two sides equals OpenSkill's own, float for float."""
+    assert ratings._rate_two_teams([first, second], winner) == ratings._rate_with_model([first, second], winner)
