@@ -578,6 +578,10 @@ async def serve(role: str, kind: str, workdir: Path, postgres_url: str, schema: 
     """A child process of the end-to-end run (see `Served`)."""
     counter = SqlCounter()
     counter.install()
+    import cProfile
+    profile = cProfile.Profile() if os.environ.get("BENCH_PROFILE") and role == "matchmaking" else None
+    if profile is not None:
+        profile.enable()
     async with contextlib.AsyncExitStack() as stack:
         if role == "others":
             served = await stack.enter_async_context(other_services(workdir, kind, postgres_url, schema))
@@ -591,6 +595,9 @@ async def serve(role: str, kind: str, workdir: Path, postgres_url: str, schema: 
         while line := await loop.run_in_executor(None, sys.stdin.readline):
             if line.strip() == "stats":
                 print(json.dumps(counter.snapshot()), flush=True)
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(os.environ["BENCH_PROFILE"])
     return 0
 
 
@@ -707,7 +714,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tickets", type=int, default=100_000, help="waiting tickets of the matcher pass")
     parser.add_argument("--players", type=int, default=10_000, help="players of the end-to-end burst")
     parser.add_argument("--databases", default="sqlite,postgresql")
-    parser.add_argument("--rates", default="20,50,100,200,300", help="steady arrival rates to run, tickets/s ('' for none)")
+    parser.add_argument(
+        "--rates", default="20,50,100,200,300", help="steady arrival rates to run, tickets/s ('' for none)"
+    )
     parser.add_argument("--rate-seconds", type=float, default=20.0, help="how long each steady arrival lasts")
     parser.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the end-to-end run's children
     parser.add_argument("--kind", default="", help=argparse.SUPPRESS)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 from sqlalchemy import select
 
@@ -127,17 +128,17 @@ class Loop:
         """Advances every due saga, then runs one matching pass; returns the tables proposed."""
         gate = asyncio.Semaphore(SAGAS_AT_ONCE)
 
-        async def advance(saga_id: str) -> None:
+        async def advance(saga: Any) -> None:
             async with gate:
                 if self._stopping:
                     return
                 try:
-                    await self.sagas.advance(saga_id)
+                    await self.sagas.advance_row(saga)
                 except Exception:
-                    log.exception("a start saga step failed", extra={"fields": {"saga": saga_id}})
+                    log.exception("a start saga step failed", extra={"fields": {"saga": saga.id}})
 
         # Sagas are independent: their calls to the wallet and game sessions overlap.
-        await asyncio.gather(*(advance(saga_id) for saga_id in await self.sagas.due()))
+        await asyncio.gather(*(advance(saga) for saga in await self.sagas.due_rows()))
         now = asyncio.get_running_loop().time()
         if now - self._polled >= self.settings.watch_poll_seconds:
             self._polled = now

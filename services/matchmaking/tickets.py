@@ -9,7 +9,8 @@ import asyncio
 import contextlib
 import math
 from collections.abc import AsyncIterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
@@ -21,8 +22,10 @@ from buraco.v1 import matchmaking_pb2
 from services.matchmaking import models
 from services.matchmaking.core import Core, Preferences, Viewer, aware, new_id, preferences_of, timestamp
 from services.matchmaking.errors import DependencyUnavailableError, NotAllowedError, StateError, TicketNotFoundError
+from services.matchmaking.matcher import BucketKey
 from services.matchmaking.parties import party_row
 from services.matchmaking.ports import CallError, Unreachable
+from services.matchmaking.saga import confirmed_values
 
 Ticket = matchmaking_pb2.Ticket
 #: Ticket states in the database and on the wire.
@@ -38,6 +41,9 @@ LIVE_TICKET = ("searching", "proposed")
 WAIT_HISTORY = timedelta(hours=1)
 #: How often a watch stream rebuilds a searching ticket's view when nothing else changed.
 REFRESH_SECONDS = 5.0
+#: How long a replica reuses a kind of ticket's mean recent wait (an hour's mean, for an estimate)
+#: rather than reading it again for every view.
+MEAN_WAIT_TTL = timedelta(seconds=5)
 
 
 class Tickets:
@@ -53,6 +59,8 @@ class Tickets:
         #: Watched tickets: open streams per ticket, and the version each last sent.
         self._watchers: dict[str, int] = {}
         self._watched_versions: dict[str, int] = {}
+        #: The mean recent wait per kind of ticket, and until when it is reused (MEAN_WAIT_TTL).
+        self._mean_waits: dict[BucketKey, tuple[datetime, float | None]] = {}
 
     # -- views and streams ------------------------------------------------------------------------
 
@@ -80,13 +88,20 @@ class Tickets:
         position = (
             await session.execute(select(func.count()).where(t.c.state == "searching", bucket, ahead))
         ).scalar_one()
-        since = self.clock() - WAIT_HISTORY
-        mean_wait = (
+        now = self.clock()
+        key = preferences_of(row).key
+        cached = self._mean_waits.get(key)
+        if cached is not None and cached[0] > now:
+            return int(position) + 1, cached[1]
+        since = now - WAIT_HISTORY
+        mean = (
             await session.execute(
                 select(func.avg(t.c.wait_seconds)).where(bucket, t.c.wait_seconds.is_not(None), t.c.update_time > since)
             )
         ).scalar_one()
-        return int(position) + 1, None if mean_wait is None else float(mean_wait)
+        mean_wait = None if mean is None else float(mean)
+        self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
+        return int(position) + 1, mean_wait
 
     async def ticket_view(self, session: AsyncSession, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
         now = self.clock()
@@ -225,44 +240,42 @@ class Tickets:
             seen = await session.execute(select(models.recent).where(models.recent.c.player.in_(players)))
             met = sorted({other for row in seen for other in row.others} - set(players))
             try:
-                async with session.begin_nested():
-                    await session.execute(
-                        insert(models.queue_members), [{"player": p, "ticket_id": ticket_id} for p in players]
-                    )
+                # No savepoint: a clash fails the call, and the whole transaction is rolled back.
+                await session.execute(
+                    insert(models.queue_members), [{"player": p, "ticket_id": ticket_id} for p in players]
+                )
             except IntegrityError:
                 raise StateError("a player of this ticket was queued by another call just now") from None
-            await session.execute(
-                insert(models.tickets).values(
-                    id=ticket_id,
-                    owner=player,
-                    players=players,
-                    party=party_id,
-                    preset=preferences.preset,
-                    seats=preferences.seats,
-                    length=preferences.length,
-                    target_points=preferences.target_points,
-                    mode=preferences.mode,
-                    bet_chips=preferences.bet_chips,
-                    rating=rating,
-                    state="searching",
-                    front=False,
-                    queued_at=now,
-                    recent=met,
-                    saga_id=None,
-                    confirmed=[],
-                    seat_of={},
-                    confirm_deadline=None,
-                    game_table="",
-                    game_address="",
-                    failure_reason="",
-                    wait_seconds=None,
-                    version=1,
-                    create_time=now,
-                    update_time=now,
-                )
+            values: dict[str, Any] = dict(
+                id=ticket_id,
+                owner=player,
+                players=players,
+                party=party_id,
+                preset=preferences.preset,
+                seats=preferences.seats,
+                length=preferences.length,
+                target_points=preferences.target_points,
+                mode=preferences.mode,
+                bet_chips=preferences.bet_chips,
+                rating=rating,
+                state="searching",
+                front=False,
+                queued_at=now,
+                recent=met,
+                saga_id=None,
+                confirmed=[],
+                seat_of={},
+                confirm_deadline=None,
+                game_table="",
+                game_address="",
+                failure_reason="",
+                wait_seconds=None,
+                version=1,
+                create_time=now,
+                update_time=now,
             )
-            row = await self._ticket_row(session, ticket_id, Viewer(player))
-            return await self.ticket_view(session, row, Viewer(player))
+            await session.execute(insert(models.tickets).values(**values))
+            return await self.ticket_view(session, SimpleNamespace(**values), Viewer(player))
 
         reply = await self.core.once(scope, "CreateTicket", request, matchmaking_pb2.Ticket, work)
         self.core.wake()
@@ -348,12 +361,18 @@ class Tickets:
             ).all()
             everyone = set(row.players) <= set(confirmed) and all(set(p) <= set(c) for p, c in others)
             if everyone and saga.state == "confirming":
+                # The last confirmation moves the start on itself (the saga row is locked): the
+                # matching loop's next pass holds the bets.
                 await session.execute(
-                    update(models.sagas).where(models.sagas.c.id == saga.id).values(next_attempt_at=now)
+                    update(models.sagas)
+                    .where(models.sagas.c.id == saga.id)
+                    .values(**confirmed_values(saga, self.settings.start_seconds, now))
                 )
                 complete.append(True)
-            row = await self._ticket_row(session, ticket_id, viewer)
-            return await self.ticket_view(session, row, viewer)
+            written = SimpleNamespace(
+                **{**row._asdict(), "confirmed": confirmed, "version": row.version + 1, "update_time": now}
+            )
+            return await self.ticket_view(session, written, viewer)
 
         reply = await self.core.once(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket, work)
         self.core.notifier.changed(f"ticket:{ticket_id}")
