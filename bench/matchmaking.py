@@ -173,24 +173,32 @@ def fifo_pass(waiting: list[Waiting]) -> list[tuple[list[Waiting], float]]:
     return tables
 
 
-def simulate(skill: bool, seconds: int = 1800, rate: float = 20.0, seed: int = 3) -> tuple[float, float, int]:
+def simulate(
+    skill: bool,
+    seconds: int = 1800,
+    rate: float = 20.0,
+    seed: int = 3,
+    pass_seconds: float = 1.0,
+    windows: Windows | None = None,
+) -> tuple[float, float, int]:
     """(mean spread, mean wait in seconds, tables) for a Poisson stream of `rate` tickets/s over
-    `seconds` of simulated time, with a pass every second."""
+    `seconds` of simulated time, with a pass every `pass_seconds`."""
     rng = random.Random(seed)
-    windows = Windows()
+    windows = windows or Windows()
     arrivals: dict[str, float] = {}
     waiting: dict[str, Waiting] = {}
     spreads: list[float] = []
     waits: list[float] = []
     keys = [random_key(rng) for _ in range(12)]  # the popular modalities of the simulation
     count = 0
-    for now in range(seconds):
-        for _ in range(_poisson(rng, rate)):
+    for step in range(round(seconds / pass_seconds)):
+        now = step * pass_seconds
+        for _ in range(_poisson(rng, rate * pass_seconds)):
             count += 1
             key = rng.choice(keys)
             players = (f"p{count}a", f"p{count}b") if key[1] == 4 and rng.random() < 0.1 else (f"p{count}",)
             waiting[f"t{count}"] = Waiting(f"t{count}", key, players, rng.gauss(15, 7), 0.0)
-            arrivals[f"t{count}"] = float(now)
+            arrivals[f"t{count}"] = now
         current = [replace(w, waited_seconds=now - arrivals[w.ticket]) for w in waiting.values()]
         if skill:
             tables = [([waiting[t] for t in p.tickets], p.spread) for p in match_pass(current, windows)]

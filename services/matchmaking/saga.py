@@ -39,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import common_pb2
 from services.matchmaking import models
-from services.matchmaking.core import Core, Preferences, aware, new_id
+from services.matchmaking.core import Core, Executor, Preferences, aware, new_id
 from services.matchmaking.matcher import Proposal
 from services.matchmaking.metrics import MatchmakingMetrics
 from services.matchmaking.ports import Refused, SeatSpec, Unreachable
@@ -106,7 +106,7 @@ class Sagas:
         made: list[str | None] = []
         ticket_rows: list[dict[str, Any]] = []
         saga_rows: list[dict[str, Any]] = []
-        async with self.db.write() as session:
+        async with self.db.write_connection() as session:
             wanted = [ticket for proposal in proposals for ticket in proposal.tickets]
             rows = {
                 row.id: row
@@ -235,7 +235,7 @@ class Sagas:
     async def due_rows(self, limit: int = 100) -> list[Any]:
         """The rows of the sagas due now, the most overdue first (one query for a pass)."""
         s = models.sagas
-        async with self.db.read() as session:
+        async with self.db.read_connection() as session:
             rows = await session.execute(
                 select(s)
                 .where(s.c.state.in_(ACTIVE), s.c.next_attempt_at <= self.clock())
@@ -245,7 +245,7 @@ class Sagas:
             return list(rows)
 
     async def _load(self, saga_id: str) -> Any:
-        async with self.db.read() as session:
+        async with self.db.read_connection() as session:
             return (await session.execute(select(models.sagas).where(models.sagas.c.id == saga_id))).one()
 
     async def _set(self, saga: Any, expected: str, **values: Any) -> Any | None:
@@ -253,7 +253,7 @@ class Sagas:
         its row as written, or None when someone else moved it first."""
         s = models.sagas
         values.setdefault("update_time", self.clock())
-        async with self.db.write() as session:
+        async with self.db.write_connection() as session:
             result = await session.execute(update(s).where(s.c.id == saga.id, s.c.state == expected).values(**values))
         return moved(saga, values) if getattr(result, "rowcount", 0) == 1 else None
 
@@ -286,7 +286,7 @@ class Sagas:
         # the row too) is either seen here or comes after and makes the saga due again.
         now = self.clock()
         s = models.sagas
-        async with self.db.write() as session:
+        async with self.db.write_connection() as session:
             current = (await session.execute(select(s).where(s.c.id == saga.id).with_for_update())).one()
             if current.state != "confirming":
                 return None
@@ -375,7 +375,7 @@ class Sagas:
         now = self.clock()
         t = models.tickets
         players = [seat["player"] for seat in saga.seats if seat["player"]]
-        async with self.db.write() as session:
+        async with self.db.write_connection() as session:
             started = await session.execute(
                 update(models.sagas)
                 .where(models.sagas.c.id == saga.id, models.sagas.c.state == "notifying")
@@ -420,7 +420,7 @@ class Sagas:
         self._changed(saga)
         return moved(saga, {"state": "started", "update_time": now})
 
-    async def _remember_opponents(self, session: AsyncSession, players: Sequence[str], now: datetime) -> None:
+    async def _remember_opponents(self, session: Executor, players: Sequence[str], now: datetime) -> None:
         r = models.recent
         await session.execute(delete(r).where(r.c.player.in_(players)))
         if players:
@@ -468,7 +468,7 @@ class Sagas:
         now = self.clock()
         t = models.tickets
         culprits = set(saga.culprits)
-        async with self.db.write() as session:
+        async with self.db.write_connection() as session:
             failed = await session.execute(
                 update(models.sagas)
                 .where(models.sagas.c.id == saga.id, models.sagas.c.state == "compensating")

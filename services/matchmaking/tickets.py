@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import matchmaking_pb2
 from services.matchmaking import models
-from services.matchmaking.core import Core, Preferences, Viewer, aware, new_id, preferences_of, timestamp
+from services.matchmaking.core import Core, Executor, Preferences, Viewer, aware, new_id, preferences_of, timestamp
 from services.matchmaking.errors import DependencyUnavailableError, NotAllowedError, StateError, TicketNotFoundError
 from services.matchmaking.matcher import BucketKey
 from services.matchmaking.parties import party_row
@@ -64,13 +64,13 @@ class Tickets:
 
     # -- views and streams ------------------------------------------------------------------------
 
-    async def _ticket_row(self, session: AsyncSession, ticket_id: str, viewer: Viewer) -> Any:
+    async def _ticket_row(self, session: Executor, ticket_id: str, viewer: Viewer) -> Any:
         row = (await session.execute(select(models.tickets).where(models.tickets.c.id == ticket_id))).first()
         if row is None or not (viewer.privileged or viewer.player in row.players):
             raise TicketNotFoundError(f"tickets/{ticket_id} not found")
         return row
 
-    async def _position(self, session: AsyncSession, row: Any) -> tuple[int, float | None]:
+    async def _position(self, session: Executor, row: Any) -> tuple[int, float | None]:
         """The ticket's place in its bucket (1 is next) and the mean recent wait there."""
         t = models.tickets
         bucket = and_(
@@ -103,7 +103,7 @@ class Tickets:
         self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
         return int(position) + 1, mean_wait
 
-    async def ticket_view(self, session: AsyncSession, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
+    async def ticket_view(self, session: Executor, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
         now = self.clock()
         out = matchmaking_pb2.Ticket(
             name=f"tickets/{row.id}",
@@ -140,7 +140,7 @@ class Tickets:
         return out
 
     async def get_ticket(self, ticket_id: str, viewer: Viewer) -> matchmaking_pb2.Ticket:
-        async with self.db.read() as session:
+        async with self.db.read_connection() as session:
             return await self.ticket_view(session, await self._ticket_row(session, ticket_id, viewer), viewer)
 
     async def watch_ticket(self, ticket_id: str, viewer: Viewer) -> AsyncIterator[matchmaking_pb2.Ticket]:
@@ -155,7 +155,7 @@ class Tickets:
         try:
             while True:
                 event = self.core.notifier.event(key)
-                async with self.db.read() as session:
+                async with self.db.read_connection() as session:
                     row = await self._ticket_row(session, ticket_id, viewer)
                     view = await self.ticket_view(session, row, viewer)
                 self._watched_versions[ticket_id] = row.version
@@ -183,7 +183,7 @@ class Tickets:
         changed: list[str] = []
         names = list(watched)
         for start in range(0, len(names), 500):
-            async with self.db.read() as session:
+            async with self.db.read_connection() as session:
                 rows = await session.execute(select(t.c.id, t.c.version).where(t.c.id.in_(names[start : start + 500])))
                 changed += [row.id for row in rows if row.version != watched[row.id]]
         self.core.notifier.changed(*(f"ticket:{ticket_id}" for ticket_id in changed))
@@ -201,7 +201,7 @@ class Tickets:
         return sum(ratings.get(p, 0.0) for p in players) / len(players)
 
     async def _party_members(self, party_id: str, player: str) -> list[str]:
-        async with self.db.read() as session:
+        async with self.db.read_connection() as session:
             party = await party_row(session, party_id, Viewer(player))
         if party.leader != player:
             raise NotAllowedError(f"only the party's leader (players/{party.leader}) queues it")
