@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import matchmaking_pb2
+from services.common.db import Database
 from services.matchmaking import models
 from services.matchmaking.core import Core, Executor, Preferences, Viewer, aware, new_id, preferences_of, timestamp
 from services.matchmaking.errors import DependencyUnavailableError, NotAllowedError, StateError, TicketNotFoundError
@@ -41,9 +42,55 @@ LIVE_TICKET = ("searching", "proposed")
 WAIT_HISTORY = timedelta(hours=1)
 #: How often a watch stream rebuilds a searching ticket's view when nothing else changed.
 REFRESH_SECONDS = 5.0
+#: Ticket ids per statement of a batched read.
+FETCH_CHUNK = 500
 #: How long a replica reuses a kind of ticket's mean recent wait (an hour's mean, for an estimate)
 #: rather than reading it again for every view.
 MEAN_WAIT_TTL = timedelta(seconds=5)
+
+
+class TicketRows:
+    """Reads ticket rows for many callers at once: the ids asked for while a read is under way are
+    read together by the next one (one transaction, a statement per FETCH_CHUNK ids). A read
+    always begins after every request it answers was made, so a caller woken by a committed
+    change sees that change."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._pending: dict[str, list[asyncio.Future[Any]]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def read(self, ticket_id: str) -> Any:
+        """The ticket's row, or None if there is no such ticket."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(ticket_id, []).append(future)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="matchmaking-ticket-rows")
+        return await future
+
+    async def _run(self) -> None:
+        t = models.tickets
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            names = list(batch)
+            try:
+                rows: dict[str, Any] = {}
+                async with self.db.read_connection() as connection:
+                    for start in range(0, len(names), FETCH_CHUNK):
+                        chunk = names[start : start + FETCH_CHUNK]
+                        rows.update(
+                            (row.id, row) for row in await connection.execute(select(t).where(t.c.id.in_(chunk)))
+                        )
+            except Exception as error:
+                for futures in batch.values():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(error)
+                continue
+            for name, futures in batch.items():
+                for future in futures:
+                    if not future.done():
+                        future.set_result(rows.get(name))
 
 
 class Tickets:
@@ -59,6 +106,7 @@ class Tickets:
         #: Watched tickets: open streams per ticket, and the version each last sent.
         self._watchers: dict[str, int] = {}
         self._watched_versions: dict[str, int] = {}
+        self._rows = TicketRows(core.db)
         #: The mean recent wait per kind of ticket, and until when it is reused (MEAN_WAIT_TTL).
         self._mean_waits: dict[BucketKey, tuple[datetime, float | None]] = {}
 
@@ -103,7 +151,9 @@ class Tickets:
         self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
         return int(position) + 1, mean_wait
 
-    async def ticket_view(self, session: Executor, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
+    async def ticket_view(self, session: Executor | None, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
+        """The ticket's view from its row; a searching ticket's position is read in `session`
+        (or, without one, in a read of its own)."""
         now = self.clock()
         out = matchmaking_pb2.Ticket(
             name=f"tickets/{row.id}",
@@ -120,7 +170,11 @@ class Tickets:
             half = self.settings.windows.half_width(waited)
             out.rating_low = row.rating - half
             out.rating_high = row.rating + half
-            position, mean_wait = await self._position(session, row)
+            if session is None:
+                async with self.db.read_connection() as own:
+                    position, mean_wait = await self._position(own, row)
+            else:
+                position, mean_wait = await self._position(session, row)
             out.position = position
             windows = self.settings.windows
             expected = mean_wait if mean_wait is not None else windows.open_seconds or windows.step_seconds
@@ -148,16 +202,18 @@ class Tickets:
         and by `poll_watched` (the matching loop's one query for every watched ticket's version)
         for changes made by other replicas; a searching ticket's view is also rebuilt every
         REFRESH_SECONDS (its window, position and estimated wait move with time)."""
-        # (The first read is a full one: NOT_FOUND ends the stream before it sends anything.)
+        # (NOT_FOUND ends the stream before it sends anything.) The rows come from `_rows`: the
+        # streams woken together (a pass's proposals, a saga's tickets) are read together.
         key = f"ticket:{ticket_id}"
         sent = b""
         self._watchers[ticket_id] = self._watchers.get(ticket_id, 0) + 1
         try:
             while True:
                 event = self.core.notifier.event(key)
-                async with self.db.read_connection() as session:
-                    row = await self._ticket_row(session, ticket_id, viewer)
-                    view = await self.ticket_view(session, row, viewer)
+                row = await self._rows.read(ticket_id)
+                if row is None or not (viewer.privileged or viewer.player in row.players):
+                    raise TicketNotFoundError(f"tickets/{ticket_id} not found")
+                view = await self.ticket_view(None, row, viewer)
                 self._watched_versions[ticket_id] = row.version
                 data = view.SerializeToString(deterministic=True)
                 if data != sent:
