@@ -153,6 +153,9 @@ class Core:
         self.notifier = notifier or Notifier()
         #: Wakes the matching loop (set by the service once it has one).
         self.wake: Callable[[], None] = lambda: None
+        #: A searching ticket's place in its bucket as the matching loop last read the queue, given
+        #: the ticket's version; None when the loop cannot tell (set by the service: Loop.position).
+        self.queue_position: Callable[[str, int], int | None] = lambda ticket, version: None
 
     # -- idempotency ------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +40,8 @@ SAGAS_AT_ONCE = 32
 PROPOSALS_PER_TRANSACTION = 50
 #: Whole ticket rows read per statement when the index catches up.
 FETCH_CHUNK = 500
+#: How old the last pass's view of the queue may be for a ticket's position to be taken from it.
+POSITION_MAX_AGE_SECONDS = 2.0
 #: The shortest time between two passes (the tick, if shorter).
 MIN_PASS_GAP_SECONDS = 0.25
 
@@ -74,8 +77,11 @@ class Loop:
         self.last_proposals = 0
         #: When the watched tickets' versions were last read (event-loop time).
         self._polled = 0.0
-        #: The searching tickets as the last pass read them, by id (`_searching`).
+        #: The searching tickets as the last pass read them, by id (`_searching`), and when
+        #: (event-loop time); each one's place in its bucket, computed when first asked for.
         self._index: dict[str, _Searching] = {}
+        self._index_time = -math.inf
+        self._positions: dict[str, int] | None = None
 
     @property
     def stopping(self) -> bool:
@@ -219,7 +225,28 @@ class Loop:
                     )
         for ticket in [ticket for ticket in index if ticket not in versions]:
             del index[ticket]
+        self._index_time = asyncio.get_running_loop().time()
+        self._positions = None
         return [entry for ticket, entry in index.items() if entry.version == versions.get(ticket)]
+
+    def position(self, ticket: str, version: int) -> int | None:
+        """The ticket's place in its bucket (1 is next: requeued tickets first, then by waiting
+        time) as the last pass read the queue, if that pass held the ticket at `version` and was
+        at most POSITION_MAX_AGE_SECONDS ago; else None (the caller counts in the database)."""
+        entry = self._index.get(ticket)
+        if entry is None or entry.version != version:
+            return None
+        if asyncio.get_running_loop().time() - self._index_time > POSITION_MAX_AGE_SECONDS:
+            return None
+        if self._positions is None:
+            buckets: dict[BucketKey, list[_Searching]] = {}
+            for searching in self._index.values():
+                buckets.setdefault(searching.key, []).append(searching)
+            self._positions = {}
+            for members in buckets.values():
+                members.sort(key=lambda m: (not m.front, m.queued_at, m.ticket))
+                self._positions.update((m.ticket, place) for place, m in enumerate(members, start=1))
+        return self._positions.get(ticket)
 
     async def match_once(self) -> int:
         now = self.core.clock()

@@ -118,8 +118,18 @@ class Tickets:
             raise TicketNotFoundError(f"tickets/{ticket_id} not found")
         return row
 
-    async def _position(self, session: Executor, row: Any) -> tuple[int, float | None]:
-        """The ticket's place in its bucket (1 is next) and the mean recent wait there."""
+    async def _position(self, session: Executor | None, row: Any) -> tuple[int, float | None]:
+        """The ticket's place in its bucket (1 is next) and the mean recent wait there. The place
+        is the matching loop's (`Core.queue_position`) when it has the ticket at this version, else
+        counted in `session` (or a read of its own); the mean is reused for MEAN_WAIT_TTL."""
+        now = self.clock()
+        key = preferences_of(row).key
+        position = self.core.queue_position(row.id, row.version)
+        cached = self._mean_waits.get(key)
+        if cached is not None and cached[0] <= now:
+            cached = None
+        if position is not None and cached is not None:
+            return position, cached[1]
         t = models.tickets
         bucket = and_(
             t.c.preset == row.preset,
@@ -129,27 +139,31 @@ class Tickets:
             t.c.mode == row.mode,
             t.c.bet_chips == row.bet_chips,
         )
-        later_same_front = or_(t.c.queued_at < row.queued_at, and_(t.c.queued_at == row.queued_at, t.c.id < row.id))
-        ahead = and_(t.c.front == row.front, later_same_front)
-        if not row.front:
-            ahead = or_(t.c.front.is_(True), ahead)
-        position = (
-            await session.execute(select(func.count()).where(t.c.state == "searching", bucket, ahead))
-        ).scalar_one()
-        now = self.clock()
-        key = preferences_of(row).key
-        cached = self._mean_waits.get(key)
-        if cached is not None and cached[0] > now:
-            return int(position) + 1, cached[1]
-        since = now - WAIT_HISTORY
-        mean = (
-            await session.execute(
-                select(func.avg(t.c.wait_seconds)).where(bucket, t.c.wait_seconds.is_not(None), t.c.update_time > since)
-            )
-        ).scalar_one()
+        async with contextlib.AsyncExitStack() as stack:
+            if session is None:
+                session = await stack.enter_async_context(self.db.read_connection())
+            if position is None:
+                later_same_front = or_(
+                    t.c.queued_at < row.queued_at, and_(t.c.queued_at == row.queued_at, t.c.id < row.id)
+                )
+                ahead = and_(t.c.front == row.front, later_same_front)
+                if not row.front:
+                    ahead = or_(t.c.front.is_(True), ahead)
+                count = await session.execute(select(func.count()).where(t.c.state == "searching", bucket, ahead))
+                position = int(count.scalar_one()) + 1
+            if cached is not None:
+                return position, cached[1]
+            since = now - WAIT_HISTORY
+            mean = (
+                await session.execute(
+                    select(func.avg(t.c.wait_seconds)).where(
+                        bucket, t.c.wait_seconds.is_not(None), t.c.update_time > since
+                    )
+                )
+            ).scalar_one()
         mean_wait = None if mean is None else float(mean)
         self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
-        return int(position) + 1, mean_wait
+        return position, mean_wait
 
     async def ticket_view(self, session: Executor | None, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
         """The ticket's view from its row; a searching ticket's position is read in `session`
@@ -170,11 +184,7 @@ class Tickets:
             half = self.settings.windows.half_width(waited)
             out.rating_low = row.rating - half
             out.rating_high = row.rating + half
-            if session is None:
-                async with self.db.read_connection() as own:
-                    position, mean_wait = await self._position(own, row)
-            else:
-                position, mean_wait = await self._position(session, row)
+            position, mean_wait = await self._position(session, row)
             out.position = position
             windows = self.settings.windows
             expected = mean_wait if mean_wait is not None else windows.open_seconds or windows.step_seconds
