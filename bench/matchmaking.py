@@ -17,6 +17,7 @@
    under 100 ms. For every phase, per ticket: the matchmaking process's SQL statements,
    transactions and round trips (counted in the process, `SqlCounter`), its CPU time and so
    tickets per second per matchmaking core, and the other services' statements and CPU.
+   `BENCH_PROFILE=FILE` writes the matchmaking process's cProfile statistics to FILE.
 3. Match quality on a simulated arrival stream (a Poisson stream of tickets over 30 simulated
    minutes, ratings from a normal distribution, a pass every simulated second): the mean rating
    spread per table (highest minus lowest ticket rating) and the mean wait, with the same stream
@@ -38,6 +39,7 @@ use_suite_transport()  # first: grpc reads its transport once, when imported (se
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import json
 import os
 import random
@@ -586,7 +588,7 @@ async def serve(role: str, kind: str, workdir: Path, postgres_url: str, schema: 
     """A child process of the end-to-end run (see `Served`)."""
     counter = SqlCounter()
     counter.install()
-    import cProfile
+    # BENCH_PROFILE=file: the matchmaking process's cProfile statistics, written when it stops.
     profile = cProfile.Profile() if os.environ.get("BENCH_PROFILE") and role == "matchmaking" else None
     if profile is not None:
         profile.enable()
