@@ -594,6 +594,11 @@ async def platform_processes(kind: str, workdir: Path, postgres_url: str) -> Asy
 async def serve(role: str, kind: str, workdir: Path, postgres_url: str, schema: str | None,
                 addresses: dict[str, str]) -> int:
     """A child process of the end-to-end run (see `Served`)."""
+    # Standard output carries the answers to the parent; everything else written there (the
+    # services' logs) goes to standard error instead.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     counter = SqlCounter()
     counter.install()
     # BENCH_PROFILE=file: the matchmaking process's cProfile statistics, written when it stops.
@@ -608,11 +613,11 @@ async def serve(role: str, kind: str, workdir: Path, postgres_url: str, schema: 
                 matchmaking_service(workdir, kind, postgres_url, schema, addresses)
             )
             served = {"matchmaking": address}
-        print(json.dumps(served), flush=True)
+        print(json.dumps(served), file=answers, flush=True)
         loop = asyncio.get_running_loop()
         while line := await loop.run_in_executor(None, sys.stdin.readline):
             if line.strip() == "stats":
-                print(json.dumps(counter.snapshot()), flush=True)
+                print(json.dumps(counter.snapshot()), file=answers, flush=True)
     if profile is not None:
         profile.disable()
         profile.dump_stats(os.environ["BENCH_PROFILE"])
