@@ -4,17 +4,20 @@
    express and three points targets, competitive at three bets and practice; 10% of the 4-seat
    tickets are parties), on one core: the target is under 1 s. Baseline in the same run: bucketing
    and sorting the same tickets by rating, the least any pass must do.
-2. Tickets matched per second end to end, through the gRPC service: the real wallet (every
-   player's bet held) and ranking services, a minimal in-process game-session service, SQLite in a
-   temporary folder and PostgreSQL (BURACO_BENCH_POSTGRES_URL, default
-   `postgresql://postgres@127.0.0.1:5432/test`, in a schema of its own dropped afterwards, skipped
-   when unreachable). Every player creates a ticket, follows it with WatchTicket, confirms the
-   proposal and waits for MATCHED; the rate is tickets matched over the time from the first
-   CreateTicket to the last MATCHED. Then steady arrivals (`--rates`, each for `--rate-seconds`):
-   new players arrive evenly spaced at that many tickets/s; printed per rate: the p99 of
-   CreateTicket and ConfirmTicket, the time to MATCHED, and the CPU of the servers' process; and
-   the highest rate whose calls kept a p99 under 100 ms. Every server runs in one child process
-   (so on one core at most); the clients run in this one.
+2. End to end through the gRPC service, competitive 2-player tickets, every player confirming:
+   the real wallet (every player's bet held) and ranking services and a minimal game-session
+   service in one child process, the matchmaking service alone in another (its CPU time is the
+   matchmaking core's), the clients in this one; SQLite in a temporary folder and PostgreSQL
+   (BURACO_BENCH_POSTGRES_URL, default `postgresql://postgres@127.0.0.1:5432/test`, in a schema
+   of its own dropped afterwards, skipped when unreachable). Every player creates a ticket,
+   follows it with WatchTicket, confirms the proposal and waits for MATCHED. First a burst
+   (`--players` at once: its duration and tickets matched per second), then steady arrivals
+   (`--rates`, each for `--rate-seconds`, new players evenly spaced): the p99 of CreateTicket and
+   ConfirmTicket, the p50 and p99 time to MATCHED, and the highest rate whose calls kept a p99
+   under 100 ms. For every phase, per ticket: the matchmaking process's SQL statements,
+   transactions and round trips (counted in the process, `SqlCounter`), its CPU time and so
+   tickets per second per matchmaking core, and the other services' statements and CPU.
+   `BENCH_PROFILE=FILE` writes the matchmaking process's cProfile statistics to FILE.
 3. Match quality on a simulated arrival stream (a Poisson stream of tickets over 30 simulated
    minutes, ratings from a normal distribution, a pass every simulated second): the mean rating
    spread per table (highest minus lowest ticket rating) and the mean wait, with the same stream
@@ -22,8 +25,8 @@
 
 Each figure is printed as `bench: NAME VALUE UNIT`.
 
-    python -m bench.matchmaking [--tickets 100000] [--players 400] [--databases sqlite,postgresql]
-        [--rates 5,10,20] [--rate-seconds 20]
+    python -m bench.matchmaking [--tickets 100000] [--players 10000] [--databases sqlite,postgresql]
+        [--rates 20,50,100,200,300] [--rate-seconds 20]
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ use_suite_transport()  # first: grpc reads its transport once, when imported (se
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import json
 import os
 import random
@@ -76,6 +80,9 @@ from services.wallet.service import WalletService
 from services.wallet.settings import WalletSettings
 
 BET = 10
+#: Players of the burst per client connection (10,000 calls at once over one HTTP/2 connection
+#: are not what a server meets, and grpc's server closes such a connection).
+PLAYERS_PER_CHANNEL = 250
 TARGETS = (0, 1005, 1505, 3005)
 BETS = (10, 100, 1000)
 
@@ -171,24 +178,32 @@ def fifo_pass(waiting: list[Waiting]) -> list[tuple[list[Waiting], float]]:
     return tables
 
 
-def simulate(skill: bool, seconds: int = 1800, rate: float = 20.0, seed: int = 3) -> tuple[float, float, int]:
+def simulate(
+    skill: bool,
+    seconds: int = 1800,
+    rate: float = 20.0,
+    seed: int = 3,
+    pass_seconds: float = 1.0,
+    windows: Windows | None = None,
+) -> tuple[float, float, int]:
     """(mean spread, mean wait in seconds, tables) for a Poisson stream of `rate` tickets/s over
-    `seconds` of simulated time, with a pass every second."""
+    `seconds` of simulated time, with a pass every `pass_seconds`."""
     rng = random.Random(seed)
-    windows = Windows()
+    windows = windows or Windows()
     arrivals: dict[str, float] = {}
     waiting: dict[str, Waiting] = {}
     spreads: list[float] = []
     waits: list[float] = []
     keys = [random_key(rng) for _ in range(12)]  # the popular modalities of the simulation
     count = 0
-    for now in range(seconds):
-        for _ in range(_poisson(rng, rate)):
+    for step in range(round(seconds / pass_seconds)):
+        now = step * pass_seconds
+        for _ in range(_poisson(rng, rate * pass_seconds)):
             count += 1
             key = rng.choice(keys)
             players = (f"p{count}a", f"p{count}b") if key[1] == 4 and rng.random() < 0.1 else (f"p{count}",)
             waiting[f"t{count}"] = Waiting(f"t{count}", key, players, rng.gauss(15, 7), 0.0)
-            arrivals[f"t{count}"] = float(now)
+            arrivals[f"t{count}"] = now
         current = [replace(w, waited_seconds=now - arrivals[w.ticket]) for w in waiting.values()]
         if skill:
             tables = [([waiting[t] for t in p.tickets], p.spread) for p in match_pass(current, windows)]
@@ -220,6 +235,7 @@ def bench_quality() -> None:
     report("quality_fifo_mean_rating_spread", fifo_spread, "rating_points")
     report("quality_fifo_mean_wait", fifo_wait, "s")
     report("quality_spread_ratio_to_fifo", spread / fifo_spread, "x")
+    report("quality_wait_ratio_to_fifo", wait / fifo_wait, "x")
 
 
 # -- 2. end to end ----------------------------------------------------------------------------------
@@ -274,24 +290,83 @@ def _config(service: str, workdir: Path, database: tuple[str, str | None]) -> Co
     )
 
 
-@contextlib.asynccontextmanager
-async def platform(workdir: Path, kind: str, postgres_url: str) -> AsyncIterator[tuple[str, str, Minter]]:
-    """Wallet, ranking, game sessions and matchmaking in this process: (matchmaking address,
-    wallet address, a minter)."""
-    schema = None
-    if kind == "postgresql":
-        schema = f"bench_{uuid.uuid4().hex[:12]}"
+class SqlCounter:
+    """Counts what this process asks of its databases. Statements: every cursor execution through
+    SQLAlchemy (savepoints included; an executemany is one) and every query of a raw asyncpg pool
+    (the wallet's hot path), BEGIN and COMMIT excepted. Transactions: SQLAlchemy's BEGINs and the
+    raw pools' BEGINs. On PostgreSQL each statement is a round trip, and each transaction adds two
+    (its BEGIN and its end)."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.transactions = 0
+
+    def _statement(self, *_: Any) -> None:
+        self.statements += 1
+
+    def _transaction(self, *_: Any) -> None:
+        self.transactions += 1
+
+    def _raw_query(self, record: Any) -> None:
+        verb = record.query.lstrip()[:8].upper()
+        if verb.startswith(("BEGIN", "START")):
+            self.transactions += 1
+        elif not verb.startswith(("COMMIT", "ROLLBACK")):
+            self.statements += 1
+
+    def install(self) -> None:
+        from sqlalchemy import event
+        from sqlalchemy.engine import Engine
+
+        event.listen(Engine, "before_cursor_execute", self._statement)
+        event.listen(Engine, "begin", self._transaction)
+        create_pool = asyncpg.create_pool
+
+        def counted_pool(*args: Any, **kwargs: Any) -> Any:
+            init = kwargs.pop("init", None)
+
+            async def counting(connection: Any) -> None:
+                connection.add_query_logger(self._raw_query)
+                if init is not None:
+                    await init(connection)
+
+            return create_pool(*args, init=counting, **kwargs)
+
+        asyncpg.create_pool = counted_pool
+
+    def snapshot(self) -> dict[str, int]:
+        return {"statements": self.statements, "transactions": self.transactions}
+
+
+async def create_schema(kind: str, postgres_url: str) -> str | None:
+    if kind != "postgresql":
+        return None
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    connection = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+    await connection.execute(f'CREATE SCHEMA "{schema}"')
+    await connection.close()
+    return schema
+
+
+async def drop_schema(schema: str | None, postgres_url: str) -> None:
+    if schema is not None:
         connection = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
-        await connection.execute(f'CREATE SCHEMA "{schema}"')
+        await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await connection.close()
 
-    def database(name: str) -> tuple[str, str | None]:
-        if kind == "sqlite":
-            return f"sqlite+aiosqlite:///{workdir / name}.db", None
-        return postgres_url, schema
 
-    private, _ = ensure_dev_keys(workdir / "keys")
-    minter = Minter(load_private_key(private), audience="buraco")
+def _database(kind: str, workdir: Path, name: str, postgres_url: str, schema: str | None) -> tuple[str, str | None]:
+    if kind == "sqlite":
+        return f"sqlite+aiosqlite:///{workdir / name}.db", None
+    return postgres_url, schema
+
+
+@contextlib.asynccontextmanager
+async def other_services(
+    workdir: Path, kind: str, postgres_url: str, schema: str | None
+) -> AsyncIterator[dict[str, str]]:
+    """The real wallet and ranking services and a minimal game-session service, in this process:
+    their addresses by name."""
     address: list[str] = [""]
     tables = Tables(address)  # type: ignore[abstract]
 
@@ -307,28 +382,32 @@ async def platform(workdir: Path, kind: str, postgres_url: str) -> AsyncIterator
             (RANKING, "ranking"),
             (fake, "game_session"),
         ):
-            server = Server(
-                spec, replace(_config(name, workdir, database(name)), migrate_on_start=name != "game_session")
-            )
+            config = _config(name, workdir, _database(kind, workdir, name, postgres_url, schema))
+            server = Server(spec, replace(config, migrate_on_start=name != "game_session"))
             await server.start()
             servers.append(server)
         address[0] = servers[2].address
-        addresses = {"wallet": servers[0].address, "ranking": servers[1].address, "game_session": address[0]}
-        # A burst of every player at once: the confirmation window is wide so that the measure is the
-        # service's rate, not how many proposals a saturated client side confirms in 20 s.
-        settings = MatchmakingSettings(tick_seconds=0.05, confirm_seconds=300, start_seconds=300)
-        mm_config = replace(_config("matchmaking", workdir, database("matchmaking")), addresses=addresses)
-        matchmaking = Server(build_spec(settings=settings), mm_config)
-        await matchmaking.start()
-        servers.append(matchmaking)
-        yield matchmaking.address, servers[0].address, minter
+        yield {"wallet": servers[0].address, "ranking": servers[1].address, "game_session": address[0]}
     finally:
         for server in reversed(servers):
             await server.stop(0)
-        if schema is not None:
-            connection = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
-            await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            await connection.close()
+
+
+@contextlib.asynccontextmanager
+async def matchmaking_service(
+    workdir: Path, kind: str, postgres_url: str, schema: str | None, addresses: dict[str, str]
+) -> AsyncIterator[str]:
+    """The matchmaking service alone in this process, calling the others at `addresses`."""
+    # A burst of every player at once: the confirmation window is wide so that the measure is the
+    # service's rate, not how many proposals a saturated client side confirms in 20 s.
+    settings = MatchmakingSettings(tick_seconds=0.05, confirm_seconds=300, start_seconds=300)
+    config = _config("matchmaking", workdir, _database(kind, workdir, "matchmaking", postgres_url, schema))
+    matchmaking = Server(build_spec(settings=settings), replace(config, addresses=addresses))
+    await matchmaking.start()
+    try:
+        yield matchmaking.address
+    finally:
+        await matchmaking.stop(0)
 
 
 def _bearer(minter: Minter, kind: Kind, name: str) -> tuple[tuple[str, str], ...]:
@@ -399,7 +478,7 @@ async def ticket_journey(
                 raise
             await asyncio.sleep(0.1 * 2**attempt)
     stream = stub.WatchTicket(matchmaking_pb2.WatchTicketRequest(name=ticket.name), metadata=metadata)
-    confirmed = False
+    confirmed = matched = False
     async for update in stream:
         if update.state == matchmaking_pb2.Ticket.STATE_PROPOSED and not confirmed:
             confirmed = True
@@ -410,74 +489,233 @@ async def ticket_journey(
             )
             timings.confirm.append(time.perf_counter() - call_started)
         elif update.state == matchmaking_pb2.Ticket.STATE_MATCHED:
-            timings.matched.append(time.perf_counter() - started)
-            return
+            # The stream ends on its own once the ticket is final: read it to its end rather than
+            # cancel it (thousands of cancelled streams a second on one connection make the
+            # server's HTTP/2 flood protection close the connection).
+            if not matched:
+                matched = True
+                timings.matched.append(time.perf_counter() - started)
         elif update.state not in (
             matchmaking_pb2.Ticket.STATE_SEARCHING,
             matchmaking_pb2.Ticket.STATE_PROPOSED,
         ):
             raise AssertionError(f"{player}: {update}")
-    raise AssertionError(f"{player}: the ticket's stream ended before MATCHED")
+    if not matched:
+        raise AssertionError(f"{player}: the ticket's stream ended before MATCHED")
 
 
 def percentile_ms(values: list[float], fraction: float) -> float:
     return percentile(values, fraction) * 1000
 
 
+@dataclass(frozen=True)
+class Usage:
+    """A served process's CPU seconds and database work so far."""
+
+    cpu: float
+    statements: int
+    transactions: int
+
+
+class Served:
+    """A child process serving part of the platform (`--serve`): it prints its addresses as one
+    JSON line, answers each `stats` line on its standard input with its SqlCounter's counts, and
+    stops when its standard input closes."""
+
+    def __init__(self, role: str, kind: str, workdir: Path, postgres_url: str, schema: str | None,
+                 addresses: dict[str, str] | None = None) -> None:
+        command = [sys.executable, "-m", "bench.matchmaking", "--serve", role, "--kind", kind,
+                   "--workdir", str(workdir), "--postgres-url", postgres_url, "--schema", schema or "",
+                   "--addresses", json.dumps(addresses or {})]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.role = role
+
+    async def _line(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = await asyncio.get_running_loop().run_in_executor(None, self.process.stdout.readline)
+        if not line:
+            raise RuntimeError(f"the {self.role} process exited ({self.process.wait()})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    async def addresses(self) -> dict[str, str]:
+        return await self._line()
+
+    async def usage(self) -> Usage:
+        assert self.process.stdin is not None
+        self.process.stdin.write("stats\n")
+        self.process.stdin.flush()
+        counts = await self._line()
+        return Usage(cpu_seconds(self.process.pid), counts["statements"], counts["transactions"])
+
+    async def stop(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, lambda: self.process.wait(timeout=60))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@dataclass
+class Platform:
+    matchmaking_address: str
+    wallet_address: str
+    minter: Minter
+    matchmaking: Served
+    others: Served
+
+    async def usage(self) -> tuple[Usage, Usage]:
+        return await self.matchmaking.usage(), await self.others.usage()
+
+
+@contextlib.asynccontextmanager
+async def platform_processes(kind: str, workdir: Path, postgres_url: str) -> AsyncIterator[Platform]:
+    """The matchmaking service in a process of its own, the wallet, ranking and game sessions in
+    another, the clients in this one: the matchmaking process's CPU is the matchmaking core's."""
+    schema = await create_schema(kind, postgres_url)
+    served: list[Served] = []
+    try:
+        others = Served("others", kind, workdir, postgres_url, schema)
+        served.append(others)
+        addresses = await others.addresses()
+        matchmaking = Served("matchmaking", kind, workdir, postgres_url, schema, addresses)
+        served.append(matchmaking)
+        address = (await matchmaking.addresses())["matchmaking"]
+        private, _ = ensure_dev_keys(workdir / "keys")
+        minter = Minter(load_private_key(private), audience="buraco")
+        yield Platform(address, addresses["wallet"], minter, matchmaking, others)
+    finally:
+        for process in reversed(served):
+            await process.stop()
+        await drop_schema(schema, postgres_url)
+
+
+async def serve(role: str, kind: str, workdir: Path, postgres_url: str, schema: str | None,
+                addresses: dict[str, str]) -> int:
+    """A child process of the end-to-end run (see `Served`)."""
+    # Standard output carries the answers to the parent; everything else written there (the
+    # services' logs) goes to standard error instead.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    counter = SqlCounter()
+    counter.install()
+    # BENCH_PROFILE=file: the matchmaking process's cProfile statistics, written when it stops.
+    profile = cProfile.Profile() if os.environ.get("BENCH_PROFILE") and role == "matchmaking" else None
+    if profile is not None:
+        profile.enable()
+    async with contextlib.AsyncExitStack() as stack:
+        if role == "others":
+            served = await stack.enter_async_context(other_services(workdir, kind, postgres_url, schema))
+        else:
+            address = await stack.enter_async_context(
+                matchmaking_service(workdir, kind, postgres_url, schema, addresses)
+            )
+            served = {"matchmaking": address}
+        print(json.dumps(served), file=answers, flush=True)
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            if line.strip() == "stats":
+                print(json.dumps(counter.snapshot()), file=answers, flush=True)
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(os.environ["BENCH_PROFILE"])
+    return 0
+
+
+def report_usage(label: str, tickets: int, elapsed: float, before: tuple[Usage, Usage],
+                 after: tuple[Usage, Usage]) -> float:
+    """Prints the matchmaking process's and the other services' work per ticket over a phase;
+    returns tickets per second of matchmaking CPU (per matchmaking core)."""
+    (mm0, other0), (mm1, other1) = before, after
+    cpu = mm1.cpu - mm0.cpu
+    statements = (mm1.statements - mm0.statements) / tickets
+    transactions = (mm1.transactions - mm0.transactions) / tickets
+    report(f"{label}_matchmaking_statements_per_ticket", statements, "statements")
+    report(f"{label}_matchmaking_transactions_per_ticket", transactions, "transactions")
+    report(f"{label}_matchmaking_round_trips_per_ticket", statements + 2 * transactions, "round_trips")
+    report(f"{label}_other_services_statements_per_ticket", (other1.statements - other0.statements) / tickets,
+           "statements")
+    report(f"{label}_matchmaking_cpu_per_ticket", 1000 * cpu / tickets, "ms")
+    report(f"{label}_other_services_cpu_per_ticket", 1000 * (other1.cpu - other0.cpu) / tickets, "ms")
+    report(f"{label}_matchmaking_cpu", 100 * cpu / elapsed, "%_of_a_core")
+    report(f"{label}_other_services_cpu", 100 * (other1.cpu - other0.cpu) / elapsed, "%_of_a_core")
+    per_core = tickets / cpu if cpu > 0 else float("inf")
+    report(f"{label}_tickets_per_matchmaking_core", per_core, "tickets/s")
+    return per_core
+
+
 async def bench_end_to_end(kind: str, players: int, rates: list[float], seconds: float, postgres_url: str) -> None:
     """A burst (every player at once: the most tickets/s the platform matches), then a steady
-    arrival at each rate (the RPCs' latency and the platform's CPU at that rate)."""
+    arrival at each rate (the RPCs' latency and the processes' CPU at that rate)."""
     with tempfile.TemporaryDirectory() as folder:
-        async with platform_process(kind, Path(folder), postgres_url) as (address, wallet_address, minter, pid):
+        async with platform_processes(kind, Path(folder), postgres_url) as served:
             names = [f"b{i:05d}" for i in range(players)]
-            await fund_players(wallet_address, minter, names)
-            async with grpc.aio.insecure_channel(address) as channel:
-                stub = matchmaking_pb2_grpc.MatchmakingServiceStub(channel)
+            await fund_players(served.wallet_address, served.minter, names)
+            # Players connect as players do, not all over one connection: one per PLAYERS_PER_CHANNEL.
+            async with contextlib.AsyncExitStack() as stack:
+                stubs = [
+                    matchmaking_pb2_grpc.MatchmakingServiceStub(
+                        await stack.enter_async_context(grpc.aio.insecure_channel(served.matchmaking_address))
+                    )
+                    for _ in range(max(1, -(-players // PLAYERS_PER_CHANNEL)))
+                ]
                 timings = Timings()
+                before = await served.usage()
                 started = time.perf_counter()
-                async with asyncio.timeout(600):
-                    await asyncio.gather(*(ticket_journey(stub, minter, p, timings) for p in names))
+                async with asyncio.timeout(max(600.0, players / 5)):
+                    await asyncio.gather(
+                        *(
+                            ticket_journey(stubs[i % len(stubs)], served.minter, p, timings)
+                            for i, p in enumerate(names)
+                        )
+                    )
                 elapsed = time.perf_counter() - started
+                after = await served.usage()
             report(f"e2e_{kind}_tickets_matched_per_second", len(timings.matched) / elapsed, "tickets/s")
+            report(f"e2e_{kind}_burst_{players}_players_seconds", elapsed, "s")
             report(f"e2e_{kind}_time_to_matched_p50", percentile_ms(timings.matched, 0.5), "ms")
             report(f"e2e_{kind}_time_to_matched_p99", percentile_ms(timings.matched, 0.99), "ms")
+            report_usage(f"e2e_{kind}_burst", players, elapsed, before, after)
             within = 0.0
             for rate in rates:
-                worst = await steady_arrivals(kind, address, wallet_address, minter, pid, rate, seconds)
+                worst = await steady_arrivals(kind, served, rate, seconds)
                 if worst < 100:
                     within = max(within, rate)
             if rates:
                 report(f"e2e_{kind}_steady_highest_rate_with_rpc_p99_under_100ms", within, "tickets/s")
 
 
-async def steady_arrivals(
-    kind: str, address: str, wallet_address: str, minter: Minter, pid: int, rate: float, seconds: float
-) -> float:
+async def steady_arrivals(kind: str, served: Platform, rate: float, seconds: float) -> float:
     """New players arrive at `rate` tickets/s for `seconds` (evenly spaced), each following their
-    ticket to MATCHED; prints the calls' p99, the time to MATCHED and the platform's CPU; returns
-    the worse p99 of CreateTicket and ConfirmTicket in ms."""
+    ticket to MATCHED; prints the calls' p99, the time to MATCHED and the processes' work per
+    ticket; returns the worse p99 of CreateTicket and ConfirmTicket in ms."""
     count = max(2, int(rate * seconds) // 2 * 2)  # 2-player tables: an even number of tickets
     names = [f"s{int(rate)}-{i:05d}" for i in range(count)]
-    await fund_players(wallet_address, minter, names)
+    await fund_players(served.wallet_address, served.minter, names)
     label = f"e2e_{kind}_steady_{rate:g}_per_s"
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with grpc.aio.insecure_channel(served.matchmaking_address) as channel:
         stub = matchmaking_pb2_grpc.MatchmakingServiceStub(channel)
         timings = Timings()
-        cpu_before, started = cpu_seconds(pid), time.perf_counter()
+        before = await served.usage()
+        started = time.perf_counter()
         journeys = []
         for index, player in enumerate(names):
             await asyncio.sleep(max(0.0, started + index / rate - time.perf_counter()))
-            journeys.append(asyncio.create_task(ticket_journey(stub, minter, player, timings)))
+            journeys.append(asyncio.create_task(ticket_journey(stub, served.minter, player, timings)))
+        arrived = time.perf_counter() - started
         async with asyncio.timeout(600):
             await asyncio.gather(*journeys)
         elapsed = time.perf_counter() - started
-        cpu = cpu_seconds(pid) - cpu_before
+        after = await served.usage()
     create_p99, confirm_p99 = percentile_ms(timings.create, 0.99), percentile_ms(timings.confirm, 0.99)
+    report(f"{label}_arrival_rate_achieved", count / arrived if arrived > 0 else float("inf"), "tickets/s")
     report(f"{label}_create_ticket_p99", create_p99, "ms")
     report(f"{label}_confirm_ticket_p99", confirm_p99, "ms")
     report(f"{label}_time_to_matched_p50", percentile_ms(timings.matched, 0.5), "ms")
     report(f"{label}_time_to_matched_p99", percentile_ms(timings.matched, 0.99), "ms")
-    report(f"{label}_platform_cpu", 100 * cpu / elapsed, "%_of_a_core")
+    report_usage(label, count, elapsed, before, after)
     return max(create_p99, confirm_p99)
 
 
@@ -490,55 +728,10 @@ async def postgres_reachable(url: str) -> bool:
     return True
 
 
-async def serve_platform(kind: str, workdir: Path, postgres_url: str) -> int:
-    """The child process of the end-to-end run: serves the platform, prints its addresses as one
-    JSON line, and stops when its standard input closes."""
-    async with platform(workdir, kind, postgres_url) as (address, wallet_address, _):
-        print(json.dumps({"matchmaking": address, "wallet": wallet_address}), flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    return 0
-
-
-@contextlib.asynccontextmanager
-async def platform_process(kind: str, workdir: Path, postgres_url: str) -> AsyncIterator[tuple[str, str, Minter, int]]:
-    """The platform in a process of its own (the servers on one core, the clients on another)."""
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bench.matchmaking",
-            "--serve",
-            kind,
-            "--workdir",
-            str(workdir),
-            "--postgres-url",
-            postgres_url,
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None and child.stdin is not None
-        line = await asyncio.get_running_loop().run_in_executor(None, child.stdout.readline)
-        if not line:
-            raise RuntimeError(f"the platform process exited ({child.wait()}) before serving")
-        addresses = json.loads(line)
-        private, _ = ensure_dev_keys(workdir / "keys")
-        minter = Minter(load_private_key(private), audience="buraco")
-        yield addresses["matchmaking"], addresses["wallet"], minter, child.pid
-    finally:
-        if child.stdin is not None:
-            child.stdin.close()
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, lambda: child.wait(timeout=60))
-        except subprocess.TimeoutExpired:
-            child.kill()
-
-
 async def main(args: argparse.Namespace) -> int:
     if args.serve:
-        return await serve_platform(args.serve, Path(args.workdir), args.postgres_url)
+        addresses = json.loads(args.addresses)
+        return await serve(args.serve, args.kind, Path(args.workdir), args.postgres_url, args.schema or None, addresses)
     bench_matcher(args.tickets)
     bench_quality()
     for kind in args.databases.split(","):
@@ -553,12 +746,17 @@ async def main(args: argparse.Namespace) -> int:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.matchmaking")
     parser.add_argument("--tickets", type=int, default=100_000, help="waiting tickets of the matcher pass")
-    parser.add_argument("--players", type=int, default=400, help="players of the end-to-end run")
+    parser.add_argument("--players", type=int, default=10_000, help="players of the end-to-end burst")
     parser.add_argument("--databases", default="sqlite,postgresql")
-    parser.add_argument("--rates", default="5,10,20", help="steady arrival rates to run, tickets/s ('' for none)")
+    parser.add_argument(
+        "--rates", default="20,50,100,200,300", help="steady arrival rates to run, tickets/s ('' for none)"
+    )
     parser.add_argument("--rate-seconds", type=float, default=20.0, help="how long each steady arrival lasts")
-    parser.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the end-to-end run's child
+    parser.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the end-to-end run's children
+    parser.add_argument("--kind", default="", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--schema", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--addresses", default="{}", help=argparse.SUPPRESS)
     parser.add_argument(
         "--postgres-url",
         default=os.environ.get("BURACO_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"),

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from buraco.v1 import common_pb2, matchmaking_pb2
 from services.common.db import Database
@@ -40,6 +40,9 @@ from services.matchmaking.settings import MatchmakingSettings
 
 R = TypeVar("R", bound=Message)
 Clock = Callable[[], datetime]
+#: What runs statements: an ORM session (the idempotent calls' transactions) or a Core connection
+#: (`Database.read_connection`, `write_connection`: the hot paths, without a session's cost).
+Executor = AsyncSession | AsyncConnection
 
 
 def aware(moment: datetime) -> datetime:
@@ -150,6 +153,9 @@ class Core:
         self.notifier = notifier or Notifier()
         #: Wakes the matching loop (set by the service once it has one).
         self.wake: Callable[[], None] = lambda: None
+        #: A searching ticket's place in its bucket as the matching loop last read the queue, given
+        #: the ticket's version; None when the loop cannot tell (set by the service: Loop.position).
+        self.queue_position: Callable[[str, int], int | None] = lambda ticket, version: None
 
     # -- idempotency ------------------------------------------------------------------------------
 
@@ -157,7 +163,7 @@ class Core:
         """The stored answer of a retried call, read before calling other services, so a retry
         answers as the first call did even when eligibility has changed since."""
         table = self.idempotency.table
-        async with self.db.read() as session:
+        async with self.db.read_connection() as session:
             row = (
                 await session.execute(
                     select(table.c.method, table.c.request_hash, table.c.response, table.c.expires_at).where(

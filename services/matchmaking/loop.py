@@ -18,13 +18,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 
 from services.matchmaking import models
 from services.matchmaking.core import Core, aware
-from services.matchmaking.matcher import Waiting, match_pass
+from services.matchmaking.matcher import BucketKey, Waiting, match_pass
 from services.matchmaking.saga import Sagas
 from services.matchmaking.tickets import Tickets
 
@@ -34,8 +38,26 @@ log = logging.getLogger("buraco.matchmaking")
 SAGAS_AT_ONCE = 32
 #: Proposals written per transaction (one commit each; the SQLite writer is held no longer).
 PROPOSALS_PER_TRANSACTION = 50
+#: Whole ticket rows read per statement when the index catches up.
+FETCH_CHUNK = 500
+#: How old the last pass's view of the queue may be for a ticket's position to be taken from it.
+POSITION_MAX_AGE_SECONDS = 2.0
 #: The shortest time between two passes (the tick, if shorter).
 MIN_PASS_GAP_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class _Searching:
+    """A searching ticket in the replica's index, at `version`."""
+
+    ticket: str
+    version: int
+    key: BucketKey
+    players: tuple[str, ...]
+    rating: float
+    queued_at: datetime
+    front: bool
+    recent: frozenset[str]
 
 
 class Loop:
@@ -55,6 +77,11 @@ class Loop:
         self.last_proposals = 0
         #: When the watched tickets' versions were last read (event-loop time).
         self._polled = 0.0
+        #: The searching tickets as the last pass read them, by id (`_searching`), and when
+        #: (event-loop time); each one's place in its bucket, computed when first asked for.
+        self._index: dict[str, _Searching] = {}
+        self._index_time = -math.inf
+        self._positions: dict[str, int] | None = None
 
     @property
     def stopping(self) -> bool:
@@ -127,17 +154,17 @@ class Loop:
         """Advances every due saga, then runs one matching pass; returns the tables proposed."""
         gate = asyncio.Semaphore(SAGAS_AT_ONCE)
 
-        async def advance(saga_id: str) -> None:
+        async def advance(saga: Any) -> None:
             async with gate:
                 if self._stopping:
                     return
                 try:
-                    await self.sagas.advance(saga_id)
+                    await self.sagas.advance_row(saga)
                 except Exception:
-                    log.exception("a start saga step failed", extra={"fields": {"saga": saga_id}})
+                    log.exception("a start saga step failed", extra={"fields": {"saga": saga.id}})
 
         # Sagas are independent: their calls to the wallet and game sessions overlap.
-        await asyncio.gather(*(advance(saga_id) for saga_id in await self.sagas.due()))
+        await asyncio.gather(*(advance(saga) for saga in await self.sagas.due_rows()))
         now = asyncio.get_running_loop().time()
         if now - self._polled >= self.settings.watch_poll_seconds:
             self._polled = now
@@ -149,14 +176,29 @@ class Loop:
         self._end_pass()
         return proposed
 
-    async def match_once(self) -> int:
-        now = self.core.clock()
+    async def _searching(self) -> list[_Searching]:
+        """Every searching ticket, as the database has it now (one snapshot): the ids and versions
+        of all of them, and the whole row only of those this replica's index does not hold at that
+        version (every change to a ticket increments its version). The index is rebuilt from the
+        database by the first pass after a start and follows it at every pass; it is never the
+        record: a proposal takes its tickets only if they are still searching in the database."""
         t = models.tickets
-        async with self.core.db.read() as session:
-            rows = (
-                await session.execute(
+        async with self.core.db.read_connection() as connection:
+            versions = dict(
+                (row.id, row.version)
+                for row in await connection.execute(select(t.c.id, t.c.version).where(t.c.state == "searching"))
+            )
+            index = self._index
+            stale = [
+                ticket
+                for ticket, version in versions.items()
+                if (ticket not in index or index[ticket].version != version)
+            ]
+            for start in range(0, len(stale), FETCH_CHUNK):
+                rows = await connection.execute(
                     select(
                         t.c.id,
+                        t.c.version,
                         t.c.players,
                         t.c.preset,
                         t.c.seats,
@@ -168,23 +210,60 @@ class Loop:
                         t.c.queued_at,
                         t.c.front,
                         t.c.recent,
-                    ).where(t.c.state == "searching")
+                    ).where(t.c.id.in_(stale[start : start + FETCH_CHUNK]), t.c.state == "searching")
                 )
-            ).all()
+                for row in rows:
+                    index[row.id] = _Searching(
+                        ticket=row.id,
+                        version=row.version,
+                        key=(row.preset, row.seats, row.length, row.target_points, row.mode, row.bet_chips),
+                        players=tuple(row.players),
+                        rating=row.rating,
+                        queued_at=aware(row.queued_at),
+                        front=row.front,
+                        recent=frozenset(row.recent),
+                    )
+        for ticket in [ticket for ticket in index if ticket not in versions]:
+            del index[ticket]
+        self._index_time = asyncio.get_running_loop().time()
+        self._positions = None
+        return [entry for ticket, entry in index.items() if entry.version == versions.get(ticket)]
+
+    def position(self, ticket: str, version: int) -> int | None:
+        """The ticket's place in its bucket (1 is next: requeued tickets first, then by waiting
+        time) as the last pass read the queue, if that pass held the ticket at `version` and was
+        at most POSITION_MAX_AGE_SECONDS ago; else None (the caller counts in the database)."""
+        entry = self._index.get(ticket)
+        if entry is None or entry.version != version:
+            return None
+        if asyncio.get_running_loop().time() - self._index_time > POSITION_MAX_AGE_SECONDS:
+            return None
+        if self._positions is None:
+            buckets: dict[BucketKey, list[_Searching]] = {}
+            for searching in self._index.values():
+                buckets.setdefault(searching.key, []).append(searching)
+            self._positions = {}
+            for members in buckets.values():
+                members.sort(key=lambda m: (not m.front, m.queued_at, m.ticket))
+                self._positions.update((m.ticket, place) for place, m in enumerate(members, start=1))
+        return self._positions.get(ticket)
+
+    async def match_once(self) -> int:
+        now = self.core.clock()
         waited: dict[str, float] = {}
         waiting: list[Waiting] = []
-        for row in rows:
-            seconds = (now - aware(row.queued_at)).total_seconds()
-            waited[row.id] = seconds
+        for entry in await self._searching():
+            seconds = (now - entry.queued_at).total_seconds()
+            waited[entry.ticket] = seconds
             waiting.append(
                 Waiting(
-                    ticket=row.id,
-                    key=(row.preset, row.seats, row.length, row.target_points, row.mode, row.bet_chips),
-                    players=tuple(row.players),
-                    rating=row.rating,
+                    ticket=entry.ticket,
+                    key=entry.key,
+                    players=entry.players,
+                    rating=entry.rating,
                     waited_seconds=seconds,
-                    front=row.front,
-                    recent=frozenset(row.recent),
+                    front=entry.front,
+                    recent=entry.recent,
                 )
             )
         started = time.perf_counter()

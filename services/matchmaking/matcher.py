@@ -27,11 +27,11 @@ class Windows:
     `step_seconds` of waiting, stops at `maximum`, and becomes unlimited after `open_seconds`
     (0: never)."""
 
-    initial: float = 2.0
-    growth: float = 2.0
-    step_seconds: float = 10.0
-    maximum: float = 20.0
-    open_seconds: float = 120.0
+    initial: float = 8.0
+    growth: float = 8.0
+    step_seconds: float = 1.0
+    maximum: float = 30.0
+    open_seconds: float = 2.0
 
     def half_width(self, waited_seconds: float) -> float:
         if self.open_seconds > 0 and waited_seconds >= self.open_seconds:

@@ -16,11 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import matchmaking_pb2
 from services.matchmaking import models
-from services.matchmaking.core import Core, Viewer, new_id, timestamp
+from services.matchmaking.core import Core, Executor, Viewer, new_id, timestamp
 from services.matchmaking.errors import NotAllowedError, PartyNotFoundError, StateError
 
 
-async def party_row(session: AsyncSession, party_id: str, viewer: Viewer) -> Any:
+async def party_row(session: Executor, party_id: str, viewer: Viewer) -> Any:
     """The party's row, if the viewer may see it (a member, an invitee, a service or admin)."""
     row = (await session.execute(select(models.parties).where(models.parties.c.id == party_id))).first()
     if row is None or not (viewer.privileged or viewer.player in row.members or viewer.player in row.invited):

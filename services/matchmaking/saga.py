@@ -31,14 +31,15 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import common_pb2
 from services.matchmaking import models
-from services.matchmaking.core import Core, aware, new_id, preferences_of
+from services.matchmaking.core import Core, Executor, Preferences, aware, new_id
 from services.matchmaking.matcher import Proposal
 from services.matchmaking.metrics import MatchmakingMetrics
 from services.matchmaking.ports import Refused, SeatSpec, Unreachable
@@ -49,12 +50,30 @@ ACTIVE = ("confirming", "holding", "creating", "notifying", "compensating")
 _STAKE = re.compile(r"stakes\[(\d+)\]")
 
 
-class _Changed(Exception):
-    """A ticket of a proposal changed since the pass read it: the proposal is dropped."""
-
-
 def table_id_of(saga_id: str) -> str:
     return f"mm-{saga_id}"
+
+
+def moved(saga: Any, values: dict[str, Any]) -> Any:
+    """The saga's row as it is after a conditional write of `values` succeeded: the next step
+    runs on it without reading the row again (the write was conditional on the state we held)."""
+    fields = saga._asdict() if hasattr(saga, "_asdict") else vars(saga)
+    return SimpleNamespace(**{**fields, **values})
+
+
+def confirmed_values(saga: Any, start_seconds: float, now: datetime) -> dict[str, Any]:
+    """What a quick match's saga becomes once every player has confirmed: it holds the bets (or,
+    at a practice table, asks for the table), due now, with the start's own deadline."""
+    needs_hold = saga.bet_chips > 0
+    return {
+        "state": "holding" if needs_hold else "creating",
+        "held": needs_hold,
+        "table_requested": not needs_hold,
+        "deadline": now + timedelta(seconds=start_seconds),
+        "next_attempt_at": now,
+        "attempts": 0,
+        "update_time": now,
+    }
 
 
 class Sagas:
@@ -76,87 +95,103 @@ class Sagas:
         return (await self.propose_many([proposal], waited))[0]
 
     async def propose_many(self, proposals: Sequence[Proposal], waited: dict[str, float]) -> list[str | None]:
-        """`propose` for many, in one transaction (one commit for a pass's tables), each proposal
-        in a savepoint of its own so that one whose tickets changed is dropped alone."""
+        """`propose` for many, in one transaction of three statements whatever their number: the
+        proposals' tickets read and locked (FOR UPDATE on PostgreSQL; SQLite has one writer), then
+        the tickets of every proposal whose tickets are all still searching updated in one
+        executemany, and their sagas inserted in another. A proposal with a ticket that changed
+        since the pass read it (cancelled, or taken by another replica's pass) is dropped alone."""
         now = self.clock()
         deadline = now + timedelta(seconds=self.settings.confirm_seconds)
+        t = models.tickets
         made: list[str | None] = []
-        async with self.db.write() as session:
+        ticket_rows: list[dict[str, Any]] = []
+        saga_rows: list[dict[str, Any]] = []
+        async with self.db.write_connection() as session:
+            wanted = [ticket for proposal in proposals for ticket in proposal.tickets]
+            rows = {
+                row.id: row
+                for row in await session.execute(
+                    select(t.c.id, t.c.state, t.c.version)
+                    .where(t.c.id.in_(wanted))
+                    .with_for_update()
+                )
+            }
             for proposal in proposals:
+                current = [rows.get(ticket) for ticket in proposal.tickets]
+                if any(row is None or row.state != "searching" for row in current):
+                    made.append(None)
+                    continue
                 saga_id = new_id()
+                made.append(saga_id)
                 seat_of: dict[str, dict[str, int]] = {}
                 for seat, (ticket, player) in enumerate(proposal.seats):
                     seat_of.setdefault(ticket, {})[player] = seat
-                try:
-                    async with session.begin_nested():
-                        await self._propose(session, saga_id, proposal, seat_of, waited, now, deadline)
-                except _Changed:
-                    made.append(None)
-                else:
-                    made.append(saga_id)
+                for row in current:
+                    assert row is not None
+                    ticket_rows.append(
+                        {
+                            "b_id": row.id,
+                            "b_version": row.version,
+                            "b_saga_id": saga_id,
+                            "b_seat_of": seat_of[row.id],
+                            "b_game_table": f"tables/{table_id_of(saga_id)}",
+                            "b_wait_seconds": waited.get(row.id, 0.0),
+                        }
+                    )
+                saga_rows.append(self._quick_saga(saga_id, proposal, now, deadline))
+            if ticket_rows:
+                await session.execute(
+                    update(t)
+                    .where(
+                        t.c.id == bindparam("b_id", type_=t.c.id.type),
+                        t.c.state == "searching",
+                        t.c.version == bindparam("b_version", type_=t.c.version.type),
+                    )
+                    .values(
+                        state="proposed",
+                        saga_id=bindparam("b_saga_id", type_=t.c.saga_id.type),
+                        confirmed=[],
+                        seat_of=bindparam("b_seat_of", type_=t.c.seat_of.type),
+                        confirm_deadline=deadline,
+                        game_table=bindparam("b_game_table", type_=t.c.game_table.type),
+                        game_address="",
+                        wait_seconds=bindparam("b_wait_seconds", type_=t.c.wait_seconds.type),
+                        version=t.c.version + 1,
+                        update_time=now,
+                    ),
+                    ticket_rows,
+                )
+                await session.execute(insert(models.sagas), saga_rows)
         for proposal, made_id in zip(proposals, made, strict=True):
             if made_id is not None:
                 self.core.notifier.changed(*(f"ticket:{ticket}" for ticket in proposal.tickets))
         return made
 
-    async def _propose(
-        self,
-        session: AsyncSession,
-        saga_id: str,
-        proposal: Proposal,
-        seat_of: dict[str, dict[str, int]],
-        waited: dict[str, float],
-        now: datetime,
-        deadline: datetime,
-    ) -> None:
-        t = models.tickets
-        rows = (await session.execute(select(t).where(t.c.id.in_(proposal.tickets)))).all()
-        if len(rows) != len(proposal.tickets) or any(r.state != "searching" for r in rows):
-            raise _Changed
-        for row in rows:
-            changed = await session.execute(
-                update(t)
-                .where(t.c.id == row.id, t.c.state == "searching", t.c.version == row.version)
-                .values(
-                    state="proposed",
-                    saga_id=saga_id,
-                    confirmed=[],
-                    seat_of=seat_of[row.id],
-                    confirm_deadline=deadline,
-                    game_table=f"tables/{table_id_of(saga_id)}",
-                    game_address="",
-                    wait_seconds=waited.get(row.id, 0.0),
-                    version=row.version + 1,
-                    update_time=now,
-                )
-            )
-            if getattr(changed, "rowcount", 0) != 1:
-                raise _Changed
-        preferences = preferences_of(rows[0])
-        await session.execute(
-            insert(models.sagas).values(
-                id=saga_id,
-                kind="quick",
-                lobby_table=None,
-                state="confirming",
-                seats=[{"player": p, "bot": 0, "ticket": tk} for tk, p in proposal.seats],
-                tickets=list(proposal.tickets),
-                options=preferences.table_options().SerializeToString(),
-                bet_chips=preferences.bet_chips if preferences.competitive else 0,
-                confirm_deadline=deadline,
-                deadline=deadline + timedelta(seconds=self.settings.start_seconds),
-                next_attempt_at=deadline,
-                attempts=0,
-                held=False,
-                table_requested=False,
-                game_table="",
-                game_address="",
-                culprits=[],
-                failure_reason="",
-                create_time=now,
-                update_time=now,
-            )
-        )
+    def _quick_saga(self, saga_id: str, proposal: Proposal, now: datetime, deadline: datetime) -> dict[str, Any]:
+        """The saga row of a proposed quick match: confirming until `deadline`."""
+        preferences = Preferences(*proposal.key)
+        return {
+            "id": saga_id,
+            "kind": "quick",
+            "lobby_table": None,
+            "state": "confirming",
+            "seats": [{"player": p, "bot": 0, "ticket": tk} for tk, p in proposal.seats],
+            "tickets": list(proposal.tickets),
+            "options": preferences.table_options().SerializeToString(),
+            "bet_chips": preferences.bet_chips if preferences.competitive else 0,
+            "confirm_deadline": deadline,
+            "deadline": deadline + timedelta(seconds=self.settings.start_seconds),
+            "next_attempt_at": deadline,
+            "attempts": 0,
+            "held": False,
+            "table_requested": False,
+            "game_table": "",
+            "game_address": "",
+            "culprits": [],
+            "failure_reason": "",
+            "create_time": now,
+            "update_time": now,
+        }
 
     async def start_lobby(
         self, session: AsyncSession, lobby_id: str, seats: Sequence[SeatSpec], options: common_pb2.TableOptions
@@ -195,55 +230,66 @@ class Sagas:
     # -- advancing --------------------------------------------------------------------------------
 
     async def due(self, limit: int = 100) -> list[str]:
+        return [row.id for row in await self.due_rows(limit)]
+
+    async def due_rows(self, limit: int = 100) -> list[Any]:
+        """The rows of the sagas due now, the most overdue first (one query for a pass)."""
         s = models.sagas
-        async with self.db.read() as session:
+        async with self.db.read_connection() as session:
             rows = await session.execute(
-                select(s.c.id)
+                select(s)
                 .where(s.c.state.in_(ACTIVE), s.c.next_attempt_at <= self.clock())
                 .order_by(s.c.next_attempt_at)
                 .limit(limit)
             )
-            return [row.id for row in rows]
+            return list(rows)
 
     async def _load(self, saga_id: str) -> Any:
-        async with self.db.read() as session:
+        async with self.db.read_connection() as session:
             return (await session.execute(select(models.sagas).where(models.sagas.c.id == saga_id))).one()
 
-    async def _set(self, saga_id: str, expected: str, **values: Any) -> bool:
-        """Moves the saga on from `expected` (a conditional write: nobody else moved it)."""
+    async def _set(self, saga: Any, expected: str, **values: Any) -> Any | None:
+        """Moves the saga on from `expected` (a conditional write: nobody else moved it); returns
+        its row as written, or None when someone else moved it first."""
         s = models.sagas
         values.setdefault("update_time", self.clock())
-        async with self.db.write() as session:
-            result = await session.execute(update(s).where(s.c.id == saga_id, s.c.state == expected).values(**values))
-        return getattr(result, "rowcount", 0) == 1
+        async with self.db.write_connection() as session:
+            result = await session.execute(update(s).where(s.c.id == saga.id, s.c.state == expected).values(**values))
+        return moved(saga, values) if getattr(result, "rowcount", 0) == 1 else None
 
-    async def _retry_or_give_up(self, saga: Any, reason: str) -> None:
+    async def _retry_or_give_up(self, saga: Any, reason: str) -> Any | None:
         now = self.clock()
         if now >= aware(saga.deadline):
-            await self._set(saga.id, saga.state, state="compensating", failure_reason=reason, next_attempt_at=now)
-            return
+            return await self._set(saga, saga.state, state="compensating", failure_reason=reason, next_attempt_at=now)
         delay = min(self.settings.retry_seconds * 2**saga.attempts, self.settings.max_retry_seconds)
-        await self._set(saga.id, saga.state, attempts=saga.attempts + 1, next_attempt_at=now + timedelta(seconds=delay))
+        return await self._set(
+            saga, saga.state, attempts=saga.attempts + 1, next_attempt_at=now + timedelta(seconds=delay)
+        )
 
     async def advance(self, saga_id: str) -> str:
         """Runs the saga's next step; returns the state it is in afterwards."""
-        saga = await self._load(saga_id)
+        return await self.advance_row(await self._load(saga_id))
+
+    async def advance_row(self, saga: Any) -> str:
+        """`advance` from the saga's row as read (by `due_rows`). Each step returns the row as it
+        wrote it, so the saga steps on without reading it again; a step that wrote nothing (the
+        saga was moved elsewhere) is followed by a fresh read."""
         for _ in range(len(ACTIVE) + 1):  # step on while the next step is due now
             if saga.state not in ACTIVE or aware(saga.next_attempt_at) > self.clock():
                 break
-            await getattr(self, f"_{saga.state}")(saga)
-            saga = await self._load(saga_id)
+            after = await getattr(self, f"_{saga.state}")(saga)
+            saga = after if after is not None else await self._load(saga.id)
         return str(saga.state)
 
-    async def _confirming(self, saga: Any) -> None:
+    async def _confirming(self, saga: Any) -> Any | None:
         # One transaction with the saga row locked: a confirmation that lands meanwhile (it locks
         # the row too) is either seen here or comes after and makes the saga due again.
         now = self.clock()
         s = models.sagas
-        async with self.db.write() as session:
+        async with self.db.write_connection() as session:
             current = (await session.execute(select(s).where(s.c.id == saga.id).with_for_update())).one()
             if current.state != "confirming":
-                return
+                return None
             rows = (
                 await session.execute(
                     select(models.tickets.c.players, models.tickets.c.confirmed).where(
@@ -254,15 +300,7 @@ class Sagas:
             missing = sorted({p for players, confirmed in rows for p in players if p not in confirmed})
             values: dict[str, Any]
             if not missing:
-                needs_hold = saga.bet_chips > 0
-                values = {
-                    "state": "holding" if needs_hold else "creating",
-                    "held": needs_hold,
-                    "table_requested": not needs_hold,
-                    "deadline": now + timedelta(seconds=self.settings.start_seconds),
-                    "next_attempt_at": now,
-                    "attempts": 0,
-                }
+                values = confirmed_values(current, self.settings.start_seconds, now)
             elif saga.confirm_deadline is not None and now >= aware(saga.confirm_deadline):
                 values = {
                     "state": "compensating",
@@ -272,17 +310,18 @@ class Sagas:
                 }
             else:
                 values = {"next_attempt_at": aware(saga.confirm_deadline)}
-            await session.execute(update(s).where(s.c.id == saga.id).values(**values, update_time=now))
+            values.setdefault("update_time", now)
+            await session.execute(update(s).where(s.c.id == saga.id).values(**values))
+        return moved(current, values)
 
-    async def _holding(self, saga: Any) -> None:
+    async def _holding(self, saga: Any) -> Any | None:
         stakes = [(seat["player"], int(saga.bet_chips)) for seat in saga.seats if seat["player"]]
         try:
             self.before_step("hold", saga.id)
             await self.platform.hold_bets(f"mm-hold-{saga.id}", saga.id, stakes, self.settings.hold_ttl_seconds)
         except Unreachable as error:
             log.warning("hold failed; retrying", extra={"fields": {"saga": saga.id, "error": str(error)}})
-            await self._retry_or_give_up(saga, "the wallet is unavailable")
-            return
+            return await self._retry_or_give_up(saga, "the wallet is unavailable")
         except Refused as refused:
             culprits: list[str] = []
             reason = f"the wallet refused the bets ({refused.code})"
@@ -291,20 +330,19 @@ class Sagas:
                 if found is not None and int(found.group(1)) < len(stakes):
                     culprits = [stakes[int(found.group(1))][0]]
                 reason = "insufficient chips"
-            await self._set(
-                saga.id,
+            return await self._set(
+                saga,
                 "holding",
                 state="compensating",
                 culprits=culprits,
                 failure_reason=reason,
                 next_attempt_at=self.clock(),
             )
-            return
-        await self._set(
-            saga.id, "holding", state="creating", table_requested=True, attempts=0, next_attempt_at=self.clock()
+        return await self._set(
+            saga, "holding", state="creating", table_requested=True, attempts=0, next_attempt_at=self.clock()
         )
 
-    async def _creating(self, saga: Any) -> None:
+    async def _creating(self, saga: Any) -> Any | None:
         seats = [SeatSpec(seat["player"], int(seat["bot"])) for seat in saga.seats]
         try:
             self.before_step("table", saga.id)
@@ -313,19 +351,17 @@ class Sagas:
             )
         except Unreachable as error:
             log.warning("table creation failed; retrying", extra={"fields": {"saga": saga.id, "error": str(error)}})
-            await self._retry_or_give_up(saga, "the game-session service is unavailable")
-            return
+            return await self._retry_or_give_up(saga, "the game-session service is unavailable")
         except Refused as refused:
-            await self._set(
-                saga.id,
+            return await self._set(
+                saga,
                 "creating",
                 state="compensating",
                 failure_reason=f"the game-session service refused the table ({refused.code})",
                 next_attempt_at=self.clock(),
             )
-            return
-        await self._set(
-            saga.id,
+        return await self._set(
+            saga,
             "creating",
             state="notifying",
             game_table=table.name,
@@ -334,33 +370,31 @@ class Sagas:
             next_attempt_at=self.clock(),
         )
 
-    async def _notifying(self, saga: Any) -> None:
+    async def _notifying(self, saga: Any) -> Any | None:
         self.before_step("notify", saga.id)
         now = self.clock()
         t = models.tickets
         players = [seat["player"] for seat in saga.seats if seat["player"]]
-        async with self.db.write() as session:
-            moved = await session.execute(
+        async with self.db.write_connection() as session:
+            started = await session.execute(
                 update(models.sagas)
                 .where(models.sagas.c.id == saga.id, models.sagas.c.state == "notifying")
                 .values(state="started", update_time=now)
             )
-            if getattr(moved, "rowcount", 0) != 1:
-                return
-            for ticket in saga.tickets:
-                row = (await session.execute(select(t.c.version).where(t.c.id == ticket))).one()
+            if getattr(started, "rowcount", 0) != 1:
+                return None
+            if saga.tickets:
                 await session.execute(
                     update(t)
-                    .where(t.c.id == ticket)
+                    .where(t.c.id.in_(saga.tickets))
                     .values(
                         state="matched",
                         game_table=saga.game_table,
                         game_address=saga.game_address,
-                        version=row.version + 1,
+                        version=t.c.version + 1,
                         update_time=now,
                     )
                 )
-            if saga.tickets:
                 await session.execute(
                     delete(models.queue_members).where(models.queue_members.c.ticket_id.in_(saga.tickets))
                 )
@@ -384,8 +418,9 @@ class Sagas:
                 )
         self.metrics.started.inc()
         self._changed(saga)
+        return moved(saga, {"state": "started", "update_time": now})
 
-    async def _remember_opponents(self, session: AsyncSession, players: Sequence[str], now: datetime) -> None:
+    async def _remember_opponents(self, session: Executor, players: Sequence[str], now: datetime) -> None:
         r = models.recent
         await session.execute(delete(r).where(r.c.player.in_(players)))
         if players:
@@ -394,7 +429,7 @@ class Sagas:
                 [{"player": p, "others": [o for o in players if o != p], "update_time": now} for p in players],
             )
 
-    async def _compensating(self, saga: Any) -> None:
+    async def _compensating(self, saga: Any) -> Any | None:
         reason = saga.failure_reason or "the match could not start"
         try:
             self.before_step("compensate", saga.id)
@@ -420,28 +455,27 @@ class Sagas:
             # Keep trying: the holds expire on their own meanwhile, and a table nobody joins ends.
             log.warning("compensation failed; retrying", extra={"fields": {"saga": saga.id, "error": str(error)}})
             delay = min(self.settings.retry_seconds * 2**saga.attempts, self.settings.max_retry_seconds)
-            await self._set(
-                saga.id,
+            return await self._set(
+                saga,
                 "compensating",
                 attempts=saga.attempts + 1,
                 next_attempt_at=self.clock() + timedelta(seconds=delay),
             )
-            return
-        await self._undo(saga, reason)
+        return await self._undo(saga, reason)
 
-    async def _undo(self, saga: Any, reason: str) -> None:
+    async def _undo(self, saga: Any, reason: str) -> Any | None:
         """Fails the culprits' tickets, requeues the others at the front, reopens the lobby table."""
         now = self.clock()
         t = models.tickets
         culprits = set(saga.culprits)
-        async with self.db.write() as session:
-            moved = await session.execute(
+        async with self.db.write_connection() as session:
+            failed = await session.execute(
                 update(models.sagas)
                 .where(models.sagas.c.id == saga.id, models.sagas.c.state == "compensating")
                 .values(state="failed", update_time=now)
             )
-            if getattr(moved, "rowcount", 0) != 1:
-                return
+            if getattr(failed, "rowcount", 0) != 1:
+                return None
             for ticket in saga.tickets:
                 row = (await session.execute(select(t).where(t.c.id == ticket))).one()
                 if row.state != "proposed" or row.saga_id != saga.id:
@@ -502,6 +536,7 @@ class Sagas:
         self.metrics.failed.inc()
         self._changed(saga)
         self.core.wake()
+        return moved(saga, {"state": "failed", "update_time": now})
 
     def _changed(self, saga: Any) -> None:
         keys = [f"ticket:{ticket}" for ticket in saga.tickets]

@@ -66,6 +66,7 @@ def registrar(
         sagas = Sagas(core, MatchmakingMetrics(deps.registry))
         loop = Loop(core, sagas, tickets)
         core.wake = loop.wake
+        core.queue_position = loop.position
         lobby = Lobby(core, sagas)
         servicer = api.MatchmakingApi(deps, tickets, Parties(core), lobby)
         matchmaking_pb2_grpc.add_MatchmakingServiceServicer_to_server(servicer, server)

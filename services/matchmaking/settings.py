@@ -66,25 +66,25 @@ WATCH_POLL_SECONDS = Setting(
 WINDOW_INITIAL = Setting(
     "BURACO_MATCHMAKING_WINDOW_INITIAL",
     Number(0, 1000),
-    "2",
+    "8",
     "rating window half width of a new ticket (rating points)",
 )
 WINDOW_GROWTH = Setting(
-    "BURACO_MATCHMAKING_WINDOW_GROWTH", Number(0, 1000), "2", "rating points the half width grows by every step"
+    "BURACO_MATCHMAKING_WINDOW_GROWTH", Number(0, 1000), "8", "rating points the half width grows by every step"
 )
 WINDOW_STEP_SECONDS = Setting(
-    "BURACO_MATCHMAKING_WINDOW_STEP_SECONDS", Number(0.1, 3600), "10", "seconds of waiting per step of the window"
+    "BURACO_MATCHMAKING_WINDOW_STEP_SECONDS", Number(0.1, 3600), "1", "seconds of waiting per step of the window"
 )
 WINDOW_MAX = Setting(
     "BURACO_MATCHMAKING_WINDOW_MAX",
     Number(0, 1000),
-    "20",
+    "30",
     "the widest half width before the window opens completely",
 )
 WINDOW_OPEN_SECONDS = Setting(
     "BURACO_MATCHMAKING_WINDOW_OPEN_SECONDS",
     Number(0, 86_400),
-    "120",
+    "2",
     "waiting time after which any rating is accepted (0: never)",
 )
 

@@ -9,7 +9,8 @@ import asyncio
 import contextlib
 import math
 from collections.abc import AsyncIterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
@@ -18,11 +19,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import matchmaking_pb2
+from services.common.db import Database
 from services.matchmaking import models
-from services.matchmaking.core import Core, Preferences, Viewer, aware, new_id, preferences_of, timestamp
+from services.matchmaking.core import Core, Executor, Preferences, Viewer, aware, new_id, preferences_of, timestamp
 from services.matchmaking.errors import DependencyUnavailableError, NotAllowedError, StateError, TicketNotFoundError
+from services.matchmaking.matcher import BucketKey
 from services.matchmaking.parties import party_row
 from services.matchmaking.ports import CallError, Unreachable
+from services.matchmaking.saga import confirmed_values
 
 Ticket = matchmaking_pb2.Ticket
 #: Ticket states in the database and on the wire.
@@ -38,6 +42,55 @@ LIVE_TICKET = ("searching", "proposed")
 WAIT_HISTORY = timedelta(hours=1)
 #: How often a watch stream rebuilds a searching ticket's view when nothing else changed.
 REFRESH_SECONDS = 5.0
+#: Ticket ids per statement of a batched read.
+FETCH_CHUNK = 500
+#: How long a replica reuses a kind of ticket's mean recent wait (an hour's mean, for an estimate)
+#: rather than reading it again for every view.
+MEAN_WAIT_TTL = timedelta(seconds=5)
+
+
+class TicketRows:
+    """Reads ticket rows for many callers at once: the ids asked for while a read is under way are
+    read together by the next one (one transaction, a statement per FETCH_CHUNK ids). A read
+    always begins after every request it answers was made, so a caller woken by a committed
+    change sees that change."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._pending: dict[str, list[asyncio.Future[Any]]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def read(self, ticket_id: str) -> Any:
+        """The ticket's row, or None if there is no such ticket."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(ticket_id, []).append(future)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="matchmaking-ticket-rows")
+        return await future
+
+    async def _run(self) -> None:
+        t = models.tickets
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            names = list(batch)
+            try:
+                rows: dict[str, Any] = {}
+                async with self.db.read_connection() as connection:
+                    for start in range(0, len(names), FETCH_CHUNK):
+                        chunk = names[start : start + FETCH_CHUNK]
+                        rows.update(
+                            (row.id, row) for row in await connection.execute(select(t).where(t.c.id.in_(chunk)))
+                        )
+            except Exception as error:
+                for futures in batch.values():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(error)
+                continue
+            for name, futures in batch.items():
+                for future in futures:
+                    if not future.done():
+                        future.set_result(rows.get(name))
 
 
 class Tickets:
@@ -53,17 +106,30 @@ class Tickets:
         #: Watched tickets: open streams per ticket, and the version each last sent.
         self._watchers: dict[str, int] = {}
         self._watched_versions: dict[str, int] = {}
+        self._rows = TicketRows(core.db)
+        #: The mean recent wait per kind of ticket, and until when it is reused (MEAN_WAIT_TTL).
+        self._mean_waits: dict[BucketKey, tuple[datetime, float | None]] = {}
 
     # -- views and streams ------------------------------------------------------------------------
 
-    async def _ticket_row(self, session: AsyncSession, ticket_id: str, viewer: Viewer) -> Any:
+    async def _ticket_row(self, session: Executor, ticket_id: str, viewer: Viewer) -> Any:
         row = (await session.execute(select(models.tickets).where(models.tickets.c.id == ticket_id))).first()
         if row is None or not (viewer.privileged or viewer.player in row.players):
             raise TicketNotFoundError(f"tickets/{ticket_id} not found")
         return row
 
-    async def _position(self, session: AsyncSession, row: Any) -> tuple[int, float | None]:
-        """The ticket's place in its bucket (1 is next) and the mean recent wait there."""
+    async def _position(self, session: Executor | None, row: Any) -> tuple[int, float | None]:
+        """The ticket's place in its bucket (1 is next) and the mean recent wait there. The place
+        is the matching loop's (`Core.queue_position`) when it has the ticket at this version, else
+        counted in `session` (or a read of its own); the mean is reused for MEAN_WAIT_TTL."""
+        now = self.clock()
+        key = preferences_of(row).key
+        position = self.core.queue_position(row.id, row.version)
+        cached = self._mean_waits.get(key)
+        if cached is not None and cached[0] <= now:
+            cached = None
+        if position is not None and cached is not None:
+            return position, cached[1]
         t = models.tickets
         bucket = and_(
             t.c.preset == row.preset,
@@ -73,22 +139,35 @@ class Tickets:
             t.c.mode == row.mode,
             t.c.bet_chips == row.bet_chips,
         )
-        later_same_front = or_(t.c.queued_at < row.queued_at, and_(t.c.queued_at == row.queued_at, t.c.id < row.id))
-        ahead = and_(t.c.front == row.front, later_same_front)
-        if not row.front:
-            ahead = or_(t.c.front.is_(True), ahead)
-        position = (
-            await session.execute(select(func.count()).where(t.c.state == "searching", bucket, ahead))
-        ).scalar_one()
-        since = self.clock() - WAIT_HISTORY
-        mean_wait = (
-            await session.execute(
-                select(func.avg(t.c.wait_seconds)).where(bucket, t.c.wait_seconds.is_not(None), t.c.update_time > since)
-            )
-        ).scalar_one()
-        return int(position) + 1, None if mean_wait is None else float(mean_wait)
+        async with contextlib.AsyncExitStack() as stack:
+            if session is None:
+                session = await stack.enter_async_context(self.db.read_connection())
+            if position is None:
+                later_same_front = or_(
+                    t.c.queued_at < row.queued_at, and_(t.c.queued_at == row.queued_at, t.c.id < row.id)
+                )
+                ahead = and_(t.c.front == row.front, later_same_front)
+                if not row.front:
+                    ahead = or_(t.c.front.is_(True), ahead)
+                count = await session.execute(select(func.count()).where(t.c.state == "searching", bucket, ahead))
+                position = int(count.scalar_one()) + 1
+            if cached is not None:
+                return position, cached[1]
+            since = now - WAIT_HISTORY
+            mean = (
+                await session.execute(
+                    select(func.avg(t.c.wait_seconds)).where(
+                        bucket, t.c.wait_seconds.is_not(None), t.c.update_time > since
+                    )
+                )
+            ).scalar_one()
+        mean_wait = None if mean is None else float(mean)
+        self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
+        return position, mean_wait
 
-    async def ticket_view(self, session: AsyncSession, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
+    async def ticket_view(self, session: Executor | None, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
+        """The ticket's view from its row; a searching ticket's position is read in `session`
+        (or, without one, in a read of its own)."""
         now = self.clock()
         out = matchmaking_pb2.Ticket(
             name=f"tickets/{row.id}",
@@ -125,7 +204,7 @@ class Tickets:
         return out
 
     async def get_ticket(self, ticket_id: str, viewer: Viewer) -> matchmaking_pb2.Ticket:
-        async with self.db.read() as session:
+        async with self.db.read_connection() as session:
             return await self.ticket_view(session, await self._ticket_row(session, ticket_id, viewer), viewer)
 
     async def watch_ticket(self, ticket_id: str, viewer: Viewer) -> AsyncIterator[matchmaking_pb2.Ticket]:
@@ -133,16 +212,18 @@ class Tickets:
         and by `poll_watched` (the matching loop's one query for every watched ticket's version)
         for changes made by other replicas; a searching ticket's view is also rebuilt every
         REFRESH_SECONDS (its window, position and estimated wait move with time)."""
-        # (The first read is a full one: NOT_FOUND ends the stream before it sends anything.)
+        # (NOT_FOUND ends the stream before it sends anything.) The rows come from `_rows`: the
+        # streams woken together (a pass's proposals, a saga's tickets) are read together.
         key = f"ticket:{ticket_id}"
         sent = b""
         self._watchers[ticket_id] = self._watchers.get(ticket_id, 0) + 1
         try:
             while True:
                 event = self.core.notifier.event(key)
-                async with self.db.read() as session:
-                    row = await self._ticket_row(session, ticket_id, viewer)
-                    view = await self.ticket_view(session, row, viewer)
+                row = await self._rows.read(ticket_id)
+                if row is None or not (viewer.privileged or viewer.player in row.players):
+                    raise TicketNotFoundError(f"tickets/{ticket_id} not found")
+                view = await self.ticket_view(None, row, viewer)
                 self._watched_versions[ticket_id] = row.version
                 data = view.SerializeToString(deterministic=True)
                 if data != sent:
@@ -168,7 +249,7 @@ class Tickets:
         changed: list[str] = []
         names = list(watched)
         for start in range(0, len(names), 500):
-            async with self.db.read() as session:
+            async with self.db.read_connection() as session:
                 rows = await session.execute(select(t.c.id, t.c.version).where(t.c.id.in_(names[start : start + 500])))
                 changed += [row.id for row in rows if row.version != watched[row.id]]
         self.core.notifier.changed(*(f"ticket:{ticket_id}" for ticket_id in changed))
@@ -186,7 +267,7 @@ class Tickets:
         return sum(ratings.get(p, 0.0) for p in players) / len(players)
 
     async def _party_members(self, party_id: str, player: str) -> list[str]:
-        async with self.db.read() as session:
+        async with self.db.read_connection() as session:
             party = await party_row(session, party_id, Viewer(player))
         if party.leader != player:
             raise NotAllowedError(f"only the party's leader (players/{party.leader}) queues it")
@@ -225,44 +306,42 @@ class Tickets:
             seen = await session.execute(select(models.recent).where(models.recent.c.player.in_(players)))
             met = sorted({other for row in seen for other in row.others} - set(players))
             try:
-                async with session.begin_nested():
-                    await session.execute(
-                        insert(models.queue_members), [{"player": p, "ticket_id": ticket_id} for p in players]
-                    )
+                # No savepoint: a clash fails the call, and the whole transaction is rolled back.
+                await session.execute(
+                    insert(models.queue_members), [{"player": p, "ticket_id": ticket_id} for p in players]
+                )
             except IntegrityError:
                 raise StateError("a player of this ticket was queued by another call just now") from None
-            await session.execute(
-                insert(models.tickets).values(
-                    id=ticket_id,
-                    owner=player,
-                    players=players,
-                    party=party_id,
-                    preset=preferences.preset,
-                    seats=preferences.seats,
-                    length=preferences.length,
-                    target_points=preferences.target_points,
-                    mode=preferences.mode,
-                    bet_chips=preferences.bet_chips,
-                    rating=rating,
-                    state="searching",
-                    front=False,
-                    queued_at=now,
-                    recent=met,
-                    saga_id=None,
-                    confirmed=[],
-                    seat_of={},
-                    confirm_deadline=None,
-                    game_table="",
-                    game_address="",
-                    failure_reason="",
-                    wait_seconds=None,
-                    version=1,
-                    create_time=now,
-                    update_time=now,
-                )
+            values: dict[str, Any] = dict(
+                id=ticket_id,
+                owner=player,
+                players=players,
+                party=party_id,
+                preset=preferences.preset,
+                seats=preferences.seats,
+                length=preferences.length,
+                target_points=preferences.target_points,
+                mode=preferences.mode,
+                bet_chips=preferences.bet_chips,
+                rating=rating,
+                state="searching",
+                front=False,
+                queued_at=now,
+                recent=met,
+                saga_id=None,
+                confirmed=[],
+                seat_of={},
+                confirm_deadline=None,
+                game_table="",
+                game_address="",
+                failure_reason="",
+                wait_seconds=None,
+                version=1,
+                create_time=now,
+                update_time=now,
             )
-            row = await self._ticket_row(session, ticket_id, Viewer(player))
-            return await self.ticket_view(session, row, Viewer(player))
+            await session.execute(insert(models.tickets).values(**values))
+            return await self.ticket_view(session, SimpleNamespace(**values), Viewer(player))
 
         reply = await self.core.once(scope, "CreateTicket", request, matchmaking_pb2.Ticket, work)
         self.core.wake()
@@ -348,12 +427,18 @@ class Tickets:
             ).all()
             everyone = set(row.players) <= set(confirmed) and all(set(p) <= set(c) for p, c in others)
             if everyone and saga.state == "confirming":
+                # The last confirmation moves the start on itself (the saga row is locked): the
+                # matching loop's next pass holds the bets.
                 await session.execute(
-                    update(models.sagas).where(models.sagas.c.id == saga.id).values(next_attempt_at=now)
+                    update(models.sagas)
+                    .where(models.sagas.c.id == saga.id)
+                    .values(**confirmed_values(saga, self.settings.start_seconds, now))
                 )
                 complete.append(True)
-            row = await self._ticket_row(session, ticket_id, viewer)
-            return await self.ticket_view(session, row, viewer)
+            written = SimpleNamespace(
+                **{**row._asdict(), "confirmed": confirmed, "version": row.version + 1, "update_time": now}
+            )
+            return await self.ticket_view(session, written, viewer)
 
         reply = await self.core.once(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket, work)
         self.core.notifier.changed(f"ticket:{ticket_id}")

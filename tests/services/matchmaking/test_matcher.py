@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 from services.matchmaking.matcher import BucketKey, Proposal, Waiting, Windows, match_pass
 
@@ -20,7 +21,12 @@ def single(ticket: str, rating: float, waited: float = 0.0, key: BucketKey = TWO
 def test_the_window_schedule() -> None:
     assert [WINDOWS.half_width(s) for s in (0, 9.9, 10, 25, 80, 90, 119.9)] == [2, 2, 4, 6, 18, 20, 20]
     assert WINDOWS.half_width(120) == math.inf
-    assert Windows(open_seconds=0).half_width(10**6) == 20
+    assert replace(WINDOWS, open_seconds=0).half_width(10**6) == 20
+
+
+def test_the_default_window_schedule_opens_after_two_seconds() -> None:
+    assert [Windows().half_width(s) for s in (0, 0.9, 1, 1.9)] == [8, 8, 16, 16]
+    assert Windows().half_width(2) == math.inf
 
 
 def test_ratings_match_only_inside_every_members_window() -> None:

@@ -231,3 +231,21 @@ async def test_waiting_tickets_survive_a_restart(
         tickets = [await second.get(t) for t in (ana, bia, *others)]
         assert {t.state for t in tickets} == {Ticket.STATE_PROPOSED}
         assert len({t.assignment.match_id for t in tickets}) == 1
+
+
+async def test_positions_follow_the_queue_as_the_passes_read_it(service: Service) -> None:
+    # Three single players for a 4-seat table: no table forms, they wait in arrival order.
+    tickets = []
+    for player in ("ana", "bia", "caio"):
+        tickets.append(await service.ticket(player, players=4))
+        service.clock.advance(1)
+    await service.settle()
+    views = [await service.get(ticket) for ticket in tickets]
+    assert [view.state for view in views] == [Ticket.STATE_SEARCHING] * 3
+    assert [view.position for view in views] == [1, 2, 3]
+    await service.stub.CancelTicket(
+        matchmaking_pb2.CancelTicketRequest(name=tickets[0].name, request_id="cancel-ana"),
+        metadata=service.player("ana"),
+    )
+    await service.settle()
+    assert [(await service.get(ticket)).position for ticket in tickets[1:]] == [1, 2]
