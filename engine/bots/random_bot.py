@@ -30,7 +30,7 @@ class RandomBot:
             if len(legal) > 1 and rng.random() < 0.5:
                 return next(a for a in legal if isinstance(a, TakePile))
             return legal[0]
-        plays = [a for a in legal if isinstance(a, MeldCards | AddCards)]
+        plays = [a for a in legal if isinstance(a, (MeldCards, AddCards))]
         discards = [a for a in legal if isinstance(a, Discard)]
         if plays and (not discards or (not self.stopped and self.melds_this_turn < 40)):
             if not discards or rng.random() < 0.9:
