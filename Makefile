@@ -81,10 +81,19 @@ test-engine-native: wheel-native ## the engine's tests against the compiled whee
 
 # The engine's bench (bench/engine.py) runs twice: on the sources, then on the mypyc build: from
 # build/native, whose engine comes first on the import path, with the repository on PYTHONPATH for
-# the bench itself.
-bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_actions latency (pure Python, then native)
-	$(PY) -m bench.engine --all-presets
-	cd $(NATIVE) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(PY) -m bench.engine
+# the bench itself. Each run ends with the play digests (digest: lines).
+# BENCH_BASELINE=PATH (a worktree of the commit to compare with, built alike: `make venv
+# engine-native` in it) adds that engine's figures, measured interleaved with these in the same
+# run, pure Python then compiled, as ratios (bench: ..._ratio X x) and whether the digests agree.
+BENCH_BASELINE ?=
+BENCH_BASELINE_ROUNDS ?= 3
+
+bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_actions latency (pure Python, then native); BENCH_BASELINE=PATH for ratios
+	$(PY) -m bench.engine --all-presets --digest
+	cd $(NATIVE) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(PY) -m bench.engine --digest
+	if [ -n "$(BENCH_BASELINE)" ]; then \
+		$(PY) -m bench.engine --baseline $(BENCH_BASELINE) --rounds $(BENCH_BASELINE_ROUNDS) && \
+		$(PY) -m bench.engine --baseline $(BENCH_BASELINE) --rounds $(BENCH_BASELINE_ROUNDS) --native; fi
 
 # Two suites, fixed seeds, every preset:
 # - heuristic against random-legal, 2 players: matches to the preset's target, at least 600 hands each

@@ -13,15 +13,35 @@ Prints one figure per line as ``bench: NAME VALUE UNIT``:
 - microseconds per ``legal_actions()`` call (median and p99) on 22-card hands after the morto.
 
 Options: ``--seconds S`` per measurement (default 5), ``--ruleset R`` (default ``fechado``).
+
+Two more checks, for work on the engine's speed:
+
+- ``--digest``: the play digest, one line per policy and table size as ``digest: NAME HEX``: a
+  sha256 of every legal-action list (in order) and every action chosen over fixed seeds in every
+  preset (``play_digest``). An engine that plays identically prints identical digests; a change of
+  the legal list's order changes what random-legal play picks, and so the digest.
+- ``--baseline PATH``: the same figures for another checkout's engine (a worktree of the commit
+  compared against, built alike: ``make venv engine-native`` in it), measured in the same run and
+  interleaved with this one's (A B A B, each measurement in a fresh process), printed as ratios
+  ``bench: NAME_ratio X x`` (this engine's hands/s over the baseline's), with both digests compared
+  (``bench: play_digest_equal 1.0 bool``, 0.0 when they differ). ``--native`` runs both engines
+  compiled (each from its own ``build/native``).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
+import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from engine.actions import Discard, MeldCards
 from engine.bots.base import Bot, make_bot
@@ -158,11 +178,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ruleset", default="fechado")
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--all-presets", action="store_true", help="also random-legal hands/s for every preset")
+    parser.add_argument("--digest", action="store_true", help="also the play digests (digest: NAME HEX)")
+    parser.add_argument("--digest-only", action="store_true", help="only the play digests")
+    parser.add_argument("--baseline", type=Path, help="compare with the engine of this checkout (ratios)")
+    parser.add_argument("--native", action="store_true", help="with --baseline: both engines compiled")
+    parser.add_argument("--rounds", type=int, default=3, help="with --baseline: A B rounds per figure")
+    parser.add_argument("--kinds", default="random,heuristic", help="with --baseline: the policies measured")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # KIND:PLAYERS, one figure (--baseline's runs)
+    parser.add_argument("--warmup", type=float, default=1.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     rules = ruleset_from_spec(args.ruleset)
 
     def report(name: str, value: float, unit: str) -> None:
         print(f"bench: {name} {value:.1f} {unit}", flush=True)
+
+    if args.measure:
+        kind, players = args.measure.split(":")
+        hands_per_second(rules, int(players), kind, args.warmup)
+        hps, _, _ = hands_per_second(rules, int(players), kind, args.seconds)
+        print(f"measure: {hps:.3f} {'native' if native() else 'pure'}", flush=True)
+        return
+    if args.digest_only:
+        for name, value in digests().items():
+            print(f"digest: {name} {value}", flush=True)
+        return
+    if args.baseline is not None:
+        print(f"# ruleset {rules.name}; CPU time of one core; this checkout against {args.baseline}, "
+              f"{'both compiled (mypyc)' if args.native else 'both pure Python'}; medians of {args.rounds} "
+              f"interleaved runs of {args.seconds:g} s each (after {args.warmup:g} s of warm-up)", flush=True)
+        compare_with_baseline(args.baseline.resolve(), args.native, args.ruleset, args.seconds, args.warmup,
+                              args.rounds, args.kinds.split(","), report)
+        return
 
     print(f"# ruleset {rules.name}; CPU time of one core; {'native (mypyc)' if native() else 'pure Python'}")
     base = baseline_mops()
@@ -191,6 +237,109 @@ def main(argv: list[str] | None = None) -> None:
     report("legal_actions_22_cards_median", median, "us")
     report("legal_actions_22_cards_p99", p99, "us")
     report("legal_actions_22_cards_mean_count", mean_actions, "actions")
+    if args.digest:
+        for name, value in digests().items():
+            print(f"digest: {name} {value}", flush=True)
+
+
+#: The presets and the hands per preset of the play digest (``play_digest``).
+DIGEST_PRESETS = tuple(PRESETS)
+DIGEST_HANDS = {"random": 12, "heuristic": 4}
+
+
+def play_digest(kind: str, players: int, hands: int, presets: tuple[str, ...] = DIGEST_PRESETS) -> str:
+    """A sha256 of every legal-action list (in order), every action chosen and every hand's result,
+    over ``hands`` hands of self-play by ``kind`` in each preset with fixed seeds: two engines that
+    print the same digest listed the same actions in the same order at every step, and so played
+    the same hands."""
+    digest = hashlib.sha256()
+    for name in presets:
+        rules = PRESETS[name]
+        for hand in range(hands):
+            seed = f"digest-{name}-{players}-{hand}"
+            bots = [make_bot(kind, seed=f"{seed}-{s}", rules=rules) for s in range(players)]
+            state = HandState(rules, players, deal_from_seed(rules, players, seed), dealer=hand % players)
+            while not state.is_terminal():
+                seat = state.to_act
+                legal = state.legal_actions()
+                action = bots[seat].choose(state.view(seat), legal)
+                digest.update(json.dumps([seat, [a.to_json() for a in legal], action.to_json()],
+                                         separators=(",", ":")).encode())
+                state.apply(action, seat)
+            digest.update(json.dumps([state.end_reason, state.went_out, state.returns()]).encode())
+    return digest.hexdigest()
+
+
+def digests(hands_scale: float = 1.0) -> dict[str, str]:
+    out = {}
+    for kind, hands in DIGEST_HANDS.items():
+        for players in (2, 4):
+            out[f"play_digest_{kind}_{players}p"] = play_digest(kind, players, max(1, round(hands * hands_scale)))
+    return out
+
+
+# --- the baseline in the same run ---------------------------------------------------------------------
+#
+# Each measurement runs this very file in a fresh process (``runpy``), its engine taken from a
+# checkout's root (pure Python) or from that checkout's ``build/native`` (``--native``): the working
+# directory goes first on the import path (``python -c``), so ``engine`` is that checkout's. Fresh
+# processes keep the engines' memo tables apart; the same warm-up precedes every measurement.
+
+_RUNNER = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+HERE = Path(__file__).resolve()
+
+
+def _engine_process(root: Path, native_build: bool, args: list[str]) -> str:
+    cwd = root / "build" / "native" if native_build else root
+    if native_build and not (cwd / "engine").is_dir():
+        raise SystemExit(f"bench.engine: no compiled engine in {cwd} (run `make engine-native` there)")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", _RUNNER, str(HERE), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench.engine: the engine of {root} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def _measure_in_process(root: Path, native_build: bool, kind: str, players: int, ruleset: str,
+                        seconds: float, warmup: float) -> tuple[float, bool]:
+    out = _engine_process(root, native_build, ["--measure", f"{kind}:{players}", "--ruleset", ruleset,
+                                               "--seconds", str(seconds), "--warmup", str(warmup)])
+    value = compiled = None
+    for line in out.splitlines():
+        if line.startswith("measure: "):
+            _, value, compiled = line.split()
+    assert value is not None and compiled is not None, out
+    return float(value), compiled == "native"
+
+
+def compare_with_baseline(baseline: Path, native_build: bool, ruleset: str, seconds: float, warmup: float,
+                          rounds: int, kinds: list[str], report: Any) -> None:
+    """This checkout's engine against ``baseline``'s: hands/s per policy and table size, measured
+    A B A B (``rounds`` times each), and the ratio of the medians; then the play digests."""
+    here = HERE.parent.parent
+    mode = "native" if native_build else "pure"
+    for kind in kinds:
+        for players in (2, 4):
+            ours: list[float] = []
+            theirs: list[float] = []
+            for _ in range(rounds):
+                for root, into in ((baseline, theirs), (here, ours)):
+                    value, compiled = _measure_in_process(root, native_build, kind, players, ruleset, seconds, warmup)
+                    if compiled != native_build:
+                        raise SystemExit(f"bench.engine: {root}'s engine is {'' if compiled else 'not '}compiled")
+                    into.append(value)
+            name = f"{kind}_hands_per_s_{players}p_{mode}"
+            print(f"# {name}: baseline {' '.join(f'{v:.1f}' for v in theirs)}; "
+                  f"this engine {' '.join(f'{v:.1f}' for v in ours)}", flush=True)
+            report(f"{name}_baseline", statistics.median(theirs), "hands/s")
+            report(name, statistics.median(ours), "hands/s")
+            print(f"bench: {name}_ratio {statistics.median(ours) / statistics.median(theirs):.2f} x", flush=True)
+    theirs_d = _engine_process(baseline, native_build, ["--digest-only"])
+    ours_d = _engine_process(here, native_build, ["--digest-only"])
+    print(f"# baseline digests:\n{theirs_d.strip()}", flush=True)
+    print(f"# this engine's digests:\n{ours_d.strip()}", flush=True)
+    report(f"play_digest_equal_{mode}", float(theirs_d == ours_d and "digest:" in ours_d), "bool")
 
 
 def native() -> bool:

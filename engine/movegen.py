@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from itertools import product
-from typing import Any
+from typing import Any, Final
 
-from engine.actions import Action, AddCards, MeldCards
+from engine.actions import Action, AddCards, Discard, MeldCards
 from engine.cards import ACE, HIGH_ACE, JOKER, TWO
 from engine.errors import IllegalActionError
 from engine.melds import Meld, extend_meld, make_meld, slot_card
@@ -412,3 +412,465 @@ def plays(state: PlayPosition, first_only: bool = False,
 
 
 _GROUP_RANKS = {False: [ACE, *range(3, 14)], True: [ACE, TWO, *range(3, 14)]}
+
+
+# --- the legal plays kept up to date move by move ---------------------------------------------------
+#
+# ``plays`` rebuilds the whole list at every call, though a move changes little of it: a meld or an
+# addition touches one suit (or one rank) of the hand and one meld of the table, a draw one card.
+# The list is a concatenation of segments, in ``plays``' order: the new sequences of each suit, the
+# new groups of each rank, the additions to each of the side's melds. Each segment depends on a few
+# of the hand's card counts (its suit or its rank, and the wilds) and, for an addition, on the meld;
+# ``SeatPlays`` keeps the segments of one seat with the hand they were made for, and at the next call
+# remakes only those whose counts or meld changed (found by comparing the hand, read as bytes, with
+# the one kept: no bookkeeping in the transitions, so a state changed by hand, then ``touch``-ed, is
+# read right too).
+#
+# Within a turn the hand only shrinks (melds and additions lay cards down), and a segment of a
+# smaller hand is the segment of the larger one less the candidates the smaller hand cannot pay
+# for, in the same order (each generator walks the same runs and picks in the same order, and skips
+# exactly the candidates whose cards are not held). So a segment remade within a turn is filtered
+# from the one made at the turn's largest hand (``base``) rather than generated again: a test of an
+# integer per candidate (``Segment.needs``: the cards it lays down, a byte per card code, against
+# the hand read the same way). What depends on the whole state (a hand nearly emptied) is still
+# checked at every call, exactly as ``plays`` checks it, for the candidates it concerns only.
+
+#: the top bit of every card code's byte, in a hand read as one integer: subtracting a candidate's
+#: needs from the hand with these bits set clears one exactly where the hand lacks a card
+_GUARD: Final = int.from_bytes(bytes([0x80] * 53), "little")
+
+
+class Segment:
+    """The candidates of one part of the hand, in ``plays``' order, with the meld each makes, the
+    cards each lays down as one integer (a byte per card code), and the most cards any lays down."""
+
+    def __init__(self, actions: tuple[MeldCards | AddCards, ...], melds: tuple[Meld, ...],
+                 needs: tuple[int, ...] | None = None) -> None:
+        self.actions = actions
+        self.melds = melds
+        most = 0
+        for action in actions:
+            n = len(action.cards)
+            if n > most:
+                most = n
+        self.most = most
+        self.needs = needs  # made when first filtered
+
+    def held(self, guarded_hand: int) -> Segment:
+        """The candidates a hand pays for (``guarded_hand``: the hand as one integer, ``| _GUARD``)."""
+        actions = self.actions
+        needs = self.needs
+        if needs is None:
+            made: list[int] = []
+            for action in actions:
+                need = 0
+                for c in action.cards:
+                    need += 1 << (c << 3)
+                made.append(need)
+            needs = self.needs = tuple(made)
+        keep: list[int] = []
+        for i in range(len(needs)):
+            if (guarded_hand - needs[i]) & _GUARD == _GUARD:
+                keep.append(i)
+        if len(keep) == len(needs):
+            return self
+        if not keep:
+            return EMPTY_SEGMENT
+        melds = self.melds
+        return Segment(tuple([actions[i] for i in keep]), tuple([melds[i] for i in keep]),
+                       tuple([needs[i] for i in keep]))
+
+    def plan(self, action: MeldCards | AddCards) -> Meld | None:
+        """The meld ``action`` makes, if it is one of this segment's candidates."""
+        actions = self.actions
+        for i in range(len(actions)):
+            if actions[i] is action:
+                return self.melds[i]
+        for i in range(len(actions)):
+            if actions[i] == action:
+                return self.melds[i]
+        return None
+
+
+EMPTY_SEGMENT = Segment((), ())
+
+
+@lru_cache(maxsize=1 << 14)
+def suit_segment(rules_number: int, suit: int, suit_counts: tuple[int, ...],
+                 wild_counts: tuple[int, ...]) -> Segment:
+    """``suit_melds`` as a segment."""
+    actions, melds = suit_melds(rules_number, suit, suit_counts, wild_counts)
+    return Segment(actions, melds) if actions else EMPTY_SEGMENT
+
+
+@lru_cache(maxsize=1 << 14)
+def rank_segment(rules_number: int, rank: int, rank_counts: tuple[int, ...],
+                 wild_counts: tuple[int, ...]) -> Segment:
+    """``rank_melds`` as a segment."""
+    actions, melds = rank_melds(rules_number, rank, rank_counts, wild_counts)
+    return Segment(actions, melds) if actions else EMPTY_SEGMENT
+
+
+#: one ``Discard`` per card code, shared (``HandState`` lists these)
+ALL_DISCARDS: Final = tuple(Discard(code) for code in range(53))
+#: where ``legal_plays`` puts the plans of each segment when it had to check some candidates: the
+#: suits' new sequences at 0..3, the ranks' new groups at ``RANK_PLANS + rank``, the additions to
+#: meld i at ``ADD_PLANS + i``
+RANK_PLANS: Final = 4
+ADD_PLANS: Final = 18
+
+
+@lru_cache(maxsize=1 << 12)
+def _suit_discards(suit_counts: bytes, suit: int) -> tuple[Discard, ...]:
+    first = suit * 13
+    return tuple([ALL_DISCARDS[first + i] for i in range(13) if suit_counts[i]])
+
+
+class SeatPlays:
+    """One seat's segments, for the hand ``hand`` (its counts as bytes) and the melds ``meld_of``;
+    ``base`` the largest hand of the turn (as one integer) and the segments made for it."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.hand = b""
+        self.suits: list[Segment] = [EMPTY_SEGMENT] * 4
+        self.ranks: list[Segment] = [EMPTY_SEGMENT] * 14  # by rank, 1..13
+        self.discards: list[tuple[Discard, ...]] = [(), (), (), ()]
+        self.meld_of: list[Meld | None] = []  # the meld each addition segment was made for
+        self.adds: list[Segment] = []
+        self.base = -1
+        self.base_suits: list[Segment] = [EMPTY_SEGMENT] * 4
+        self.base_ranks: list[Segment] = [EMPTY_SEGMENT] * 14
+        self.base_meld_of: list[Meld | None] = []
+        self.base_adds: list[Segment] = []
+        #: whether the last ``legal_plays`` listed new melds (a hand of three cards or more)
+        self.new_melds = False
+
+    def update(self, counts: list[int], groups: bool, group_ranks: list[int], melds: list[Meld]) -> None:
+        """Bring the segments up to this hand and these melds."""
+        hand = bytes(counts)
+        prev = self.hand
+        number = self.number
+        changed_suits = 0  # bit s: a card of suit s changed (its count)
+        changed_ranks = 0  # bit r: a card of rank r changed
+        wilds_changed = False
+        value = int.from_bytes(hand, "little")
+        guarded = value | _GUARD
+        # within the turn's largest hand (the hand only shrank since): filter that hand's segments
+        base = self.base
+        shrunk = base >= 0 and ((base | _GUARD) - value) & _GUARD == _GUARD
+        if hand != prev:
+            self.hand = hand
+            if len(prev) != len(hand):
+                changed_suits = 0xF
+                changed_ranks = 0x3FFE
+                wilds_changed = True
+            else:
+                changed = value ^ int.from_bytes(prev, "little")
+                while changed:
+                    code = (changed.bit_length() - 1) >> 3
+                    changed &= ~(0xFF << (code << 3))
+                    if code == JOKER:
+                        wilds_changed = True
+                        continue
+                    rank = code % 13 + 1
+                    if rank == TWO:
+                        wilds_changed = True
+                    changed_suits |= 1 << (code // 13)
+                    changed_ranks |= 1 << rank
+            if not shrunk:
+                self.base = value
+            any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
+            wild_counts = (counts[JOKER], counts[1], counts[14], counts[27], counts[40])
+            suits = self.suits
+            for suit in range(4):
+                suit_changed = changed_suits >> suit & 1
+                if suit_changed or wilds_changed:
+                    first = 13 * suit
+                    if suit_changed:
+                        self.discards[suit] = _suit_discards(hand[first:first + 13], suit)
+                    if shrunk:
+                        suits[suit] = self.base_suits[suit].held(guarded)
+                    elif sum(counts[first:first + 13]) + (1 if any_wild else 0) < 3:
+                        suits[suit] = self.base_suits[suit] = EMPTY_SEGMENT
+                    else:
+                        suits[suit] = self.base_suits[suit] = suit_segment(
+                            number, suit, tuple(counts[first:first + 13]), wild_counts)
+                elif not shrunk:
+                    self.base_suits[suit] = suits[suit]
+            if groups:
+                need = 2 if any_wild else 3
+                ranks = self.ranks
+                for rank in group_ranks:
+                    if wilds_changed or changed_ranks >> rank & 1:
+                        if shrunk:
+                            ranks[rank] = self.base_ranks[rank].held(guarded)
+                            continue
+                        a = counts[rank - 1]
+                        b = counts[12 + rank]
+                        c = counts[25 + rank]
+                        d = counts[38 + rank]
+                        if a + b + c + d < need:
+                            ranks[rank] = self.base_ranks[rank] = EMPTY_SEGMENT
+                        else:
+                            ranks[rank] = self.base_ranks[rank] = rank_segment(number, rank, (a, b, c, d), wild_counts)
+                    elif not shrunk:
+                        self.base_ranks[rank] = ranks[rank]
+        # additions: remade for a meld that changed, or whose part of the hand (or the wilds) did
+        meld_of = self.meld_of
+        adds = self.adds
+        base_meld_of = self.base_meld_of
+        base_adds = self.base_adds
+        for index in range(len(melds)):
+            meld = melds[index]
+            if index < len(meld_of):
+                if meld_of[index] is meld and not wilds_changed and not (
+                        changed_suits >> meld.suit & 1 if meld.is_sequence else changed_ranks >> meld.group_rank & 1):
+                    if not shrunk:
+                        base_meld_of[index] = meld
+                        base_adds[index] = adds[index]
+                    continue
+                meld_of[index] = meld
+            else:
+                meld_of.append(meld)
+                adds.append(EMPTY_SEGMENT)
+                base_meld_of.append(None)
+                base_adds.append(EMPTY_SEGMENT)
+            if shrunk and base_meld_of[index] is meld:
+                adds[index] = base_adds[index].held(guarded)
+            else:
+                adds[index] = _addition_segment(number, index, meld, counts, value)
+                if not shrunk:
+                    base_meld_of[index] = meld
+                    base_adds[index] = adds[index]
+        if len(meld_of) > len(melds):  # fewer melds than before (a state set up by hand)
+            del meld_of[len(melds):]
+            del adds[len(melds):]
+            del base_meld_of[len(melds):]
+            del base_adds[len(melds):]
+
+    def plan(self, action: MeldCards | AddCards) -> Meld | None:
+        """The meld ``action`` makes if the last ``legal_plays`` listed it whole from these segments."""
+        if isinstance(action, AddCards):
+            index = action.meld
+            if 0 <= index < len(self.adds):
+                return self.adds[index].plan(action)
+            return None
+        if not self.new_melds:
+            return None
+        natural = -1
+        for c in action.cards:
+            if c != JOKER and c % 13 != 1:
+                natural = c
+                break
+        if natural < 0:  # 2s and a joker: a group of 2s
+            return self.ranks[TWO].plan(action)
+        meld = self.suits[natural // 13].plan(action)
+        if meld is not None:
+            return meld
+        return self.ranks[natural % 13 + 1].plan(action)
+
+
+def _addition_segment(number: int, index: int, meld: Meld, counts: list[int], held: int) -> Segment:
+    """The additions to meld ``index`` (after ``plays``' filters), as ``AddCards``."""
+    any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
+    takes_wild, touch_bytes = meld._touch or meld.touch()
+    if not held & touch_bytes and not (any_wild and takes_wild):
+        return EMPTY_SEGMENT
+    if meld.is_sequence:
+        first = 13 * meld.suit
+        part = tuple(counts[first:first + 13])
+    else:
+        rank = meld.group_rank
+        part = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+    if not any_wild and not any(part):
+        return EMPTY_SEGMENT
+    additions, results = meld_additions(number, meld, part,
+                                        (counts[JOKER], counts[1], counts[14], counts[27], counts[40]))
+    if not additions:
+        return EMPTY_SEGMENT
+    return Segment(tuple([AddCards(index, cards) for cards in additions]), results)
+
+
+PlanSlots = list[Segment | None]
+
+
+def _add_checked(out: list[Action], plans: PlanSlots, slot: int, state: PlayPosition, segment: Segment,
+                 size: int, index: int) -> None:
+    """Append the segment's legal candidates to ``out`` (``plays``' check, for the candidates that leave
+    under two cards only), and them with their plans to ``plans[slot]``."""
+    actions = segment.actions
+    if not actions:
+        return
+    if size - segment.most >= 2:
+        out.extend(actions)
+        plans[slot] = segment
+        return
+    melds = segment.melds
+    kept: list[MeldCards | AddCards] = []
+    kept_melds: list[Meld] = []
+    for i in range(len(actions)):
+        action = actions[i]
+        if size - len(action.cards) >= 2 or state.meld_result_allowed(action, melds[i], index):
+            out.append(action)
+            kept.append(action)
+            kept_melds.append(melds[i])
+    plans[slot] = Segment(tuple(kept), tuple(kept_melds))
+
+
+def legal_plays(state: PlayPosition, seat_plays: SeatPlays, out: list[Action]) -> PlanSlots | None:
+    """``plays(state)`` appended to ``out`` (the same actions in the same order), from ``seat_plays``
+    brought up to date, when no card must be melded and no lone card was taken (``plays`` itself
+    otherwise). Returns ``None`` when every segment was listed whole (``seat_plays.plan`` then finds an
+    action's meld), else the plans by segment (see ``RANK_PLANS``; ``plan_of`` finds an action's)."""
+    seat = state.to_act
+    rules = state.rules
+    size = state.sizes[seat]
+    melds = state.melds[seat & 1]
+    groups = rules.groups
+    group_ranks = _GROUP_RANKS[rules.groups_of_twos]
+    seat_plays.update(state.counts[seat], groups, group_ranks, melds)
+    start = len(out)
+    new_melds = size >= 3
+    seat_plays.new_melds = new_melds
+    whole = True
+    if new_melds:
+        for segment in seat_plays.suits:
+            if segment.actions:
+                if size - segment.most < 2:
+                    whole = False
+                    break
+                out.extend(segment.actions)
+        if whole and groups:
+            ranks = seat_plays.ranks
+            for rank in group_ranks:
+                segment = ranks[rank]
+                if segment.actions:
+                    if size - segment.most < 2:
+                        whole = False
+                        break
+                    out.extend(segment.actions)
+    if whole:
+        for segment in seat_plays.adds:
+            if segment.actions:
+                if size - segment.most < 2:
+                    whole = False
+                    break
+                out.extend(segment.actions)
+    if whole:
+        return None
+    # a hand nearly emptied: the candidates that leave under two cards are the state's to check
+    del out[start:]
+    plans: PlanSlots = [None] * (ADD_PLANS + len(melds))
+    if new_melds:
+        suits = seat_plays.suits
+        for suit in range(4):
+            _add_checked(out, plans, suit, state, suits[suit], size, -1)
+        if groups:
+            ranks = seat_plays.ranks
+            for rank in group_ranks:
+                _add_checked(out, plans, RANK_PLANS + rank, state, ranks[rank], size, -1)
+    adds = seat_plays.adds
+    for index in range(len(melds)):
+        _add_checked(out, plans, ADD_PLANS + index, state, adds[index], size, index)
+    return plans
+
+
+def plan_of(plans: PlanSlots, action: MeldCards | AddCards) -> Meld | None:
+    """The meld ``action`` makes, if ``legal_plays`` listed it (``None`` otherwise)."""
+    if isinstance(action, AddCards):
+        slot = ADD_PLANS + action.meld
+        if action.meld < 0 or slot >= len(plans):
+            return None
+        found = plans[slot]
+        return None if found is None else found.plan(action)
+    natural = -1
+    for c in action.cards:
+        if c != JOKER and c % 13 != 1:
+            natural = c
+            break
+    if natural < 0:  # 2s and a joker: a group of 2s
+        found = plans[RANK_PLANS + TWO]
+        return None if found is None else found.plan(action)
+    found = plans[natural // 13]
+    if found is not None:
+        meld = found.plan(action)
+        if meld is not None:
+            return meld
+    found = plans[RANK_PLANS + natural % 13 + 1]
+    return None if found is None else found.plan(action)
+
+
+def all_discards(seat_plays: SeatPlays, counts: list[int], out: list[Action]) -> None:
+    """Every card held, as discards in card order (``seat_plays`` up to date for ``counts``)."""
+    discards = seat_plays.discards
+    out.extend(discards[0])
+    out.extend(discards[1])
+    out.extend(discards[2])
+    out.extend(discards[3])
+    if counts[JOKER]:
+        out.append(ALL_DISCARDS[JOKER])
+
+
+def must_meld_shortcut(state: PlayPosition) -> int:
+    """Whether ``plays(state, first_only=True)`` would find a play, when the card ``must_meld`` is
+    natural and the answer is plain from a few counts: 1 (it would), 0 (it would not), -1 (not plain:
+    ask ``plays``). The closed pile's check (``HandState._may_take_pile``) asks at every draw.
+
+    1 rests on a candidate the generator lists (its lists are complete: the property tests check it)
+    and that ``plays`` accepts without asking the state (it leaves two cards or more, no lone card):
+    three naturals in a row of the card's suit around it, three naturals of its rank (groups), the
+    card alone added to one of the side's melds. 0 rests on ``plays``' own filters: no sequence of
+    the suit can hold the card (``_sequence_around``), no group of its rank has cards enough, and
+    the side has no meld of its suit or rank.
+    """
+    must = state.must_meld
+    if must < 0 or must == JOKER or must % 13 == 1:
+        return -1
+    seat = state.to_act
+    counts = state.counts[seat]
+    size = state.sizes[seat]
+    rules = state.rules
+    plain = state.lone < 0  # else every candidate is the state's to check
+    suit = must // 13
+    rank = must % 13 + 1
+    any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
+    # the card alone, added to a meld
+    melds = state.melds[seat & 1]
+    fits_a_meld = False
+    for meld in melds:
+        if meld.is_sequence:
+            if meld.suit != suit:
+                continue
+        elif meld.group_rank != rank:
+            continue
+        fits_a_meld = True
+        if plain and size - 1 >= 2:
+            touch_bytes = (meld._touch or meld.touch())[1]
+            if touch_bytes >> (8 * must) & 0xFF and extended(meld, (must,), rules) is not None:
+                return 1
+    sequence_possible = False
+    group_possible = False
+    if size >= 3:
+        # three naturals of the suit in a row around the card
+        first = 13 * suit
+        avail = 0
+        for r in range(1, 14):
+            if counts[first + r - 1]:
+                avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
+        need = 2 if any_wild else 3
+        for slot in (ACE, HIGH_ACE) if rank == ACE else (rank,):
+            for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
+                run = avail >> lo & 7
+                if run == 7 and plain and size - 3 >= 2:
+                    return 1
+                if run.bit_count() >= need:
+                    sequence_possible = True
+        if rules.groups:
+            held = counts[rank - 1] + counts[12 + rank] + counts[25 + rank] + counts[38 + rank]
+            if held >= 3 and plain and size - 3 >= 2:
+                return 1
+            group_possible = held >= (2 if any_wild else 3)
+    if not fits_a_meld and not sequence_possible and not group_possible:
+        return 0
+    return -1

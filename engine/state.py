@@ -43,7 +43,7 @@ from engine.rules import CANASTRA, Ruleset
 from engine.view import View
 
 DRAW_PHASE = "draw"
-DISCARDS = tuple(Discard(code) for code in range(NCODES))
+DISCARDS = movegen.ALL_DISCARDS
 PLAY_PHASE = "play"
 OVER = "hand_over"
 
@@ -57,6 +57,7 @@ class HandState:
 
     __slots__ = (
         "_legal",
+        "_seat_plays",
         "counts",
         "deal",
         "dealer",
@@ -105,7 +106,8 @@ class HandState:
     turns: int
     history: list[tuple[int, Action]]
     version: int
-    _legal: tuple[int, list[Action], dict[Action, Meld | None]] | None
+    _legal: LegalMemo | None
+    _seat_plays: list[movegen.SeatPlays | None]
 
     def __init__(self, rules: Ruleset, players: int, deal: Deal, dealer: int | None = None,
                  hand_number: int = 1) -> None:
@@ -144,6 +146,7 @@ class HandState:
         self.history = []
         self.version = 0  # counts the changes; a view (and the legal-action memo) is valid for one version
         self._legal = None
+        self._seat_plays = [None] * players  # per seat, its legal plays kept up to date (movegen.SeatPlays)
 
     # --- OpenSpiel-style basics ------------------------------------------------------------------
     def current_player(self) -> int:
@@ -210,29 +213,73 @@ class HandState:
     def legal_actions(self) -> list[Action]:
         """Every legal action now, without duplicates, in a stable order."""
         cached = self._legal
-        if cached is not None and cached[0] == self.version:
-            return list(cached[1])
-        plans: dict[Action, Meld | None] = {}
+        if cached is not None and cached.version == self.version:
+            return list(cached.actions)
         actions: list[Action] = []
+        routed: movegen.PlanSlots | None = None
+        whole: movegen.SeatPlays | None = None
+        plans: dict[Action, Meld | None] | None = None
         if self.phase == DRAW_PHASE:
             actions.append(DRAW)
-            plans[DRAW] = None
             if self.pile and self._may_take_pile():
                 actions.append(TAKE_PILE)
-                plans[TAKE_PILE] = None
         elif self.phase == PLAY_PHASE:
-            actions.extend(movegen.plays(self, plans=plans))
-            if self.must_meld < 0:
-                counts = self.counts[self.to_act]
-                if self.sizes[self.to_act] > 1 and self.lone < 0:
-                    actions.extend([DISCARDS[code] for code in range(NCODES) if counts[code]])
+            seat = self.to_act
+            counts = self.counts[seat]
+            if self.must_meld < 0 and self.lone < 0:
+                # the usual case: the plays kept up to date move by move (movegen.legal_plays, the same
+                # list as movegen.plays), then every card held as a discard (a discard always is legal
+                # with two cards or more)
+                seat_plays = self._seat_plays[seat]
+                if seat_plays is None:
+                    seat_plays = movegen.SeatPlays(movegen.ruleset_number(self.rules))
+                    self._seat_plays[seat] = seat_plays
+                routed = movegen.legal_plays(self, seat_plays, actions)
+                if routed is None:
+                    whole = seat_plays
+                if self.sizes[seat] > 1:
+                    movegen.all_discards(seat_plays, counts, actions)
                 else:
                     actions.extend([DISCARDS[code] for code in range(NCODES)
                                     if counts[code] and self._discard_problem(code) is None])
-        # remembered for this version of the state, so that applying a listed action skips the checks
-        # (discards are not entered: their checks are cheap)
-        self._legal = (self.version, actions, plans)
+            else:
+                plans = {}
+                actions.extend(movegen.plays(self, plans=plans))
+                if self.must_meld < 0:
+                    if self.sizes[seat] > 1 and self.lone < 0:
+                        actions.extend([DISCARDS[code] for code in range(NCODES) if counts[code]])
+                    else:
+                        actions.extend([DISCARDS[code] for code in range(NCODES)
+                                        if counts[code] and self._discard_problem(code) is None])
+        # remembered for this version of the state, so that applying a listed meld or addition skips
+        # the checks (draws, takes and discards are checked again: their checks are cheap)
+        self._legal = LegalMemo(self.version, actions, routed, whole, plans)
         return list(actions)
+
+    def legal_plans(self) -> dict[Action, Meld | None]:
+        """Each legal action now with the meld it makes (``None`` for a draw, a take or a discard):
+        what ``apply`` takes without checking again."""
+        out: dict[Action, Meld | None] = {}
+        for action in self.legal_actions():
+            plan: Meld | None = None
+            if isinstance(action, (MeldCards, AddCards)):
+                plan = self._listed_plan(action)
+                assert plan is not None
+            out[action] = plan
+        return out
+
+    def _listed_plan(self, action: MeldCards | AddCards) -> Meld | None:
+        """The meld ``action`` makes if ``legal_actions`` listed it for this very state, else ``None``."""
+        cached = self._legal
+        if cached is None or cached.version != self.version:
+            return None
+        if cached.routed is not None:
+            return movegen.plan_of(cached.routed, action)
+        if cached.seat_plays is not None:
+            return cached.seat_plays.plan(action)
+        if cached.plans is not None:
+            return cached.plans.get(action)
+        return None
 
     def is_legal(self, action: Action) -> bool:
         try:
@@ -253,10 +300,15 @@ class HandState:
             raise IllegalActionError("HAND_OVER", "the hand is over")
         if seat is not None and seat != self.to_act:
             raise IllegalActionError("NOT_YOUR_TURN", f"it is seat {self.to_act}'s turn, not seat {seat}'s")
-        cached = self._legal
-        if cached is not None and cached[0] == self.version and action in cached[2]:
-            plan = cached[2][action]  # listed as legal for exactly this state
-        else:
+        plan: Meld | None = None
+        listed = False
+        if isinstance(action, (MeldCards, AddCards)):
+            plan = self._listed_plan(action)  # listed as legal for exactly this state
+            listed = plan is not None
+        elif isinstance(action, (Draw, TakePile)):
+            cached = self._legal
+            listed = cached is not None and cached.version == self.version and action in cached.actions
+        if not listed:
             plan = self._plan(action)
             if isinstance(action, MeldCards) and action.wild_as is not None:
                 action = self._canonical_meld(action, plan)
@@ -491,7 +543,8 @@ class HandState:
         self.lone = pile[0] if len(pile) == 1 and self.rules.lone_discard else -1
         try:
             if self.rules.closed_pile:
-                ok = bool(movegen.plays(self, first_only=True))
+                plain = movegen.must_meld_shortcut(self)
+                ok = plain == 1 if plain >= 0 else bool(movegen.plays(self, first_only=True))
             else:
                 ok = self.lone < 0 or self._any_way_to_finish()
         finally:
@@ -581,7 +634,7 @@ class HandState:
                     return events
             self._next_turn()
         else:
-            assert plan is not None and isinstance(action, MeldCards | AddCards)
+            assert plan is not None and isinstance(action, (MeldCards, AddCards))
             for c in action.cards:
                 counts[c] -= 1
             self.sizes[seat] -= len(action.cards)
@@ -781,6 +834,21 @@ class HandState:
     def __repr__(self) -> str:
         return (f"HandState(hand {self.hand_number}, {self.phase}, seat {self.to_act} to act, "
                 f"stock {len(self.stock)}, pile {len(self.pile)})")
+
+
+class LegalMemo:
+    """``legal_actions`` of one version of a state: the list, and where to find the meld each listed
+    meld or addition makes: in the seat's segments when ``movegen.legal_plays`` listed them whole
+    (``seat_plays``, valid as long as the state keeps this version), by segment when it had to check
+    some (``routed``), or in one mapping (``plans``, from ``movegen.plays``)."""
+
+    def __init__(self, version: int, actions: list[Action], routed: movegen.PlanSlots | None,
+                 seat_plays: movegen.SeatPlays | None, plans: dict[Action, Meld | None] | None) -> None:
+        self.version = version
+        self.actions = actions
+        self.routed = routed
+        self.seat_plays = seat_plays
+        self.plans = plans
 
 
 def total_cards(state: HandState) -> int:

@@ -63,6 +63,13 @@ _OVER: dict[str, Callable[[ViewedPosition, int | None], Any]] = {
 }
 
 
+# the fields of a view, by (a seat's view, the hand over)
+_KEYS: dict[tuple[bool, bool], tuple[str, ...]] = {
+    (own, over): (*_FIELDS, *(("hand",) if own else ()), *(_OVER if over else ()))
+    for own in (False, True) for over in (False, True)
+}
+
+
 class View(Mapping[str, Any]):
     __slots__ = ("_keys", "_seat", "_state", "_values", "_version")
 
@@ -71,12 +78,7 @@ class View(Mapping[str, Any]):
         self._seat = seat
         self._version = state.version
         self._values: dict[str, Any] = {}
-        keys = list(_FIELDS)
-        if seat is not None:
-            keys.append("hand")
-        if state.phase == "hand_over":
-            keys.extend(_OVER)
-        self._keys = keys
+        self._keys = _KEYS[(seat is not None, state.phase == "hand_over")]
 
     def __getitem__(self, key: str) -> Any:
         values = self._values

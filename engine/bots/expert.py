@@ -142,7 +142,7 @@ class ExpertBot:
         """The heuristic's choice first, then the alternatives worth a search, in the heuristic's order."""
         if (self.budget_ms is not None and self.budget_ms <= 0) or self.max_worlds <= 0:
             return [advice]  # no search: skip the ranking (and keep the advisor's RNG as a plain heuristic's)
-        plays: list[Action] = [a for a in legal if isinstance(a, MeldCards | AddCards)]
+        plays: list[Action] = [a for a in legal if isinstance(a, (MeldCards, AddCards))]
         discards: list[Action] = [a for a in legal if isinstance(a, Discard)]
         out: list[Action] = [advice]
         if isinstance(advice, Discard):
@@ -168,7 +168,7 @@ class ExpertBot:
     def _critical(self, view: Mapping[str, Any], play: Action) -> bool:
         """A meld or addition worth a search: it spends a wild, or leaves two cards or fewer (the
         batida, going out, or a hand too small to keep playing safely)."""
-        if not isinstance(play, MeldCards | AddCards):
+        if not isinstance(play, (MeldCards, AddCards)):
             return True
         left = int(view["hand_sizes"][int(view["seat"])]) - len(play.cards)
         return left <= 2 or any(c == JOKER or c % 13 == 1 for c in play.cards)

@@ -252,7 +252,7 @@ class HeuristicBot:
         for a in legal:
             if isinstance(a, Discard):
                 discards.append(a)
-            elif isinstance(a, MeldCards | AddCards):
+            elif isinstance(a, (MeldCards, AddCards)):
                 s = self._play_score(t, a)
                 if best is None or s > best_score:
                     best, best_score = a, s

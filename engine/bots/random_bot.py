@@ -11,7 +11,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from engine.actions import Action, AddCards, Discard, MeldCards, TakePile
+from engine.actions import Action, Discard, TakePile
 
 
 class RandomBot:
@@ -30,14 +30,30 @@ class RandomBot:
             if len(legal) > 1 and rng.random() < 0.5:
                 return next(a for a in legal if isinstance(a, TakePile))
             return legal[0]
-        plays = [a for a in legal if isinstance(a, MeldCards | AddCards)]
-        discards = [a for a in legal if isinstance(a, Discard)]
+        # ``legal_actions`` lists the melds and additions first, then the discards: where the discards
+        # start is found by bisection rather than by sorting the whole list. ``rng.choice`` over a
+        # range of the same length draws the same index as over the list itself.
+        plays = _discards_from(legal)
+        discards = len(legal) - plays
         if plays and (not discards or (not self.stopped and self.melds_this_turn < 40)):
             if not discards or rng.random() < 0.9:
                 self.melds_this_turn += 1
-                return rng.choice(plays)
+                return legal[rng.choice(range(plays))]
             self.stopped = True
-        return rng.choice(discards)
+        return legal[plays + rng.choice(range(discards))]
 
     def choose_discard(self, view: Mapping[str, Any], legal: list[Action]) -> Discard:
         return self.rng.choice([a for a in legal if isinstance(a, Discard)])
+
+
+def _discards_from(legal: list[Action]) -> int:
+    """Where the discards start in a play phase's legal actions (melds and additions come first)."""
+    lo = 0
+    hi = len(legal)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if isinstance(legal[mid], Discard):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

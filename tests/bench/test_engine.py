@@ -13,7 +13,7 @@ def test_the_engine_bench_prints_every_figure(capsys: pytest.CaptureFixture[str]
     assert out[0].startswith("# ruleset fechado; CPU time of one core; ")
     figures = {}
     for line in out[1:]:
-        if line.startswith("#"):
+        if line.startswith("#") or line.startswith("digest: "):
             continue
         assert re.fullmatch(r"bench: \w+ \d+\.\d \S+", line), line
         _, name, value, unit = line.split()
@@ -34,3 +34,14 @@ def test_positions_after_the_morto_hold_22_cards() -> None:
     for state in engine_bench.positions_after_morto(PRESETS["fechado"], 3):
         assert state.phase == "play" and state.sizes[state.to_act] == 22
         assert state.morto_taken[state.to_act & 1]
+
+
+def test_the_play_digest_is_a_fixed_function_of_the_play(capsys: pytest.CaptureFixture[str]) -> None:
+    first = engine_bench.play_digest("random", 2, 1, ("fechado", "aberto"))
+    assert first == engine_bench.play_digest("random", 2, 1, ("fechado", "aberto"))
+    assert re.fullmatch(r"[0-9a-f]{64}", first)
+    assert first != engine_bench.play_digest("random", 4, 1, ("fechado", "aberto"))
+    engine_bench.main(["--digest-only"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == [
+        f"play_digest_{kind}_{players}p" for kind in ("random", "heuristic") for players in (2, 4)]

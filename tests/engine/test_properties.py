@@ -146,8 +146,7 @@ def check_state(state: HandState, rng: random.Random, events: list[Event]) -> No
     legal = state.legal_actions()
     assert legal, "a player must always have a legal action"
     # the meld each listed action will make is the one the placement rules give its cards
-    assert state._legal is not None
-    for action, plan in state._legal[2].items():
+    for action, plan in state.legal_plans().items():
         if isinstance(action, MeldCards):
             assert plan == make_meld(action.cards, state.rules, action.wild_as), action
         elif isinstance(action, AddCards):
@@ -240,8 +239,7 @@ def check_apply_matches_legal(state: HandState, rng: random.Random) -> int:
     """Every listed action applies; every new meld ``apply`` accepts (with or without ``wild_as``) is
     recorded in its listed form and makes the meld listed for it. Returns how many melds were tried."""
     legal = state.legal_actions()
-    assert state._legal is not None
-    plans = state._legal[2]
+    plans = state.legal_plans()
     listed = set(legal)
     seat, side = state.to_act, side_of(state.to_act)
     for action in legal:
