@@ -11,7 +11,8 @@ Each player acts on its table's ``Play`` stream, as the gateway does for every b
 socket for (``--stream changes``: unary action calls beside ``SubscribeChanges`` instead).
 
 Prints one figure per line as ``bench: NAME VALUE UNIT``, per level: the RPC calls per second, the
-worst p99 over every RPC (and which RPC it is, on a ``worst:`` line), the errors, the journeys
+worst p99 over every RPC (and which RPC it is, on a ``worst:`` line; every RPC's on ``rpc:`` lines;
+a stream's is the time to its first message), the errors, the journeys
 completed, each process's CPU share in cores (every service, PostgreSQL's processes, the driver);
 and last ``journey_players_within_p99`` (the largest level with every RPC's p99 under ``--p99-ms``
 and no error; 0 when none).
@@ -153,6 +154,10 @@ def run_level(args: argparse.Namespace, players: int, workdir: Path, schema: str
     report(f"{prefix}_calls_per_s", level.calls_per_s, "calls/s")
     report(f"{prefix}_worst_p99", p99, "ms")
     print(f"worst: {prefix} {name} p99 {p99:.1f} ms", flush=True)
+    for row in sorted(document["rows"], key=lambda r: r["name"]):
+        if row["kind"] == "rpc" and row["p99_ms"] is not None:
+            print(f"rpc: {prefix} {row['name']} calls {row['calls']} p50 {row['p50_ms']:.1f} ms "
+                  f"p99 {row['p99_ms']:.1f} ms", flush=True)
     report(f"{prefix}_errors", float(document["summary"]["rpc_errors"]), "calls")
     for row in document["rows"]:
         if row["errors"]:
