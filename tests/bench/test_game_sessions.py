@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bench import game_sessions, session_driver
+from tests.bench.figures import check_figures
 from tests.services.harness import ROOT
 
 FIGURES = {
@@ -42,26 +43,18 @@ def test_the_bench_prints_every_figure(postgres_url: str) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    figures: dict[str, tuple[float, str]] = {}
-    for line in run.stdout.splitlines():
-        if line.startswith("bench: "):
-            _, name, number, unit = line.split()
-            figures[name] = (float(number), unit)
-    for name, unit in FIGURES.items():
-        assert name in figures, f"{name} missing from:\n{run.stdout}"
-        value, printed_unit = figures[name]
-        assert printed_unit == unit and math.isfinite(value), (name, value, printed_unit)
-    assert figures["sessions_errors"][0] == 0
-    assert figures["sessions_human_concurrent_tables"][0] == 6
-    assert figures["sessions_human_actions_per_s"][0] > 10  # 6 tables at 5 actions/s each were offered
-    assert figures["sessions_max_sustained_actions_per_s"][0] > 0
+    figures = check_figures(run.stdout, FIGURES)
+    assert figures["sessions_errors"] == 0
+    assert figures["sessions_human_concurrent_tables"] == 6
+    assert figures["sessions_human_actions_per_s"] > 10  # 6 tables at 5 actions/s each were offered
+    assert figures["sessions_max_sustained_actions_per_s"] > 0
     # the ramp's tables were played ahead by up to a match's length: a hand of bots, hundreds of actions
-    assert 100 < figures["sessions_ramp_match_actions"][0] < 1000
-    assert figures["sessions_echo_unary_rate"][0] > 100 and figures["sessions_echo_unary_rate_after"][0] > 100
+    assert 100 < figures["sessions_ramp_match_actions"] < 1000
+    assert figures["sessions_echo_unary_rate"] > 100 and figures["sessions_echo_unary_rate_after"] > 100
     # the ratio is taken to the higher of the two echo rates
-    echo = max(figures["sessions_echo_unary_rate"][0], figures["sessions_echo_unary_rate_after"][0])
-    ratio = figures["sessions_max_sustained_actions_per_s"][0] / echo
-    assert math.isclose(figures["sessions_max_sustained_vs_echo"][0], ratio, rel_tol=1e-3, abs_tol=1e-5)
+    echo = max(figures["sessions_echo_unary_rate"], figures["sessions_echo_unary_rate_after"])
+    ratio = figures["sessions_max_sustained_actions_per_s"] / echo
+    assert math.isclose(figures["sessions_max_sustained_vs_echo"], ratio, rel_tol=1e-3, abs_tol=1e-5)
 
 
 class FakeDriver:

@@ -13,6 +13,7 @@ import pytest
 
 from bench import gateway
 from bench.gateway_driver import GATEWAY
+from tests.bench.figures import check_figures
 from tests.services.harness import ROOT
 
 FIGURES = {
@@ -60,17 +61,8 @@ def test_the_bench_prints_every_figure(postgres_url: str) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=180,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    figures: dict[str, tuple[float, str]] = {}
-    for line in run.stdout.splitlines():
-        if line.startswith("bench: "):
-            _, name, text, unit = line.split()
-            figures[name] = (float(text), unit)
-    for name, unit in FIGURES.items():
-        assert name in figures, f"{name} missing from:\n{run.stdout}"
-        number, printed_unit = figures[name]
-        assert printed_unit == unit and math.isfinite(number), (name, number, printed_unit)
-    assert set(figures) == set(FIGURES)  # and nothing unlisted
-    value = {name: number for name, (number, _) in figures.items()}
+    value = check_figures(run.stdout, FIGURES)
+    assert set(value) == set(FIGURES)  # and nothing unlisted
     assert value["gateway_human_tables_failed"] == 0 and value["gateway_ramp_tables_failed"] == 0
     assert value["gateway_human_players"] == 6 and value["gateway_human_direct_players"] == 6
     # 3 tables of each kind, an action every 0.2 s each: 15 actions/s offered per kind

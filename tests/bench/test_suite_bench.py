@@ -3,13 +3,13 @@ four players through the whole journey, every figure printed, the suite stopped.
 
 from __future__ import annotations
 
-import math
 import socket
 import subprocess
 import sys
 
 import pytest
 
+from tests.bench.figures import check_figures
 from tests.services.harness import ROOT
 
 pytestmark = pytest.mark.slow
@@ -58,20 +58,12 @@ def test_the_bench_prints_every_figure() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    figures: dict[str, tuple[float, str]] = {}
-    for line in run.stdout.splitlines():
-        if line.startswith("bench: "):
-            _, name, number, unit = line.split()
-            figures[name] = (float(number), unit)
-    for name, unit in PER_LEVEL.items():
-        assert name in figures, f"{name} missing from:\n{run.stdout}"
-        value, printed_unit = figures[name]
-        assert printed_unit == unit and math.isfinite(value), (name, value, printed_unit)
-    assert figures["journey_4_errors"][0] == 0
-    assert figures["journey_4_journeys_completed"][0] == 4 and figures["journey_4_journeys_failed"][0] == 0
+    figures = check_figures(run.stdout, PER_LEVEL)
+    assert figures["journey_4_errors"] == 0
+    assert figures["journey_4_journeys_completed"] == 4 and figures["journey_4_journeys_failed"] == 0
     # every service and the driver did work; the game session most of it (a whole match per table)
-    cpu = {name: figures[f"journey_4_cpu_{name}"][0] for name in ("matchmaking", "game_session", "wallet", "driver")}
+    cpu = {name: figures[f"journey_4_cpu_{name}"] for name in ("matchmaking", "game_session", "wallet", "driver")}
     assert all(share > 0 for share in cpu.values()), cpu
     assert cpu["game_session"] > cpu["wallet"]
-    within = figures["journey_players_within_p99"][0]
-    assert within == (4 if figures["journey_4_worst_p99"][0] < 100 else 0)
+    within = figures["journey_players_within_p99"]
+    assert within == (4 if figures["journey_4_worst_p99"] < 100 else 0)
