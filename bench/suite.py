@@ -27,11 +27,9 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -39,67 +37,20 @@ from pathlib import Path
 from typing import Any
 
 from bench.game_sessions import create_schema, engine_place
+from loadtest.smoke import JOURNEY_SERVICES, LocalSuite
 from loadtest.sweep import ALL, Level, level_of, process_meters, suite_processes
-from services.common.config import DEFAULT_PORTS
 
 ROOT = Path(__file__).resolve().parents[1]
-READY_LINE = "every service is listening"
-SERVICES = ("matchmaking", "game_session", "wallet", "ranking")
 
 
 def report(name: str, value: float, unit: str) -> None:
     print(f"bench: {name} {value:.6g} {unit}", flush=True)
 
 
-class Suite:
-    """`services.local` in its own folder and process group, started and stopped around one level."""
-
-    def __init__(self, workdir: Path, env: dict[str, str], cwd: Path, port_base: int, metrics_base: int) -> None:
-        self.workdir = workdir
-        self.port_base = port_base
-        self.log: list[str] = []
-        self.ready = threading.Event()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "services.local", "--port-base", str(port_base),
-             "--metrics-base", str(metrics_base), "--var", str(workdir), "--only", *SERVICES],
-            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if len(self.log) < 2000:
-                self.log.append(line)
-            if READY_LINE in line:
-                self.ready.set()
-
-    def wait_ready(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self.ready.wait(0.2):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                return False
-        return True
-
-    def targets(self) -> str:
-        order = list(DEFAULT_PORTS)
-        return ",".join(f"{name}=localhost:{self.port_base + order.index(name)}" for name in SERVICES)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-
-
-def loadtest_command(args: argparse.Namespace, suite: Suite, players: int, out: Path) -> list[str]:
+def loadtest_command(args: argparse.Namespace, suite: LocalSuite, players: int, out: Path) -> list[str]:
     return [
         sys.executable, "-m", "loadtest", "--scenario", "journey", "--targets", suite.targets(),
-        "--token-key", str(suite.workdir / "dev-keys" / "dev-private.pem"),
+        "--token-key", str(suite.token_key()),
         "--players", str(players), "--journeys", "1", "--ramp", str(args.ramp),
         "--think-time", str(args.think_time),
         "--processes", str(args.processes), "--seats", str(args.seats), "--out", str(out),
@@ -125,10 +76,10 @@ def run_level(args: argparse.Namespace, players: int, workdir: Path, schema: str
         assert schema is not None
         env["BURACO_DATABASE_URL"] = args.postgres_url
         env["BURACO_DATABASE_SCHEMA"] = schema
-    suite = Suite(workdir / "suite", env, place, args.port_base, args.metrics_base)
+    suite = LocalSuite(workdir / "suite", args.port_base, args.metrics_base, env, cwd=place, only=JOURNEY_SERVICES)
     try:
         if not suite.wait_ready(args.start_timeout):
-            sys.stderr.write("".join(suite.log[-60:]))
+            sys.stderr.write("".join(suite.log))
             print(f"bench.suite: the suite did not start for {players} players", file=sys.stderr)
             return None
         meters = process_meters(suite_processes(suite.process.pid), postgres=args.database == "postgres")

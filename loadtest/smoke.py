@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +25,60 @@ READY_LINE = "every service is listening"
 #: A tiny run: four players, one whole journey each (queued, matched in pairs, played through the
 #: game sessions, settled and ranked); any error fails it.
 DEFAULT_ARGS = ("--scenario", "journey", "--players", "4", "--journeys", "1", "--max-error-rate", "0")
+#: The services a journey calls, in `--targets` order.
+JOURNEY_SERVICES = ("matchmaking", "game_session", "wallet", "ranking")
+
+
+class LocalSuite:
+    """`python -m services.local` in a folder of its own (`var`) and a process group of its own,
+    on consecutive ports from `port_base`; its output kept (the last lines, for a failure's report)."""
+
+    def __init__(self, var: Path, port_base: int, metrics_base: int, env: dict[str, str],
+                 cwd: Path | None = None, only: Sequence[str] = ()) -> None:
+        self.var = var
+        self.port_base = port_base
+        self.log: deque[str] = deque(maxlen=200)
+        self.ready = threading.Event()
+        command = [sys.executable, "-m", "services.local", "--port-base", str(port_base),
+                   "--metrics-base", str(metrics_base), "--var", str(var)]
+        if only:
+            command += ["--only", *only]
+        self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append(line)
+            if READY_LINE in line:
+                self.ready.set()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether every service listens within `timeout` seconds (False once the suite has exited)."""
+        deadline = time.monotonic() + timeout
+        while not self.ready.wait(0.2):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                return False
+        return True
+
+    def targets(self, services: Sequence[str] = JOURNEY_SERVICES) -> str:
+        """`--targets` for the load-test kit: `name=localhost:port,...`."""
+        order = list(DEFAULT_PORTS)
+        return ",".join(f"{name}=localhost:{self.port_base + order.index(name)}" for name in services)
+
+    def token_key(self) -> Path:
+        return self.var / "dev-keys" / "dev-private.pem"
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Ctrl-C to the suite (it stops every service); the whole group killed if it lingers."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,60 +90,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     extra = [a for a in options.args if a != "--"] or list(DEFAULT_ARGS)
     with tempfile.TemporaryDirectory(prefix="loadtest-smoke-") as folder:
-        var = Path(folder)
-        suite = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "services.local",
-                "--port-base",
-                str(options.port_base),
-                "--metrics-base",
-                str(options.metrics_base),
-                "--var",
-                str(var),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            # players without think time act faster than a person: lift the per-player rate limit
-            env={**os.environ, "BURACO_RATE_LIMIT_PER_SECOND": "100000", "BURACO_RATE_LIMIT_BURST": "100000"},
-        )
-        ready = threading.Event()
-        log: list[str] = []
-
-        def pump() -> None:
-            assert suite.stdout is not None
-            for line in suite.stdout:
-                log.append(line)
-                if READY_LINE in line:
-                    ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
+        # players without think time act faster than a person: lift the per-player rate limit
+        env = {**os.environ, "BURACO_RATE_LIMIT_PER_SECOND": "100000", "BURACO_RATE_LIMIT_BURST": "100000"}
+        suite = LocalSuite(Path(folder), options.port_base, options.metrics_base, env)
         try:
-            deadline = time.monotonic() + options.start_timeout
-            while not ready.wait(0.2):
-                if suite.poll() is not None or time.monotonic() > deadline:
-                    sys.stderr.write("".join(log[-50:]))
-                    print("loadtest.smoke: the suite did not start", file=sys.stderr)
-                    return 2
-            order = list(DEFAULT_PORTS)
-            targets = ",".join(
-                f"{name}=localhost:{options.port_base + order.index(name)}"
-                for name in ("matchmaking", "game_session", "wallet", "ranking")
-            )
-            command = [sys.executable, "-m", "loadtest", "--targets", targets]
-            command += ["--token-key", str(var / "dev-keys" / "dev-private.pem"), *extra]
+            if not suite.wait_ready(options.start_timeout):
+                sys.stderr.write("".join(list(suite.log)[-50:]))
+                print("loadtest.smoke: the suite did not start", file=sys.stderr)
+                return 2
+            command = [sys.executable, "-m", "loadtest", "--targets", suite.targets()]
+            command += ["--token-key", str(suite.token_key()), *extra]
             return subprocess.run(command, env=os.environ, check=False).returncode
         finally:
-            if suite.poll() is None:
-                suite.send_signal(signal.SIGINT)
-                try:
-                    suite.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(suite.pid, signal.SIGKILL)
-                    suite.wait()
+            suite.stop(timeout=30)
 
 
 if __name__ == "__main__":
