@@ -482,3 +482,101 @@ class NotOwnerDetails(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NotOwnerDetails: _TypeAlias = NotOwnerDetails  # noqa: Y015
+
+@_typing.final
+class EraseLoadTestRunRequest(_message.Message):
+    """Erases what a load-test run created (`python -m loadtest cleanup`, docs/operations.md). A run's
+    players are the ids `{run_id}-{n}` (n a decimal number): exactly those, never an id that merely
+    starts with the run id. Each service erases its own records of those players and of what only
+    they took part in (its RPC's comment lists them), in one transaction: all or nothing. Admin only
+    (PERMISSION_DENIED otherwise). FAILED_PRECONDITION, with nothing erased and a message saying
+    what and how many, when part of the run is still in progress (a live hold, a waiting ticket, a
+    table in play) or when a run player shared a record with a player outside the run (a match, a
+    pot, a table, a party). A second call erases nothing more and answers with zero counts.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """REQUIRED. See the conventions at the top of this file. A retry with the same id returns the
+    first answer.
+    """
+    run_id: _builtins.str
+    """REQUIRED. The run id the load-test kit was given (`--run-id`): 3 to 40 characters of
+    [a-z0-9-], starting with a letter or a digit.
+    """
+    dry_run: _builtins.bool
+    """OPTIONAL. Count what would be erased, erase nothing (default false)."""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "request_id", b"request_id", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EraseLoadTestRunRequest: _TypeAlias = EraseLoadTestRunRequest  # noqa: Y015
+
+@_typing.final
+class ErasedRecords(_message.Message):
+    """How many records of one kind an erasure removed (or, in a dry run, would remove)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """OUTPUT_ONLY. What was erased, in the service's words: `accounts`, `transfers`, `tables`, ..."""
+    count: _builtins.int
+    """OUTPUT_ONLY. How many."""
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ErasedRecords: _TypeAlias = ErasedRecords  # noqa: Y015
+
+@_typing.final
+class EraseLoadTestRunResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    ERASED_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """OUTPUT_ONLY. The run id erased."""
+    dry_run: _builtins.bool
+    """OUTPUT_ONLY. Whether this was a dry run (nothing erased)."""
+    @_builtins.property
+    def erased(self) -> _containers.RepeatedCompositeFieldContainer[Global___ErasedRecords]:
+        """OUTPUT_ONLY. Every kind of record the service erases, in a fixed order, zeros included."""
+
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+        erased: _abc.Iterable[Global___ErasedRecords] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "erased", b"erased", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EraseLoadTestRunResponse: _TypeAlias = EraseLoadTestRunResponse  # noqa: Y015

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from buraco.v1 import common_pb2 as buraco_dot_v1_dot_common__pb2
 from buraco.v1 import game_session_pb2 as buraco_dot_v1_dot_game__session__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -134,6 +135,11 @@ class GameSessionServiceStub:
                 '/buraco.v1.GameSessionService/MuteChat',
                 request_serializer=buraco_dot_v1_dot_game__session__pb2.MuteChatRequest.SerializeToString,
                 response_deserializer=buraco_dot_v1_dot_game__session__pb2.MuteChatResponse.FromString,
+                _registered_method=True)
+        self.EraseLoadTestRun = channel.unary_unary(
+                '/buraco.v1.GameSessionService/EraseLoadTestRun',
+                request_serializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.SerializeToString,
+                response_deserializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.FromString,
                 _registered_method=True)
 
 
@@ -304,6 +310,18 @@ class GameSessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EraseLoadTestRun(self, request, context):
+        """Erases a load-test run (common.proto, EraseLoadTestRunRequest): the tables whose every seat
+        is held by a run player (or a bot seat), with their event logs, seats, leases, delivered
+        outbox rows and mutes. Any replica answers; tables are erased in the database, and only
+        tables that ended (finished or cancelled) whose outbox has been delivered. FAILED_PRECONDITION
+        while such a table is in play or still owes a delivery, or when a run player sat at a table
+        with a player outside the run. Kinds: `tables`, `events`, `outbox`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GameSessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -406,6 +424,11 @@ def add_GameSessionServiceServicer_to_server(servicer, server):
                     servicer.MuteChat,
                     request_deserializer=buraco_dot_v1_dot_game__session__pb2.MuteChatRequest.FromString,
                     response_serializer=buraco_dot_v1_dot_game__session__pb2.MuteChatResponse.SerializeToString,
+            ),
+            'EraseLoadTestRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseLoadTestRun,
+                    request_deserializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.FromString,
+                    response_serializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -949,6 +972,33 @@ class GameSessionService:
             '/buraco.v1.GameSessionService/MuteChat',
             buraco_dot_v1_dot_game__session__pb2.MuteChatRequest.SerializeToString,
             buraco_dot_v1_dot_game__session__pb2.MuteChatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseLoadTestRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/buraco.v1.GameSessionService/EraseLoadTestRun',
+            buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.SerializeToString,
+            buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

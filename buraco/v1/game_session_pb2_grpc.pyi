@@ -18,6 +18,7 @@ Shutdown: streams end with UNAVAILABLE when a replica stops; resume with `after_
 last sequence number received.
 """
 
+from buraco.v1 import common_pb2 as _common_pb2
 from buraco.v1 import game_session_pb2 as _game_session_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
@@ -119,6 +120,14 @@ class GameSessionServiceStub:
     """Mutes or unmutes a participant's chat for the caller (players), or for the whole table
     (admins).
     """
+    EraseLoadTestRun: _grpc.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]
+    """Erases a load-test run (common.proto, EraseLoadTestRunRequest): the tables whose every seat
+    is held by a run player (or a bot seat), with their event logs, seats, leases, delivered
+    outbox rows and mutes. Any replica answers; tables are erased in the database, and only
+    tables that ended (finished or cancelled) whose outbox has been delivered. FAILED_PRECONDITION
+    while such a table is in play or still owes a delivery, or when a run player sat at a table
+    with a player outside the run. Kinds: `tables`, `events`, `outbox`.
+    """
 
 @_typing.type_check_only
 class GameSessionServiceAsyncStub(GameSessionServiceStub):
@@ -195,6 +204,14 @@ class GameSessionServiceAsyncStub(GameSessionServiceStub):
     MuteChat: _aio.UnaryUnaryMultiCallable[_game_session_pb2.MuteChatRequest, _game_session_pb2.MuteChatResponse]  # type: ignore[assignment]
     """Mutes or unmutes a participant's chat for the caller (players), or for the whole table
     (admins).
+    """
+    EraseLoadTestRun: _aio.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]  # type: ignore[assignment]
+    """Erases a load-test run (common.proto, EraseLoadTestRunRequest): the tables whose every seat
+    is held by a run player (or a bot seat), with their event logs, seats, leases, delivered
+    outbox rows and mutes. Any replica answers; tables are erased in the database, and only
+    tables that ended (finished or cancelled) whose outbox has been delivered. FAILED_PRECONDITION
+    while such a table is in play or still owes a delivery, or when a run player sat at a table
+    with a player outside the run. Kinds: `tables`, `events`, `outbox`.
     """
 
 class GameSessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -389,6 +406,20 @@ class GameSessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_game_session_pb2.MuteChatResponse, _abc.Awaitable[_game_session_pb2.MuteChatResponse]]:
         """Mutes or unmutes a participant's chat for the caller (players), or for the whole table
         (admins).
+        """
+
+    @_abc_1.abstractmethod
+    def EraseLoadTestRun(
+        self,
+        request: _common_pb2.EraseLoadTestRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.EraseLoadTestRunResponse, _abc.Awaitable[_common_pb2.EraseLoadTestRunResponse]]:
+        """Erases a load-test run (common.proto, EraseLoadTestRunRequest): the tables whose every seat
+        is held by a run player (or a bot seat), with their event logs, seats, leases, delivered
+        outbox rows and mutes. Any replica answers; tables are erased in the database, and only
+        tables that ended (finished or cancelled) whose outbox has been delivered. FAILED_PRECONDITION
+        while such a table is in play or still owes a delivery, or when a run player sat at a table
+        with a player outside the run. Kinds: `tables`, `events`, `outbox`.
         """
 
 def add_GameSessionServiceServicer_to_server(servicer: GameSessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from buraco.v1 import common_pb2 as buraco_dot_v1_dot_common__pb2
 from buraco.v1 import matchmaking_pb2 as buraco_dot_v1_dot_matchmaking__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -154,6 +155,11 @@ class MatchmakingServiceStub:
                 '/buraco.v1.MatchmakingService/WatchLobby',
                 request_serializer=buraco_dot_v1_dot_matchmaking__pb2.WatchLobbyRequest.SerializeToString,
                 response_deserializer=buraco_dot_v1_dot_matchmaking__pb2.LobbyUpdate.FromString,
+                _registered_method=True)
+        self.EraseLoadTestRun = channel.unary_unary(
+                '/buraco.v1.MatchmakingService/EraseLoadTestRun',
+                request_serializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.SerializeToString,
+                response_deserializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.FromString,
                 _registered_method=True)
 
 
@@ -327,6 +333,19 @@ class MatchmakingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EraseLoadTestRun(self, request, context):
+        """Erases a load-test run (common.proto, EraseLoadTestRunRequest): the tickets whose players are
+        all run players, the parties and the lobby tables (with their invitations) whose members and
+        seated players are all run players or bots, the match starts (sagas) whose seats are, and the
+        run players' recent-opponents rows. FAILED_PRECONDITION while one of those is live (a ticket
+        searching or proposed, a start not ended, an open party, a lobby table not closed) or when a
+        run player shares one with a player outside the run. Kinds: `tickets`, `parties`, `sagas`,
+        `lobby_tables`, `recent`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MatchmakingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -449,6 +468,11 @@ def add_MatchmakingServiceServicer_to_server(servicer, server):
                     servicer.WatchLobby,
                     request_deserializer=buraco_dot_v1_dot_matchmaking__pb2.WatchLobbyRequest.FromString,
                     response_serializer=buraco_dot_v1_dot_matchmaking__pb2.LobbyUpdate.SerializeToString,
+            ),
+            'EraseLoadTestRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseLoadTestRun,
+                    request_deserializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.FromString,
+                    response_serializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1100,6 +1124,33 @@ class MatchmakingService:
             '/buraco.v1.MatchmakingService/WatchLobby',
             buraco_dot_v1_dot_matchmaking__pb2.WatchLobbyRequest.SerializeToString,
             buraco_dot_v1_dot_matchmaking__pb2.LobbyUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseLoadTestRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/buraco.v1.MatchmakingService/EraseLoadTestRun',
+            buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.SerializeToString,
+            buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

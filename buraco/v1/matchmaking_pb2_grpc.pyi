@@ -9,6 +9,7 @@ table's name and the address of the game-session replica that owns it, on their 
 lobby table's stream.
 """
 
+from buraco.v1 import common_pb2 as _common_pb2
 from buraco.v1 import matchmaking_pb2 as _matchmaking_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
@@ -86,6 +87,15 @@ class MatchmakingServiceStub:
     """Streams one lobby table: its state now, then every change."""
     WatchLobby: _grpc.UnaryStreamMultiCallable[_matchmaking_pb2.WatchLobbyRequest, _matchmaking_pb2.LobbyUpdate]
     """Streams the open-table list: the matching tables now, then additions, changes, removals."""
+    EraseLoadTestRun: _grpc.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]
+    """Erases a load-test run (common.proto, EraseLoadTestRunRequest): the tickets whose players are
+    all run players, the parties and the lobby tables (with their invitations) whose members and
+    seated players are all run players or bots, the match starts (sagas) whose seats are, and the
+    run players' recent-opponents rows. FAILED_PRECONDITION while one of those is live (a ticket
+    searching or proposed, a start not ended, an open party, a lobby table not closed) or when a
+    run player shares one with a player outside the run. Kinds: `tickets`, `parties`, `sagas`,
+    `lobby_tables`, `recent`.
+    """
 
 @_typing.type_check_only
 class MatchmakingServiceAsyncStub(MatchmakingServiceStub):
@@ -139,6 +149,15 @@ class MatchmakingServiceAsyncStub(MatchmakingServiceStub):
     """Streams one lobby table: its state now, then every change."""
     WatchLobby: _aio.UnaryStreamMultiCallable[_matchmaking_pb2.WatchLobbyRequest, _matchmaking_pb2.LobbyUpdate]  # type: ignore[assignment]
     """Streams the open-table list: the matching tables now, then additions, changes, removals."""
+    EraseLoadTestRun: _aio.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]  # type: ignore[assignment]
+    """Erases a load-test run (common.proto, EraseLoadTestRunRequest): the tickets whose players are
+    all run players, the parties and the lobby tables (with their invitations) whose members and
+    seated players are all run players or bots, the match starts (sagas) whose seats are, and the
+    run players' recent-opponents rows. FAILED_PRECONDITION while one of those is live (a ticket
+    searching or proposed, a start not ended, an open party, a lobby table not closed) or when a
+    run player shares one with a player outside the run. Kinds: `tickets`, `parties`, `sagas`,
+    `lobby_tables`, `recent`.
+    """
 
 class MatchmakingServiceServicer(metaclass=_abc_1.ABCMeta):
     """Quick match, parties and the lobby."""
@@ -333,5 +352,20 @@ class MatchmakingServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_matchmaking_pb2.LobbyUpdate], _abc.AsyncIterator[_matchmaking_pb2.LobbyUpdate]]:
         """Streams the open-table list: the matching tables now, then additions, changes, removals."""
+
+    @_abc_1.abstractmethod
+    def EraseLoadTestRun(
+        self,
+        request: _common_pb2.EraseLoadTestRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.EraseLoadTestRunResponse, _abc.Awaitable[_common_pb2.EraseLoadTestRunResponse]]:
+        """Erases a load-test run (common.proto, EraseLoadTestRunRequest): the tickets whose players are
+        all run players, the parties and the lobby tables (with their invitations) whose members and
+        seated players are all run players or bots, the match starts (sagas) whose seats are, and the
+        run players' recent-opponents rows. FAILED_PRECONDITION while one of those is live (a ticket
+        searching or proposed, a start not ended, an open party, a lobby table not closed) or when a
+        run player shares one with a player outside the run. Kinds: `tickets`, `parties`, `sagas`,
+        `lobby_tables`, `recent`.
+        """
 
 def add_MatchmakingServiceServicer_to_server(servicer: MatchmakingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from buraco.v1 import common_pb2 as buraco_dot_v1_dot_common__pb2
 from buraco.v1 import ranking_pb2 as buraco_dot_v1_dot_ranking__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -80,6 +81,11 @@ class RankingServiceStub:
                 request_serializer=buraco_dot_v1_dot_ranking__pb2.ListLeaderboardNeighborsRequest.SerializeToString,
                 response_deserializer=buraco_dot_v1_dot_ranking__pb2.ListLeaderboardNeighborsResponse.FromString,
                 _registered_method=True)
+        self.EraseLoadTestRun = channel.unary_unary(
+                '/buraco.v1.RankingService/EraseLoadTestRun',
+                request_serializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.SerializeToString,
+                response_deserializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.FromString,
+                _registered_method=True)
 
 
 class RankingServiceServicer:
@@ -152,6 +158,17 @@ class RankingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EraseLoadTestRun(self, request, context):
+        """Erases a load-test run (common.proto, EraseLoadTestRunRequest): its players' profiles, XP
+        events, ratings, rating history and leaderboard entries (the boards' counts adjusted), and the
+        recorded matches whose every participant is a run player. FAILED_PRECONDITION when a recorded
+        match had participants from inside and outside the run. Kinds: `players`, `xp_events`,
+        `ratings`, `rating_history`, `leaderboard_entries`, `matches`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RankingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -199,6 +216,11 @@ def add_RankingServiceServicer_to_server(servicer, server):
                     servicer.ListLeaderboardNeighbors,
                     request_deserializer=buraco_dot_v1_dot_ranking__pb2.ListLeaderboardNeighborsRequest.FromString,
                     response_serializer=buraco_dot_v1_dot_ranking__pb2.ListLeaderboardNeighborsResponse.SerializeToString,
+            ),
+            'EraseLoadTestRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseLoadTestRun,
+                    request_deserializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.FromString,
+                    response_serializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -445,6 +467,33 @@ class RankingService:
             '/buraco.v1.RankingService/ListLeaderboardNeighbors',
             buraco_dot_v1_dot_ranking__pb2.ListLeaderboardNeighborsRequest.SerializeToString,
             buraco_dot_v1_dot_ranking__pb2.ListLeaderboardNeighborsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseLoadTestRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/buraco.v1.RankingService/EraseLoadTestRun',
+            buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.SerializeToString,
+            buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -7,6 +7,7 @@ Callers: the game-session service records finished matches; matchmaking and tour
 ratings; gateways read profiles and leaderboards.
 """
 
+from buraco.v1 import common_pb2 as _common_pb2
 from buraco.v1 import ranking_pb2 as _ranking_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
@@ -60,6 +61,13 @@ class RankingServiceStub:
     """A player's entry (rank) on a leaderboard. NOT_FOUND when the player is not on it."""
     ListLeaderboardNeighbors: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.ListLeaderboardNeighborsRequest, _ranking_pb2.ListLeaderboardNeighborsResponse]
     """The entries around a player: `before` entries above, the player, `after` entries below."""
+    EraseLoadTestRun: _grpc.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]
+    """Erases a load-test run (common.proto, EraseLoadTestRunRequest): its players' profiles, XP
+    events, ratings, rating history and leaderboard entries (the boards' counts adjusted), and the
+    recorded matches whose every participant is a run player. FAILED_PRECONDITION when a recorded
+    match had participants from inside and outside the run. Kinds: `players`, `xp_events`,
+    `ratings`, `rating_history`, `leaderboard_entries`, `matches`.
+    """
 
 @_typing.type_check_only
 class RankingServiceAsyncStub(RankingServiceStub):
@@ -89,6 +97,13 @@ class RankingServiceAsyncStub(RankingServiceStub):
     """A player's entry (rank) on a leaderboard. NOT_FOUND when the player is not on it."""
     ListLeaderboardNeighbors: _aio.UnaryUnaryMultiCallable[_ranking_pb2.ListLeaderboardNeighborsRequest, _ranking_pb2.ListLeaderboardNeighborsResponse]  # type: ignore[assignment]
     """The entries around a player: `before` entries above, the player, `after` entries below."""
+    EraseLoadTestRun: _aio.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]  # type: ignore[assignment]
+    """Erases a load-test run (common.proto, EraseLoadTestRunRequest): its players' profiles, XP
+    events, ratings, rating history and leaderboard entries (the boards' counts adjusted), and the
+    recorded matches whose every participant is a run player. FAILED_PRECONDITION when a recorded
+    match had participants from inside and outside the run. Kinds: `players`, `xp_events`,
+    `ratings`, `rating_history`, `leaderboard_entries`, `matches`.
+    """
 
 class RankingServiceServicer(metaclass=_abc_1.ABCMeta):
     """XP, levels, ratings and leaderboards."""
@@ -169,5 +184,18 @@ class RankingServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_ranking_pb2.ListLeaderboardNeighborsResponse, _abc.Awaitable[_ranking_pb2.ListLeaderboardNeighborsResponse]]:
         """The entries around a player: `before` entries above, the player, `after` entries below."""
+
+    @_abc_1.abstractmethod
+    def EraseLoadTestRun(
+        self,
+        request: _common_pb2.EraseLoadTestRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.EraseLoadTestRunResponse, _abc.Awaitable[_common_pb2.EraseLoadTestRunResponse]]:
+        """Erases a load-test run (common.proto, EraseLoadTestRunRequest): its players' profiles, XP
+        events, ratings, rating history and leaderboard entries (the boards' counts adjusted), and the
+        recorded matches whose every participant is a run player. FAILED_PRECONDITION when a recorded
+        match had participants from inside and outside the run. Kinds: `players`, `xp_events`,
+        `ratings`, `rating_history`, `leaderboard_entries`, `matches`.
+        """
 
 def add_RankingServiceServicer_to_server(servicer: RankingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

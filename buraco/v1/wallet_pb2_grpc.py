@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from buraco.v1 import common_pb2 as buraco_dot_v1_dot_common__pb2
 from buraco.v1 import wallet_pb2 as buraco_dot_v1_dot_wallet__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -79,6 +80,11 @@ class WalletServiceStub:
                 '/buraco.v1.WalletService/AdminCorrection',
                 request_serializer=buraco_dot_v1_dot_wallet__pb2.AdminCorrectionRequest.SerializeToString,
                 response_deserializer=buraco_dot_v1_dot_wallet__pb2.Transfer.FromString,
+                _registered_method=True)
+        self.EraseLoadTestRun = channel.unary_unary(
+                '/buraco.v1.WalletService/EraseLoadTestRun',
+                request_serializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.SerializeToString,
+                response_deserializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.FromString,
                 _registered_method=True)
 
 
@@ -160,6 +166,20 @@ class WalletServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EraseLoadTestRun(self, request, context):
+        """Erases a load-test run (common.proto, EraseLoadTestRunRequest): its players' accounts and
+        grant claims, the match escrows whose every stake came from them, and every transfer between
+        those accounts and the house or the treasury. The house's and the treasury's balances drop by
+        what the erased transfers had moved, so every balance still equals its transfers and the
+        ledger still sums to zero; an erasure record keeps who erased which run, when, and those
+        amounts. The one case where transfers are deleted (docs/wallet.md). FAILED_PRECONDITION on a
+        live hold or on a transfer with any account outside those. Kinds: `accounts`, `escrows`,
+        `transfers`, `grant_claims`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WalletServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -207,6 +227,11 @@ def add_WalletServiceServicer_to_server(servicer, server):
                     servicer.AdminCorrection,
                     request_deserializer=buraco_dot_v1_dot_wallet__pb2.AdminCorrectionRequest.FromString,
                     response_serializer=buraco_dot_v1_dot_wallet__pb2.Transfer.SerializeToString,
+            ),
+            'EraseLoadTestRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseLoadTestRun,
+                    request_deserializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.FromString,
+                    response_serializer=buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -453,6 +478,33 @@ class WalletService:
             '/buraco.v1.WalletService/AdminCorrection',
             buraco_dot_v1_dot_wallet__pb2.AdminCorrectionRequest.SerializeToString,
             buraco_dot_v1_dot_wallet__pb2.Transfer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseLoadTestRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/buraco.v1.WalletService/EraseLoadTestRun',
+            buraco_dot_v1_dot_common__pb2.EraseLoadTestRunRequest.SerializeToString,
+            buraco_dot_v1_dot_common__pb2.EraseLoadTestRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

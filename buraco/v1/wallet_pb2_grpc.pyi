@@ -16,6 +16,7 @@ transfer; it is later resolved exactly once by a new transfer that posts, voids 
 (`pending_transfer` names the hold). Transfers are never edited nor deleted.
 """
 
+from buraco.v1 import common_pb2 as _common_pb2
 from buraco.v1 import wallet_pb2 as _wallet_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
@@ -81,6 +82,16 @@ class WalletServiceStub:
     """Credits a player from the treasury (grants, daily bonus). Service or admin."""
     AdminCorrection: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.AdminCorrectionRequest, _wallet_pb2.Transfer]
     """A correcting transfer between an account and the treasury. Admin only; records who and why."""
+    EraseLoadTestRun: _grpc.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]
+    """Erases a load-test run (common.proto, EraseLoadTestRunRequest): its players' accounts and
+    grant claims, the match escrows whose every stake came from them, and every transfer between
+    those accounts and the house or the treasury. The house's and the treasury's balances drop by
+    what the erased transfers had moved, so every balance still equals its transfers and the
+    ledger still sums to zero; an erasure record keeps who erased which run, when, and those
+    amounts. The one case where transfers are deleted (docs/wallet.md). FAILED_PRECONDITION on a
+    live hold or on a transfer with any account outside those. Kinds: `accounts`, `escrows`,
+    `transfers`, `grant_claims`.
+    """
 
 @_typing.type_check_only
 class WalletServiceAsyncStub(WalletServiceStub):
@@ -122,6 +133,16 @@ class WalletServiceAsyncStub(WalletServiceStub):
     """Credits a player from the treasury (grants, daily bonus). Service or admin."""
     AdminCorrection: _aio.UnaryUnaryMultiCallable[_wallet_pb2.AdminCorrectionRequest, _wallet_pb2.Transfer]  # type: ignore[assignment]
     """A correcting transfer between an account and the treasury. Admin only; records who and why."""
+    EraseLoadTestRun: _aio.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]  # type: ignore[assignment]
+    """Erases a load-test run (common.proto, EraseLoadTestRunRequest): its players' accounts and
+    grant claims, the match escrows whose every stake came from them, and every transfer between
+    those accounts and the house or the treasury. The house's and the treasury's balances drop by
+    what the erased transfers had moved, so every balance still equals its transfers and the
+    ledger still sums to zero; an erasure record keeps who erased which run, when, and those
+    amounts. The one case where transfers are deleted (docs/wallet.md). FAILED_PRECONDITION on a
+    live hold or on a transfer with any account outside those. Kinds: `accounts`, `escrows`,
+    `transfers`, `grant_claims`.
+    """
 
 class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
     """The chips ledger."""
@@ -214,5 +235,21 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.Transfer, _abc.Awaitable[_wallet_pb2.Transfer]]:
         """A correcting transfer between an account and the treasury. Admin only; records who and why."""
+
+    @_abc_1.abstractmethod
+    def EraseLoadTestRun(
+        self,
+        request: _common_pb2.EraseLoadTestRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.EraseLoadTestRunResponse, _abc.Awaitable[_common_pb2.EraseLoadTestRunResponse]]:
+        """Erases a load-test run (common.proto, EraseLoadTestRunRequest): its players' accounts and
+        grant claims, the match escrows whose every stake came from them, and every transfer between
+        those accounts and the house or the treasury. The house's and the treasury's balances drop by
+        what the erased transfers had moved, so every balance still equals its transfers and the
+        ledger still sums to zero; an erasure record keeps who erased which run, when, and those
+        amounts. The one case where transfers are deleted (docs/wallet.md). FAILED_PRECONDITION on a
+        live hold or on a transfer with any account outside those. Kinds: `accounts`, `escrows`,
+        `transfers`, `grant_claims`.
+        """
 
 def add_WalletServiceServicer_to_server(servicer: WalletServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
