@@ -3,6 +3,7 @@
     python -m loadtest --players 40 --ramp 10 --duration 60 --fail-if 'p99<100ms' --out var/loadtest
     python -m loadtest --scenario backend --players 200 --processes 2 --journeys 3
     python -m loadtest --scenario web --gateway http://localhost:8080 --players 40 --think-time 1
+    python -m loadtest cleanup --run-id lt1a2b3c4d    # erase what a run created (loadtest.cleanup)
 
 Prints the report (per RPC and per journey step: throughput, p50/p95/p99/p99.9 latency, time to
 the first stream event, errors by status code), writes report.csv and report.json into --out, and
@@ -69,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of signing them with --token-key (needs --run-id; the run says which identities it needs)")
     add("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco", help="the tokens' audience")
     add("--seed", default="loadtest", help="seed of the bots (backend scenario: and the deals); default loadtest")
-    add("--run-id", default="", help="prefix of player and match ids (default: random, unique per run)")
+    add("--run-id", default="",
+        help="prefix of player and match ids, 3 to 40 of [a-z0-9-] (default: random, unique per run); "
+        "`python -m loadtest cleanup --run-id` erases the run")
     add("--processes", type=int, default=1, help="driver processes (default 1)")
     add("--connections", type=int, default=4, help="gRPC connections per service per process (default 4)")
     add("--rpc-timeout", type=float, default=10.0, metavar="S", help="deadline of each call (default 10)")
@@ -181,6 +184,11 @@ def run(settings: Settings) -> tuple[Recorder, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["cleanup"]:
+        from loadtest import cleanup
+
+        return cleanup.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.common.loadtest_runs import RUN_ID_PATTERN
+
 SCENARIOS = ("journey", "tables", "backend", "web")
 BACKEND_SERVICES = ("wallet", "ranking")
 BOTS = ("heuristic", "random")
@@ -72,6 +74,8 @@ class Settings:
         """ValueError naming the knob when the settings cannot make a run."""
         if self.scenario not in SCENARIOS:
             raise ValueError(f"--scenario must be one of {', '.join(SCENARIOS)}")
+        if RUN_ID_PATTERN.fullmatch(self.run_id) is None:  # the services erase only such runs
+            raise ValueError("--run-id must be 3 to 40 characters of [a-z0-9-], starting with a letter or a digit")
         if not self.only or any(name not in BACKEND_SERVICES for name in self.only):
             raise ValueError(f"--only takes {' or '.join(BACKEND_SERVICES)}")
         if self.scenario != "backend" and self.only != BACKEND_SERVICES:

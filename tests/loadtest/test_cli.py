@@ -26,13 +26,13 @@ def test_defaults_and_knobs() -> None:
     s = settings(
         "--scenario", "backend", "--players", "8", "--seats", "4", "--ramp", "5", "--duration", "30",
         "--practice", "--bot", "random", "--think-time", "0.5", "--seed", "x", "--processes", "2",
-        "--target-points", "1005", "--token-key", "k.pem", "--run-id", "r1", "--play-stream",
+        "--target-points", "1005", "--token-key", "k.pem", "--run-id", "run1", "--play-stream",
     )
     assert (s.scenario, s.players, s.seats, s.ramp_s, s.duration_s, s.bet, s.practice) == (
         "backend", 8, 4, 5.0, 30.0, 0, True
     )
     assert (s.bot, s.think_time_s, s.seed, s.processes, s.target_points, s.token_key, s.run_id) == (
-        "random", 0.5, "x", 2, 1005, Path("k.pem"), "r1"
+        "random", 0.5, "x", 2, 1005, Path("k.pem"), "run1"
     )
     assert s.play_stream and not settings().play_stream
     assert Settings.from_json(s.to_json()) == s

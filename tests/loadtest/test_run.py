@@ -83,7 +83,7 @@ def base_settings(tmp_path: Path, targets: dict[str, str], **changes: object) ->
         journeys=2,
         targets=targets,
         token_key=tmp_path / "dev-keys" / "dev-private.pem",
-        run_id="t1",
+        run_id="tls1",
         wait_timeout_s=10,
     )
     return replace(settings, **changes)  # type: ignore[arg-type]
@@ -175,7 +175,7 @@ async def test_players_still_queued_when_the_run_ends_leave_the_queue(tmp_path: 
     finally:
         await server.stop(0)
     assert elapsed < 10  # left at the end of --duration, not at the 30 s wait timeout
-    assert sorted(queue.cancelled) == ["tickets/t1-0-ticket-0", "tickets/t1-1-ticket-0"]
+    assert sorted(queue.cancelled) == ["tickets/tls1-0-ticket-0", "tickets/tls1-1-ticket-0"]
     assert recorder.counters["left_queue_at_end"] == 2
     assert "journeys_failed" not in recorder.counters
     assert errors_of(recorder) == {}
@@ -247,7 +247,7 @@ async def test_backend_scenario_over_mutual_tls(tmp_path: Path) -> None:
                                  tls_server_name="wallet-headless")
         recorder, _ = await run_shard(settings, range(4))
         # without the client certificate the services refuse the handshake: every call fails
-        plain = replace(settings, tls_cert="", tls_key="", run_id="t2")
+        plain = replace(settings, tls_cert="", tls_key="", run_id="tls2")
         refused, _ = await run_shard(plain, range(2))
     assert recorder.counters.get("matches_completed") == 2
     assert errors_of(recorder) == {}
@@ -261,14 +261,14 @@ async def test_backend_scenario_with_tokens_issued_beforehand(tmp_path: Path) ->
 
     async with suite(tmp_path) as targets:
         minter = dev_minter(tmp_path / "dev-keys")  # the services' key, used here only to issue the file
-        needed = needed_identities("backend", "t1", 4)
+        needed = needed_identities("backend", "tls1", 4)
         issued = {identity: minter.mint(Kind(identity.split(":")[0]), identity.split(":", 1)[1]) for identity in needed}
         tokens = tmp_path / "tokens.json"
         tokens.write_text(json.dumps(issued))
         settings = base_settings(tmp_path, targets, scenario="backend", bet=25, bot="random", journeys=1,
                                  token_key=tmp_path / "no-such-key.pem", tokens_file=str(tokens))
         recorder, _ = await run_shard(settings, range(4))
-    assert set(needed) == {*(f"player:t1-{n}" for n in range(4)), "admin:loadtest", "service:matchmaking",
+    assert set(needed) == {*(f"player:tls1-{n}" for n in range(4)), "admin:loadtest", "service:matchmaking",
                            "service:game-session"}
     assert errors_of(recorder) == {} and recorder.counters.get("matches_completed") == 2
 
@@ -276,10 +276,10 @@ async def test_backend_scenario_with_tokens_issued_beforehand(tmp_path: Path) ->
 def test_a_tokens_file_must_hold_every_identity_the_run_needs(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     tokens = tmp_path / "tokens.json"
-    tokens.write_text(json.dumps({"player:r9-0": "x", "player:r9-1": "x"}))
+    tokens.write_text(json.dumps({"player:run9-0": "x", "player:run9-1": "x"}))
     argv = ["--scenario", "backend", "--players", "2", "--journeys", "1", "--tokens", str(tokens), "--out",
             str(tmp_path)]
-    assert main([*argv, "--run-id", "r9"]) == 2
+    assert main([*argv, "--run-id", "run9"]) == 2
     assert "has no token for admin:loadtest" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         main(argv)  # the players' tokens name their ids: the run id must be given

@@ -66,7 +66,7 @@ def errors_of(recorder: Recorder) -> dict[tuple[str, str], dict[str, int]]:
 
 
 def test_the_whole_journey(suite: tuple[dict[str, str], Path]) -> None:
-    recorder = run(suite, run_id="j1", bet=30)
+    recorder = run(suite, run_id="jny1", bet=30)
     assert errors_of(recorder) == {}
     assert recorder.counters["journeys_completed"] == 4
     steps = {s.name: s.ok for s in recorder if s.kind == "step"}
@@ -82,7 +82,7 @@ def test_the_whole_journey(suite: tuple[dict[str, str], Path]) -> None:
 
 
 def test_the_tables_scenario_with_two_journeys_per_table(suite: tuple[dict[str, str], Path]) -> None:
-    recorder = run(suite, scenario="tables", run_id="t1", journeys=2, bot="random", seats=4, players=4)
+    recorder = run(suite, scenario="tables", run_id="tab1", journeys=2, bot="random", seats=4, players=4)
     assert errors_of(recorder) == {}
     assert recorder.counters["matches_completed"] == 2
     rpcs = {s.name: s for s in recorder if s.kind == "rpc"}
@@ -94,7 +94,7 @@ def test_the_tables_scenario_with_two_journeys_per_table(suite: tuple[dict[str, 
 def test_the_journey_on_play_streams(suite: tuple[dict[str, str], Path]) -> None:
     """`--play-stream`: each player acts on its Play stream; every action is timed under
     game_session.Play/<Method>, no unary action call is made, and the pots settle as before."""
-    recorder = run(suite, run_id="p1", bet=20, play_stream=True)
+    recorder = run(suite, run_id="pst1", bet=20, play_stream=True)
     assert errors_of(recorder) == {}
     assert recorder.counters["journeys_completed"] == 4
     rpcs = {s.name: s for s in recorder if s.kind == "rpc"}
