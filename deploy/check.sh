@@ -13,8 +13,8 @@ versions=${K8S_VERSIONS:-1.31.0 1.37.0}
 custom='kind ((PodMonitor|PrometheusRule) with api version monitoring\.coreos\.com/v1|(Issuer|Certificate) with api version cert-manager\.io/v1) '
 
 mkdir -p "$out"
-# the overlays, and the load-test Job (deploy/k8s/loadtest, applied on its own)
-for dir in deploy/k8s/overlays/*/ deploy/k8s/loadtest/; do
+# the overlays, and the load-test Jobs (deploy/k8s/loadtest and its cleanup, each applied on its own)
+for dir in deploy/k8s/overlays/*/ deploy/k8s/loadtest/ deploy/k8s/loadtest/cleanup/; do
     overlay=$(basename "$dir")
     "$bin/kubectl" kustomize "$dir" >"$out/$overlay.yaml"
     objects=$(grep -c '^kind: ' "$out/$overlay.yaml")

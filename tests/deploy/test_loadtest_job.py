@@ -1,4 +1,4 @@
-"""The load-test kit's Job (deploy/k8s/loadtest): what `kubectl kustomize` makes of it, checked
+"""The load-test kit's Jobs (deploy/k8s/loadtest and its cleanup): what `kubectl kustomize` makes of it, checked
 against the kit's own argument parser and against the prod overlay it runs beside."""
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import yaml
 from loadtest.cli import build_parser, settings_from
 from loadtest.client import SERVICES
 from services.common.config import DEFAULT_PORTS
+from services.common.loadtest_runs import RUN_ID_PATTERN
 from tests.deploy.k8s import ROOT, env, kubectl, one, render
 
 Object = dict[str, Any]
 
 
-def _objects() -> tuple[Object, ...]:
-    result = subprocess.run([kubectl(), "kustomize", str(ROOT / "deploy" / "k8s" / "loadtest")],
+def _objects(folder: str = "loadtest") -> tuple[Object, ...]:
+    result = subprocess.run([kubectl(), "kustomize", str(ROOT / "deploy" / "k8s" / folder)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return tuple(d for d in yaml.safe_load_all(result.stdout) if d)
@@ -86,3 +87,37 @@ def test_the_job_is_admitted_by_the_services_and_may_reach_only_them() -> None:
     certificate = one(objects, "Certificate", "loadtest-tls")["spec"]
     assert certificate["issuerRef"] == one(render("prod"), "Certificate", "wallet-tls")["spec"]["issuerRef"]
     assert certificate["usages"] == ["client auth"]
+
+
+def _args(container: Object) -> list[str]:
+    variables = {name: entry["value"] for name, entry in env(container).items()}
+    return [re.sub(r"\$\((\w+)\)", lambda m: variables[m.group(1)], a) for a in container["args"]]
+
+
+def test_the_cleanup_job_erases_the_runs_id_as_the_runs_admin_with_the_runs_identity() -> None:
+    from loadtest import cleanup
+
+    run_objects, objects = _objects(), _objects("loadtest/cleanup")
+    assert [o["kind"] for o in objects] == ["Job"]  # identity, certificate and policy are the run's
+    run_pod = one(run_objects, "Job", "buraco-loadtest")["spec"]["template"]
+    job = one(objects, "Job", "buraco-loadtest-cleanup")
+    pod = job["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    (run_container,) = run_pod["spec"]["containers"]
+    assert container["image"] == run_container["image"]
+    assert container["command"] == ["python", "-m", "loadtest", "cleanup"]
+    parsed = cleanup.build_parser().parse_args(_args(container))
+    run = build_parser().parse_args(_args(run_container))
+    # the same run, services, TLS files and tokens file as the run it cleans
+    assert parsed.run_id == run.run_id and RUN_ID_PATTERN.fullmatch(parsed.run_id)
+    assert (parsed.targets, parsed.tokens, parsed.tls_ca, parsed.tls_cert, parsed.tls_key) == (
+        run.targets, run.tokens, run.tls_ca, run.tls_cert, run.tls_key)
+    assert parsed.token_key is None and not parsed.dry_run
+    assert container["volumeMounts"] == [m for m in run_container["volumeMounts"] if m["name"] != "tmp"]
+    assert pod["spec"]["volumes"] == [v for v in run_pod["spec"]["volumes"] if v["name"] != "tmp"]
+    # admitted and confined as the run: its labels, service account, security context
+    assert pod["metadata"]["labels"] == run_pod["metadata"]["labels"]
+    for key in ("serviceAccountName", "securityContext", "restartPolicy"):
+        assert pod["spec"][key] == run_pod["spec"][key], key
+    assert container["securityContext"] == run_container["securityContext"]
+    assert job["spec"]["backoffLimit"] == 0
