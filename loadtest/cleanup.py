@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import sys
 import uuid
@@ -54,6 +55,8 @@ STUBS: dict[str, Stub] = {
 }
 #: The admin identity a cleanup calls as (a tokens file needs `admin:loadtest`, as a run does).
 ADMIN = "loadtest"
+#: Between two rounds of dry runs while a service refuses (--wait).
+RECHECK_SECONDS = 2.0
 #: Attempts of a call that ends UNAVAILABLE (a replica restarting); the same request id each time.
 ATTEMPTS = 3
 
@@ -94,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--tokens", default="", metavar="JSON", help="tokens issued beforehand; needs \"admin:loadtest\"")
     add("--audience", default=os.environ.get("BURACO_JWT_AUDIENCE") or "buraco", help="the tokens' audience")
     add("--rpc-timeout", type=float, default=60.0, metavar="S", help="deadline of each call (default 60)")
+    add("--wait", type=float, default=0.0, metavar="S",
+        help="while a service refuses (the run's last settlements still on their way), ask again every "
+        f"{RECHECK_SECONDS:g} s for up to S seconds (default 0: once)")
     return parser
 
 
@@ -121,16 +127,25 @@ async def erase(
 
 async def cleanup(
     run_id: str, services: Sequence[str], targets: dict[str, str], channels: Channels, tokens: Tokens,
-    dry_run: bool, timeout: float, say: Callable[[str], None] = print,
+    dry_run: bool, timeout: float, say: Callable[[str], None] = print, wait: float = 0.0,
 ) -> int:
-    """Dry runs everywhere, then (unless `dry_run`) the erasures in ORDER; the exit status."""
+    """Dry runs everywhere (again every RECHECK_SECONDS for up to `wait` seconds while a service
+    refuses), then (unless `dry_run`) the erasures in ORDER; the exit status."""
     metadata = tokens.admin(ADMIN)
     token = uuid.uuid4().hex[:8]
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + wait
     try:
-        checks = [
-            await erase(s, channels.get(targets[s]), metadata, run_id, f"cleanup-{run_id}-{token}-check", True, timeout)
-            for s in services
-        ]
+        for round_ in itertools.count():
+            check_id = f"cleanup-{run_id}-{token}-check{round_}"
+            checks = [
+                await erase(s, channels.get(targets[s]), metadata, run_id, check_id, True, timeout) for s in services
+            ]
+            refused = [c for c in checks if c.code == grpc.StatusCode.FAILED_PRECONDITION]
+            if not refused or loop.time() + RECHECK_SECONDS > give_up:
+                break
+            say("waiting: " + "; ".join(c.line() for c in refused))
+            await asyncio.sleep(RECHECK_SECONDS)
         for outcome in checks:
             say(("would erase " if outcome.ok else "refused ") + outcome.line())
         if not all(outcome.ok for outcome in checks):
@@ -184,7 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loadtest cleanup: {error}", file=sys.stderr)
         return 2
     channels = Channels(connections=1, tls=tls, server_name=args.tls_server_name)
-    return asyncio.run(cleanup(args.run_id, services, targets, channels, tokens, args.dry_run, args.rpc_timeout))
+    if args.wait < 0:
+        parser.error("--wait must not be negative")
+    return asyncio.run(
+        cleanup(args.run_id, services, targets, channels, tokens, args.dry_run, args.rpc_timeout, wait=args.wait)
+    )
 
 
 if __name__ == "__main__":

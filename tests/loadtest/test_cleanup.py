@@ -27,8 +27,9 @@ class Fake:
     services that answer FAILED_PRECONDITION, or UNAVAILABLE once."""
 
     def __init__(self, verify: Any, refuse: frozenset[str] = frozenset(),
-                 unavailable: frozenset[str] = frozenset()) -> None:
-        self.verify, self.refuse, self.unavailable = verify, set(refuse), set(unavailable)
+                 unavailable: frozenset[str] = frozenset(), refusals: int = 1_000) -> None:
+        self.verify, self.unavailable = verify, set(unavailable)
+        self.refusals = dict.fromkeys(refuse, refusals)
         self.calls: list[tuple[str, str, bool, str]] = []
 
     def servicer(self, service: str, base: type) -> Any:
@@ -43,7 +44,8 @@ class Fake:
                 if service in fake.unavailable:
                     fake.unavailable.discard(service)
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
-                if service in fake.refuse:
+                if fake.refusals.get(service, 0) > 0:
+                    fake.refusals[service] -= 1
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "2 tables in play")
                 return common_pb2.EraseLoadTestRunResponse(
                     run_id=request.run_id, dry_run=request.dry_run,
@@ -78,11 +80,11 @@ def verifier(keys: Path) -> Any:
 
 
 async def run(tmp_path: Path, fake: Fake, address: str, *, dry_run: bool = False,
-              services: tuple[str, ...] = cleanup.ORDER) -> tuple[int, list[str]]:
+              services: tuple[str, ...] = cleanup.ORDER, wait: float = 0.0) -> tuple[int, list[str]]:
     lines: list[str] = []
     tokens = Tokens.from_key(tmp_path / "keys" / "dev-private.pem")
     status = await cleanup.cleanup("lt1", services, dict.fromkeys(cleanup.ORDER, address), Channels(connections=1),
-                                   tokens, dry_run, 10.0, lines.append)
+                                   tokens, dry_run, 10.0, lines.append, wait=wait)
     return status, lines
 
 
@@ -107,6 +109,21 @@ async def test_a_refusal_in_the_dry_runs_erases_nothing_anywhere(tmp_path: Path)
     assert all(dry for _, _, dry, _ in fake.calls) and len(fake.calls) == 4
     assert "refused ranking: FAILED_PRECONDITION: 2 tables in play" in lines
     assert "nothing erased" in lines[-1]
+
+
+async def test_with_wait_the_dry_runs_are_asked_again_until_none_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cleanup, "RECHECK_SECONDS", 0.01)
+    fake = Fake(verifier(tmp_path / "keys"), refuse=frozenset({"ranking"}), refusals=2)
+    async with fake_suite(fake) as address:
+        status, lines = await run(tmp_path, fake, address, services=("ranking", "wallet"), wait=30.0)
+    assert status == 0
+    checks = [(s, rid) for s, rid, dry, _ in fake.calls if dry]
+    assert [s for s, _ in checks] == ["ranking", "wallet"] * 3
+    assert len({rid for _, rid in checks}) == 3  # a request id per round
+    assert [(s, dry) for s, _, dry, _ in fake.calls[6:]] == [("ranking", False), ("wallet", False)]
+    assert sum(line.startswith("waiting: ranking: FAILED_PRECONDITION") for line in lines) == 2
 
 
 async def test_a_dry_run_only_counts(tmp_path: Path) -> None:
