@@ -112,7 +112,7 @@ def test_the_cleanup_job_erases_the_runs_id_as_the_runs_admin_with_the_runs_iden
     assert parsed.run_id == run.run_id and RUN_ID_PATTERN.fullmatch(parsed.run_id)
     assert (parsed.targets, parsed.tokens, parsed.tls_ca, parsed.tls_cert, parsed.tls_key) == (
         run.targets, run.tokens, run.tls_ca, run.tls_cert, run.tls_key)
-    assert parsed.token_key is None and not parsed.dry_run
+    assert parsed.token_key is None and not parsed.dry_run and parsed.wait > 0
     assert container["volumeMounts"] == [m for m in run_container["volumeMounts"] if m["name"] != "tmp"]
     assert pod["spec"]["volumes"] == [v for v in run_pod["spec"]["volumes"] if v["name"] != "tmp"]
     # admitted and confined as the run: its labels, service account, security context
