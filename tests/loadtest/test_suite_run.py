@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import grpc
 import pytest
 
+from buraco.v1 import game_session_pb2, game_session_pb2_grpc, wallet_pb2, wallet_pb2_grpc
 from loadtest.journey import run_shard
 from loadtest.recorder import Recorder
 from loadtest.settings import Settings
-from tests.services.harness import dev_minter, service_process
+from services.common.auth import Kind
+from tests.services.harness import ROOT, dev_minter, service_process
 
 pytestmark = pytest.mark.slow
 
@@ -102,3 +108,70 @@ def test_the_journey_on_play_streams(suite: tuple[dict[str, str], Path]) -> None
     assert rpcs["game_session.Play/Discard"].ok > 0 and rpcs["game_session.Play/Draw"].ok > 0
     assert not {"game_session.Discard", "game_session.Draw", "game_session.SubscribeChanges"} & set(rpcs)
     assert {s.name: s.ok for s in recorder if s.kind == "step"}["settle"] == 4
+
+
+def cleanup_command(suite: tuple[dict[str, str], Path], run_id: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    targets, key = suite
+    return subprocess.run(
+        [sys.executable, "-m", "loadtest", "cleanup", "--run-id", run_id, "--token-key", str(key), "--targets",
+         ",".join(f"{name}={address}" for name, address in targets.items()), "--wait", "60", *extra],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=180,
+    )
+
+
+def counts(output: str, verb: str) -> dict[str, dict[str, int]]:
+    """`{service: {kind: count}}` from the command's `erased ...` / `would erase ...` lines."""
+    found: dict[str, dict[str, int]] = {}
+    for line in output.splitlines():
+        if line.startswith(f"{verb} "):
+            service, _, rest = line.removeprefix(f"{verb} ").partition(": ")
+            found[service] = {kind: int(n) for kind, _, n in (part.rpartition(" ") for part in rest.split(", "))}
+    return found
+
+
+def test_a_run_is_erased_by_the_cleanup_command_and_only_that_run(suite: tuple[dict[str, str], Path]) -> None:
+    """Two runs whose ids share a prefix (`cln1`, `cln10`): the cleanup of `cln1` erases its
+    players' accounts, tables, tickets and ratings in every service, leaves `cln10`'s as they were,
+    keeps the ledger whole, and a second cleanup finds nothing."""
+    targets, key = suite
+    for run_id, scenario in (("cln1", "journey"), ("cln10", "journey"), ("cln1", "tables")):
+        changes: dict[str, object] = {"run_id": run_id, "scenario": scenario, "bet": 20, "bot": "random"}
+        if scenario == "tables":
+            changes.update(players=4, seats=4)  # players cln1-0..3 again, at a table matchmaking never saw
+        assert errors_of(run(suite, **changes)) == {}
+    dry = cleanup_command(suite, "cln1", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    would = counts(dry.stdout, "would erase")
+    assert would["wallet"]["accounts"] == 4 and would["wallet"]["escrows"] == 3  # 2 journey matches + 1 table
+    assert would["game_session"]["tables"] == 3 and would["ranking"]["players"] == 4
+    assert would["matchmaking"]["tickets"] == 4
+    done = cleanup_command(suite, "cln1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert counts(done.stdout, "erased") == would  # the dry run counted what the erasure erased
+    again = cleanup_command(suite, "cln1")
+    assert again.returncode == 0 and all(n == 0 for kinds in counts(again.stdout, "erased").values()
+                                         for n in kinds.values()), again.stdout
+    admin = (("authorization", f"Bearer {dev_minter(key.parent).mint(Kind.ADMIN, 'check')}"),)
+    with grpc.insecure_channel(targets["wallet"]) as channel:
+        wallet = wallet_pb2_grpc.WalletServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as erased:
+            wallet.GetAccount(wallet_pb2.GetAccountRequest(name="accounts/player-cln1-0"), metadata=admin, timeout=10)
+        assert erased.value.code() == grpc.StatusCode.NOT_FOUND
+        kept = wallet.GetAccount(wallet_pb2.GetAccountRequest(name="accounts/player-cln10-0"), metadata=admin,
+                                 timeout=10)
+        assert kept.balance_chips > 0
+    with grpc.insecure_channel(targets["game_session"]) as channel:
+        stub = game_session_pb2_grpc.GameSessionServiceStub(channel)
+
+        def tables_of(player: str) -> int:
+            request = game_session_pb2.ListTablesRequest(player=f"players/{player}")
+            return len(stub.ListTables(request, metadata=admin, timeout=10).tables)
+
+        assert [tables_of(f"cln1-{n}") for n in range(4)] == [0, 0, 0, 0]
+        assert [tables_of(f"cln10-{n}") for n in range(4)] == [1, 1, 1, 1]
+    audit = subprocess.run(
+        [sys.executable, "-m", "services.wallet", "audit"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "BURACO_ENV": "local",
+             "BURACO_DATABASE_URL": f"sqlite+aiosqlite:///{key.parent.parent / 'wallet'}.db"},
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
