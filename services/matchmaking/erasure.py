@@ -92,11 +92,9 @@ class Plan:
     sagas: list[str] = field(default_factory=list)
     lobby_tables: list[str] = field(default_factory=list)
     recent: list[str] = field(default_factory=list)
-    #: (player, ticket id) and (player, party id) rows of run players; (table id, player)
-    #: invitations of run players to tables that no longer exist.
+    #: The (player, ticket id) and (player, party id) rows of run players.
     queue_members: list[tuple[str, str]] = field(default_factory=list)
     party_members: list[tuple[str, str]] = field(default_factory=list)
-    orphan_invitations: list[tuple[str, str]] = field(default_factory=list)
     #: What is live, and what is shared with players outside the run: one reason per entry.
     live: list[str] = field(default_factory=list)
     shared: list[str] = field(default_factory=list)
@@ -211,14 +209,7 @@ async def plan_erasure(session: Executor, run: str) -> Plan:
     table_states = {row.id: row.state for row in tables}
     live_tables = [i for i in plan.lobby_tables if table_states[i] != "closed"]
     run_tables = set(plan.lobby_tables)
-    outside_invitations = [
-        row.table_id
-        for row in invitations
-        if ours(row.player) and row.table_id in table_people and row.table_id not in run_tables
-    ]
-    plan.orphan_invitations = [
-        (row.table_id, row.player) for row in invitations if ours(row.player) and row.table_id not in table_people
-    ]
+    outside_invitations = [row.table_id for row in invitations if ours(row.player) and row.table_id not in run_tables]
 
     # Sagas: a start belongs to the run through its seats, or through its lobby table (a start of
     # bots only, the chief looking on).
@@ -273,10 +264,6 @@ async def erase_planned(session: Executor, plan: Plan) -> None:
     for ids in _chunks(plan.lobby_tables):
         await session.execute(delete(inv).where(inv.c.table_id.in_(ids)))
         await session.execute(delete(lt).where(lt.c.id.in_(ids)))
-    for pairs in _chunks(plan.orphan_invitations):
-        await session.execute(
-            delete(inv).where(inv.c.table_id.in_({a for a, _ in pairs}), inv.c.player.in_({b for _, b in pairs}))
-        )
     # A player's index row is deleted only with the very ticket or party it was read with.
     for pairs in _chunks(plan.queue_members):
         await session.execute(
