@@ -12,10 +12,12 @@ import grpc
 
 from buraco.v1 import common_pb2, matchmaking_pb2, matchmaking_pb2_grpc
 from engine.rules import PRESETS
+from services.common import loadtest_runs
 from services.common import validation as check
 from services.common.auth import Identity, Kind, current_identity
 from services.common.server import Deps
 from services.matchmaking.core import Viewer
+from services.matchmaking.erasure import Erasure
 from services.matchmaking.lobby import UPDATABLE, Filters, Lobby
 from services.matchmaking.options import check_bot_level, check_preferences, check_table_options
 from services.matchmaking.parties import Parties
@@ -34,11 +36,12 @@ def acting_player(identity: Identity) -> str:
 
 
 class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
-    def __init__(self, deps: Deps, tickets: Tickets, parties: Parties, lobby: Lobby) -> None:
+    def __init__(self, deps: Deps, tickets: Tickets, parties: Parties, lobby: Lobby, erasure: Erasure) -> None:
         self.deps = deps
         self.tickets = tickets
         self.parties = parties
         self.lobby = lobby
+        self.erasure = erasure
 
     # -- tickets ----------------------------------------------------------------------------------
 
@@ -257,6 +260,17 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
         identity = current_identity()
         async for update in self.lobby.watch_lobby(viewer_of(identity), _filters(request)):
             yield update
+
+    # -- administration ---------------------------------------------------------------------------
+
+    async def EraseLoadTestRun(
+        self, request: common_pb2.EraseLoadTestRunRequest, context: Context
+    ) -> common_pb2.EraseLoadTestRunResponse:
+        identity = current_identity()
+        identity.require_kind(Kind.ADMIN)
+        check.request_id(request.request_id)
+        run = loadtest_runs.run_id(request.run_id)
+        return await self.erasure.erase(identity.principal, request, run)
 
 
 def _filters(request: matchmaking_pb2.ListLobbyTablesRequest | matchmaking_pb2.WatchLobbyRequest) -> Filters:

@@ -5,6 +5,7 @@ for example `class SomethingMissingError(MatchmakingError, NotFoundError)`.
 """
 
 from services.common.errors import (
+    ConflictError,
     FailedPreconditionError,
     NotFoundError,
     PermissionDeniedError,
@@ -43,3 +44,7 @@ class NotAllowedError(MatchmakingError, PermissionDeniedError):
 
 class DependencyUnavailableError(MatchmakingError, UnavailableError):
     """The wallet or ranking did not answer: retry the call with the same request id."""
+
+
+class ErasureConflictError(MatchmakingError, ConflictError):
+    """A record of a load-test run changed while it was being erased (nothing was): retry."""

@@ -17,6 +17,7 @@ from services.common.server import Bound, Deps, Hooks, ServiceSpec
 from services.matchmaking import api, models
 from services.matchmaking import settings as settings_module
 from services.matchmaking.core import Clock, Core
+from services.matchmaking.erasure import Erasure
 from services.matchmaking.lobby import Lobby
 from services.matchmaking.loop import Loop
 from services.matchmaking.metrics import MatchmakingMetrics
@@ -30,11 +31,13 @@ from services.matchmaking.tickets import Tickets
 
 @dataclass
 class Running:
-    """What one served instance is made of (tests reach the loop and the sagas through it)."""
+    """What one served instance is made of (tests reach the loop, the sagas and the erasure
+    through it)."""
 
     core: Core
     sagas: Sagas
     loop: Loop
+    erasure: Erasure
 
 
 def system_clock() -> datetime:
@@ -68,10 +71,11 @@ def registrar(
         core.wake = loop.wake
         core.queue_position = loop.position
         lobby = Lobby(core, sagas)
-        servicer = api.MatchmakingApi(deps, tickets, Parties(core), lobby)
+        erasure = Erasure(core, tickets)
+        servicer = api.MatchmakingApi(deps, tickets, Parties(core), lobby, erasure)
         matchmaking_pb2_grpc.add_MatchmakingServiceServicer_to_server(servicer, server)
         if on_ready is not None:
-            on_ready(Running(core, sagas, loop))
+            on_ready(Running(core, sagas, loop, erasure))
         return _lifecycle(loop, remote)
 
     return register

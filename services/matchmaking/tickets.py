@@ -255,6 +255,11 @@ class Tickets:
         self.core.notifier.changed(*(f"ticket:{ticket_id}" for ticket_id in changed))
         return len(changed)
 
+    def forget_mean_waits(self) -> None:
+        """Drops the reused mean waits: the next view of each kind of ticket reads its history again
+        (after an erasure has removed tickets from it)."""
+        self._mean_waits.clear()
+
     # -- changes ----------------------------------------------------------------------------------
 
     async def _rating(self, players: Sequence[str], preferences: Preferences) -> float:
