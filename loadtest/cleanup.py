@@ -57,8 +57,10 @@ STUBS: dict[str, Stub] = {
 ADMIN = "loadtest"
 #: Between two rounds of dry runs while a service refuses (--wait).
 RECHECK_SECONDS = 2.0
-#: Attempts of a call that ends UNAVAILABLE (a replica restarting); the same request id each time.
+#: Attempts of a call that ends UNAVAILABLE (a replica restarting) or ABORTED (a write that raced
+#: the erasure, rolled back whole); the same request id each time.
 ATTEMPTS = 3
+RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,8 @@ async def erase(
     service: str, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]], run_id: str, request_id: str,
     dry_run: bool, timeout: float,
 ) -> Outcome:
-    """One service's EraseLoadTestRun; an UNAVAILABLE answer is retried with the same request id
-    (a replica restarting), which the service answers once."""
+    """One service's EraseLoadTestRun; an UNAVAILABLE or ABORTED answer is retried with the same
+    request id, which the service answers once."""
     stub = STUBS[service](channel)
     request = common_pb2.EraseLoadTestRunRequest(request_id=request_id, run_id=run_id, dry_run=dry_run)
     for attempt in range(ATTEMPTS):
@@ -117,7 +119,7 @@ async def erase(
                 request, metadata=tuple(metadata), timeout=timeout
             )
         except grpc.aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < ATTEMPTS:
+            if error.code() in RETRIED and attempt + 1 < ATTEMPTS:
                 await asyncio.sleep(1.0 + attempt)  # a backoff between attempts, not a synchronisation
                 continue
             return Outcome(service, code=error.code(), message=error.details() or "")

@@ -43,7 +43,8 @@ class Fake:
                 fake.calls.append((service, request.request_id, request.dry_run, who))
                 if service in fake.unavailable:
                     fake.unavailable.discard(service)
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+                    code = grpc.StatusCode.ABORTED if service == "ranking" else grpc.StatusCode.UNAVAILABLE
+                    await context.abort(code, "try again")
                 if fake.refusals.get(service, 0) > 0:
                     fake.refusals[service] -= 1
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "2 tables in play")
@@ -135,12 +136,13 @@ async def test_a_dry_run_only_counts(tmp_path: Path) -> None:
     assert "would erase ranking: ranking_rows 7" in lines
 
 
-async def test_an_unavailable_replica_is_retried_with_the_same_request_id(tmp_path: Path) -> None:
-    fake = Fake(verifier(tmp_path / "keys"), unavailable=frozenset({"matchmaking"}))
+@pytest.mark.parametrize("service", ["matchmaking", "ranking"])  # UNAVAILABLE, ABORTED
+async def test_an_unavailable_or_aborted_call_is_retried_with_the_same_request_id(tmp_path: Path, service: str) -> None:
+    fake = Fake(verifier(tmp_path / "keys"), unavailable=frozenset({service}))
     async with fake_suite(fake) as address:
-        status, _ = await run(tmp_path, fake, address, services=("matchmaking",))
+        status, _ = await run(tmp_path, fake, address, services=(service,))
     assert status == 0
-    asked = [(rid, dry) for s, rid, dry, _ in fake.calls if s == "matchmaking"]
+    asked = [(rid, dry) for s, rid, dry, _ in fake.calls if s == service]
     assert len(asked) == 3 and asked[0] == asked[1] and asked[0][1] and not asked[2][1]
 
 
