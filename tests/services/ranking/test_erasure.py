@@ -10,6 +10,8 @@ deadlock, no failed batch, counts exact."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import random
 import uuid
@@ -33,6 +35,7 @@ from services.common.loadtest_runs import is_run_player
 from services.common.server import Server
 from services.ranking import core, erasure, models
 from services.ranking.erasure import KINDS
+from services.ranking.errors import RunNotErasableError
 from services.ranking.matches import FinishedMatch
 from services.ranking.progress import Outcome
 from services.ranking.recorder import BATCHES_IN_FLIGHT, PG_SESSION, Call, Recorder
@@ -40,6 +43,7 @@ from services.ranking.service import SPEC
 from tests.conftest import DatabaseTarget
 from tests.services.harness import bearer, dev_minter, make_config, running
 from tests.services.ranking.conftest import NOW, ZONE, match, seat
+from tests.services.ranking.conftest import duel as duel_of
 from tests.services.ranking.test_api import participant, record_request, stamp
 
 WON, LOST, ABANDONED = common_pb2.OUTCOME_WON, common_pb2.OUTCOME_LOST, common_pb2.OUTCOME_ABANDONED
@@ -216,8 +220,6 @@ def nonzero(rows: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tuple[Any,
 def run_rows(rows: dict[str, list[tuple[Any, ...]]]) -> dict[str, int]:
     """What the run owns in a dump: each kind's rows of run players; the matches whose every
     participant is one (the player ids in each match's stored result)."""
-    import json
-
     column = {"players": 0, "xp_events": 0, "ratings": 0, "rating_history": 0, "leaderboard_entries": 1}
     owned = {kind: sum(is_run_player(RUN, row[index]) for row in rows[kind]) for kind, index in column.items()}
     owned["matches"] = sum(
@@ -310,6 +312,8 @@ async def test_the_run_is_erased_as_if_it_had_never_played(servers: tuple[Rankin
     assert all(owned[kind] > 0 for kind in KINDS), owned
     assert owned["players"] == len(RUN_PLAYERS) and owned["matches"] == 9
 
+    assert await reads(ranking, OTHERS) != await reads(fresh, OTHERS)  # the run's entries count
+
     counted = await ranking.erase("dry", dry_run=True)
     assert counted == owned
     assert await dump(ranking.db) == before  # a dry run erases nothing
@@ -377,7 +381,9 @@ async def test_a_match_shared_with_the_run_refuses_the_erasure_and_changes_nothi
     assert code == grpc.StatusCode.FAILED_PRECONDITION
 
 
-async def test_only_admins_erase_with_a_checked_request(servers: tuple[Ranking, Ranking]) -> None:
+async def test_only_admins_erase_with_a_checked_request(
+    servers: tuple[Ranking, Ranking], caplog: pytest.LogCaptureFixture
+) -> None:
     ranking, _ = servers
     await ranking.record(_duel("lt1-m1", "lt1-1", "lt1-2", END))
     request = common_pb2.EraseLoadTestRunRequest(request_id="r1", run_id=RUN)
@@ -397,12 +403,27 @@ async def test_only_admins_erase_with_a_checked_request(servers: tuple[Ranking, 
     profile = await ranking.call("GetPlayer", ranking_pb2.GetPlayerRequest(name="players/lt1-1"))
     assert profile.xp == 40  # nothing erased by the refused calls
 
-    first = await ranking.erase("r1")
+    with caplog.at_level(logging.INFO, logger="services.ranking.api"):
+        first = await ranking.erase("r1")
     assert first["players"] == 2 and first["matches"] == 1
+    (line,) = [r for r in caplog.records if r.getMessage() == "load-test run erased"]
+    assert line.__dict__["fields"] == {"run_id": RUN, "dry_run": False, "erased": first, "admin": "admins/ops"}
     assert await ranking.erase("r1") == first  # a retry: the first answer
     other = common_pb2.EraseLoadTestRunRequest(request_id="r1", run_id="lt2")
     code, _ = await ranking.status("EraseLoadTestRun", other)
     assert code == grpc.StatusCode.ALREADY_EXISTS
+
+
+async def test_a_run_player_recorded_after_the_players_were_locked_refuses_the_erasure(db: Database) -> None:
+    """The matches are read after the run's players are locked; a match of a run player missing
+    from the locked set (their first match committed in between) means the run is still being
+    recorded: refused, nothing erased."""
+    async with db.transaction() as session:
+        await core.record_match(session, duel_of("lt1-m1", "lt1-1", "lt1-2"), zone=ZONE, now=NOW)
+    async with db.transaction() as session:
+        with pytest.raises(RunNotErasableError, match="1 run player\\(s\\) had their first match recorded"):
+            await erasure._run_matches(session, RUN, ["lt1-1"])
+        assert await erasure._run_matches(session, RUN, ["lt1-1", "lt1-2"]) == ["lt1-m1"]
 
 
 # -- concurrency (PostgreSQL: the batched recorder) ---------------------------------------------
