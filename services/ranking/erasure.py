@@ -25,12 +25,13 @@ are written only under their row's lock. The erasure takes the same order, less 
        ORDER BY player): from then on no recording of a run player can commit until the erasure
        does, so the match scan that follows (a later statement: a newer snapshot) sees every match
        of every locked player;
-    2. the matches read and deleted: committed rows that no transaction keeps locked (a recording
-       updates only the match row it inserted itself), so this never waits except on a recording
-       claiming the same id, which holds no player or count row yet;
-    3. the players' entries, XP events, ratings and history deleted: rows of locked players only;
+    2. the matches read (no lock);
+    3. the players' XP events, ratings, history and entries deleted (rows of locked players only),
+       then the matches (committed rows that no transaction keeps locked: a recording updates only
+       the match row it inserted itself; a redelivery claiming an erased id waits for the erasure,
+       holding no player or count row yet), then the players' rows;
     4. the count rows, last, each moved by one statement in key order (leaderboards.write_counts,
-       the recorder's order), then those that fell to zero deleted (rows already locked by 3).
+       the recorder's order), then those that fell to zero deleted (rows this step has locked).
 A transaction waiting on the erasure therefore never holds a row the erasure still needs: no
 deadlock, and the shared count rows are held only from their update to the commit, as a recording
 holds them. A stronger lock (the whole counts table) would stall every recording for the whole
