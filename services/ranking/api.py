@@ -4,12 +4,14 @@ the server pipeline).
 
 Who may call what: RecordMatch, services only; BatchGetRatings, services and admins; ListXpEvents,
 a player for themselves, services and admins for anyone; profiles, ratings, rating histories and
-leaderboards, any authenticated caller (they are public on the platform).
+leaderboards, any authenticated caller (they are public on the platform); EraseLoadTestRun, admins
+only.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
@@ -20,13 +22,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from buraco.v1 import common_pb2, ranking_pb2, ranking_pb2_grpc
 from engine.rules import PRESETS
+from services.common import loadtest_runs
 from services.common import validation as check
 from services.common.auth import Kind, current_identity
-from services.common.db import LazyPool
+from services.common.db import Database, LazyPool
 from services.common.errors import InvalidArgumentError
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.common.server import Deps, Hooks
-from services.ranking import core, leaderboards, matches, models, profiles, rating_store, ratings
+from services.ranking import core, erasure, leaderboards, matches, models, profiles, rating_store, ratings
 from services.ranking.leaderboards import GLOBAL_SCOPE, XP_METRIC, Position
 from services.ranking.periods import Period, PeriodBounds, bounds, local_midnight
 from services.ranking.progress import Outcome
@@ -57,6 +60,8 @@ FUTURE_SKEW = timedelta(minutes=5)
 MAX_SCORE = 1_000_000
 MAX_CANASTRAS = 1000
 MAX_BATCH = 1000
+
+log = logging.getLogger(__name__)
 
 
 def _timestamp(moment: datetime) -> Timestamp:
@@ -145,6 +150,11 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         self.clock: Clock = clock or (lambda: datetime.now(UTC))
         retention = timedelta(hours=deps.config.idempotency_retention_hours)
         self.idempotency = IdempotencyStore(models.idempotency_keys, retention=retention, clock=self.clock)
+        #: Erasures read, then write: on SQLite they take the file's write lock from their first
+        #: statement (`Database.write`), so no writer commits between their reads and their writes.
+        self.erasures = IdempotencyStore(
+            models.idempotency_keys, retention=retention, clock=self.clock, writes=Database.write
+        )
         #: PostgreSQL: RecordMatch calls recorded together on raw asyncpg (recorder.py); SQLite:
         #: each in its own transaction through `core.record_match`.
         self.recorder: Recorder | None = None
@@ -484,6 +494,44 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         async with self.deps.db.transaction() as session:
             ranked = await leaderboards.neighbours(session, board.key, player, above=above, below=below)
         return ranking_pb2.ListLeaderboardNeighborsResponse(entries=[self._entry(board, r) for r in ranked])
+
+    # -- load-test runs -------------------------------------------------------------------------
+
+    async def EraseLoadTestRun(
+        self, request: common_pb2.EraseLoadTestRunRequest, context: Context
+    ) -> common_pb2.EraseLoadTestRunResponse:
+        identity = current_identity()
+        identity.require_kind(Kind.ADMIN)
+        check.request_id(request.request_id)
+        run = loadtest_runs.run_id(request.run_id)
+        dry_run = request.dry_run
+
+        async def work(session: Any) -> common_pb2.EraseLoadTestRunResponse:
+            counts = await erasure.erase_run(session, run, dry_run=dry_run)
+            return loadtest_runs.response(run, dry_run, counts)
+
+        if dry_run:  # erases nothing: one consistent snapshot, no stored answer
+            async with self.deps.db.read() as session:
+                answer = await work(session)
+        else:
+            answer = await self.erasures.run(
+                self.deps.db,
+                scope=identity.principal,
+                method="EraseLoadTestRun",
+                request=request,
+                response_type=common_pb2.EraseLoadTestRunResponse,
+                work=work,
+            )
+        log.info(
+            "load-test run counted" if dry_run else "load-test run erased",
+            extra={"fields": {
+                "run_id": run,
+                "dry_run": dry_run,
+                "erased": {record.kind: record.count for record in answer.erased},
+                "admin": identity.principal,
+            }},
+        )
+        return answer
 
 
 def register(server: grpc.aio.Server, deps: Deps) -> Hooks:

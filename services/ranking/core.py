@@ -13,6 +13,8 @@ The stores, each with its reads:
     rating_store.py   players' ratings and their history (get_ratings, rating_history)
     leaderboards.py   the leaderboards, their entries and ranks (leaderboard_page,
                       leaderboard_rank, neighbours)
+
+and `erasure.py`: a load-test run's players and matches erased from all of them (erase_run).
 """
 
 from __future__ import annotations

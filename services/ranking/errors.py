@@ -4,10 +4,12 @@ Each concrete error also derives from the `services.common.errors` class whose s
 
     RankingError
     ├── MatchConflictError       ALREADY_EXISTS  a match id recorded before with other content
-    └── NotOnLeaderboardError    NOT_FOUND       the player has no entry on that leaderboard
+    ├── NotOnLeaderboardError    NOT_FOUND       the player has no entry on that leaderboard
+    └── RunNotErasableError      FAILED_PRECONDITION  a load-test run shares matches with other
+                                                  players, or is still being recorded
 """
 
-from services.common.errors import AlreadyExistsError, NotFoundError, ServiceError
+from services.common.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError, ServiceError
 
 
 class RankingError(ServiceError):
@@ -24,3 +26,11 @@ class NotOnLeaderboardError(RankingError, NotFoundError):
     def __init__(self, player: str) -> None:
         super().__init__(f"player: players/{player} has no entry on this leaderboard")
         self.player = player
+
+
+class RunNotErasableError(RankingError, FailedPreconditionError):
+    """EraseLoadTestRun refused, nothing erased; the message says what blocks it and how many."""
+
+    def __init__(self, run_id: str, problem: str) -> None:
+        super().__init__(f"run_id: load-test run {run_id!r} cannot be erased: {problem}")
+        self.run_id = run_id

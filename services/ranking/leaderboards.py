@@ -94,17 +94,33 @@ def insert_statement(session: AsyncSession, table: Table) -> Any:
     return (postgresql.insert if name == "postgresql" else sqlite.insert)(table)
 
 
-def count_deltas(changes: Iterable[EntryChange]) -> dict[tuple[str, int, int, int], int]:
+#: A count row's key: (board, level, key, slot).
+CountKey = tuple[str, int, int, int]
+
+
+def _count(deltas: dict[CountKey, int], board: str, position: Position, sign: int) -> None:
+    """The three count rows an entry at `position` is counted in, moved by `sign`."""
+    slot_length = SLOT_MICROSECONDS[period_of(board)]
+    deltas[(board, 0, position.score // BUCKET_WIDTH, 0)] += sign
+    deltas[(board, 1, position.score, 0)] += sign
+    deltas[(board, 2, position.score, position.achieved_us // slot_length)] += sign
+
+
+def count_deltas(changes: Iterable[EntryChange]) -> dict[CountKey, int]:
     """How the three count levels move when entries change (zero deltas dropped)."""
-    deltas: dict[tuple[str, int, int, int], int] = defaultdict(int)
+    deltas: dict[CountKey, int] = defaultdict(int)
     for change in changes:
-        slot_length = SLOT_MICROSECONDS[period_of(change.board)]
         for position, sign in ((change.old, -1), (change.new, 1)):
-            if position is None:
-                continue
-            deltas[(change.board, 0, position.score // BUCKET_WIDTH, 0)] += sign
-            deltas[(change.board, 1, position.score, 0)] += sign
-            deltas[(change.board, 2, position.score, position.achieved_us // slot_length)] += sign
+            if position is not None:
+                _count(deltas, change.board, position, sign)
+    return {key: delta for key, delta in deltas.items() if delta != 0}
+
+
+def removal_deltas(entries: Iterable[tuple[str, Position]]) -> dict[CountKey, int]:
+    """How the counts move when the entries (board, position) are removed from their boards."""
+    deltas: dict[CountKey, int] = defaultdict(int)
+    for board, position in entries:
+        _count(deltas, board, position, -1)
     return {key: delta for key, delta in deltas.items() if delta != 0}
 
 
@@ -143,7 +159,13 @@ async def apply(session: AsyncSession, changes: Sequence[EntryChange]) -> None:
             for c in ordered
         ],
     )
-    deltas = count_deltas(ordered)
+    await write_counts(session, count_deltas(ordered))
+
+
+async def write_counts(session: AsyncSession, deltas: dict[CountKey, int]) -> None:
+    """Add `deltas` to the count rows, one row after the other in key order (the byte order of the
+    board, then level, key and slot: the order the batched recorder takes them in too), so that two
+    transactions writing counts never wait for each other's rows in opposite orders."""
     if not deltas:
         return
     insert = insert_statement(session, board_counts)
