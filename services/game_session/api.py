@@ -7,6 +7,7 @@ server pipeline maps errors to status codes.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -14,7 +15,8 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from buraco.v1 import game_session_pb2, game_session_pb2_grpc
+from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
+from services.common import loadtest_runs
 from services.common import validation as check
 from services.common.auth import Kind, current_identity
 from services.common.collector import Settler
@@ -22,7 +24,7 @@ from services.common.db import Database
 from services.common.errors import FailedPreconditionError, PermissionDeniedError
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.common.server import Bound, Deps
-from services.game_session import access, models, requests, social, store, views
+from services.game_session import access, erasure, models, requests, social, store, views
 from services.game_session import settings as settings_module
 from services.game_session.actor import RequestKey, TableActor
 from services.game_session.clock import Clock, RealClock
@@ -34,6 +36,7 @@ from services.game_session.streaming import Streams
 from services.game_session.table import LiveTable, State
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+log = logging.getLogger("buraco.game_session")
 SERVICE = requests.SERVICE
 
 
@@ -62,10 +65,10 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             owner_id=self.tables.owner_id, address=lambda: self.tables.address,
         )
         self.tables.on_outbox = self.deliverer.wake
-        idempotency = IdempotencyStore(
+        self.idempotency = IdempotencyStore(
             models.idempotency_keys, retention=timedelta(hours=deps.config.idempotency_retention_hours),
             writes=Database.write)
-        self.creator = store.Creator(deps.db, idempotency)
+        self.creator = store.Creator(deps.db, self.idempotency)
         self.streams = Streams(self.tables, deps.metrics)
         self.settler = Settler()
 
@@ -326,6 +329,34 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
             access.viewer_of(actor.table, identity)
         await self.tables.mute(actor, viewer, target, request.muted)
         return game_session_pb2.MuteChatResponse()
+
+    # -- load-test runs -------------------------------------------------------------------------
+    async def EraseLoadTestRun(
+        self, request: common_pb2.EraseLoadTestRunRequest, context: Context
+    ) -> common_pb2.EraseLoadTestRunResponse:
+        identity = current_identity()
+        identity.require_kind(Kind.ADMIN)
+        check.request_id(request.request_id)
+        run = loadtest_runs.run_id(request.run_id)
+        if request.dry_run:  # a read: on one snapshot, nothing stored
+            async with self.deps.db.read() as session:
+                found = await erasure.erase_run(session, run, dry_run=True)
+            return loadtest_runs.response(run, True, found.counts())
+        done: list[erasure.Erasure] = []
+
+        async def work(session: Any) -> common_pb2.EraseLoadTestRunResponse:
+            done.append(await erasure.erase_run(session, run, dry_run=False))
+            return loadtest_runs.response(run, False, done[-1].counts())
+
+        reply = await self.idempotency.run(
+            self.deps.db, scope=identity.principal, method=f"{SERVICE}/EraseLoadTestRun", request=request,
+            response_type=common_pb2.EraseLoadTestRunResponse, work=work,
+        )
+        if done:  # erased now (not a retry answered from the first time)
+            log.info("load-test run erased", extra={"fields": {
+                "run": run, "by": identity.principal, **dict(done[-1].counts())}})
+            await self.tables.forget(done[-1].table_ids)  # committed: no copy of them stays here
+        return reply
 
 
 def register(server: grpc.aio.Server, deps: Deps) -> GameSessionApi:

@@ -97,6 +97,8 @@ outbox = Table(
     #: the owner id of the replica whose deliverer claimed the row last ('' never claimed)
     Column("claimed_by", String(64), nullable=False, server_default=""),
     Index("ix_game_session_outbox_state_next", "state", "next_attempt_ms"),
+    # delivered rows stay: a load-test run's erasure finds its tables' rows by this index
+    Index("ix_game_session_outbox_table_id", "table_id"),
 )
 
 #: Chat mutes: `viewer` is the player who muted `player`, or `*` for an admin's table-wide mute.

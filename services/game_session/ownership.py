@@ -25,9 +25,10 @@ every change that matters to a caller is idempotent by its request id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -188,6 +189,7 @@ class Ownership:
         known = list(self.actors.items())
         held = await store.held(self.db, self.owner_id)
         quiet = self._sort_out(known, held, now)
+        await self._drop_erased([(table_id, actor) for table_id, actor in known if not actor.table.live])
         del known  # the evictions below drop the last references
         # finished and quiet: one at a time, the loop's other work between two (freeing a table
         # takes about a millisecond)
@@ -232,6 +234,18 @@ class Ownership:
                 log.warning("lease lost", extra={"fields": {"table": table_id}})
                 self.evict(table_id)
         return quiet
+
+    async def _drop_erased(self, ended: list[tuple[str, TableActor]]) -> None:
+        """Evict the ended copies whose rows are gone: a load-test run's erasure, made by any
+        replica (`forget` drops them at once on the replica that erased them; here the others
+        learn of it, at their next scan). Ended copies only: a live table is never erased."""
+        if not ended:
+            return
+        gone = await store.erased(self.db, [table_id for table_id, _ in ended])
+        for table_id, actor in ended:
+            if table_id in gone and self.actors.get(table_id) is actor:
+                log.info("erased table dropped", extra={"fields": {"table": table_id}})
+                self.evict(table_id)
 
     def _finished_and_quiet(self, actor: TableActor, now: int) -> bool:
         """Finished more than FINISHED_KEPT_MS ago, and no stream follows it."""
@@ -370,6 +384,18 @@ class Ownership:
         actor = self.actors.pop(table_id, None)
         if actor is not None:
             actor.retire()
+
+    async def forget(self, table_ids: Sequence[str]) -> None:
+        """Tables whose rows this replica has just erased (committed): no copy of them stays
+        installed here. A load under way may have read them before they went: it is waited for
+        and its copy dropped; a load begun after the erasure finds nothing (NOT_FOUND). Other
+        replicas drop their copies at their next scan (`_drop_erased`)."""
+        for table_id in table_ids:
+            pending = self._loading.get(table_id)
+            if pending is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(pending)
+            self.evict(table_id)
 
     def _retired(self, actor: TableActor) -> None:
         """An actor has retired (evicted, or its own write failed): it is no longer installed, and

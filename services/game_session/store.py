@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from buraco.v1 import game_session_pb2
 from services.common.db import Database, LazyPool
-from services.common.errors import AlreadyExistsError
+from services.common.errors import AlreadyExistsError, NotFoundError
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.game_session import models
 
@@ -332,6 +332,27 @@ async def load(db: Database, table_id: str) -> StoredTable | None:
     )
 
 
+#: Table ids per `IN` list: well under both databases' limit on a statement's parameters.
+IN_CHUNK = 500
+
+
+def id_chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    """`ids` in slices of at most IN_CHUNK, for statements that name them in an `IN` list."""
+    for start in range(0, len(ids), IN_CHUNK):
+        yield ids[start : start + IN_CHUNK]
+
+
+async def erased(db: Database, table_ids: Sequence[str]) -> set[str]:
+    """Those of `table_ids` whose table row is gone (a load-test run's erasure, on any replica)."""
+    tables = models.tables
+    found: set[str] = set()
+    async with db.read() as session:
+        for chunk in id_chunks(table_ids):
+            rows = await session.execute(select(tables.c.id).where(tables.c.id.in_(chunk)))
+            found.update(row.id for row in rows)
+    return set(table_ids) - found
+
+
 async def mutes_of(db: Database, table_id: str) -> set[tuple[str, str]]:
     async with db.read() as session:
         rows = (
@@ -343,8 +364,13 @@ async def mutes_of(db: Database, table_id: str) -> set[tuple[str, str]]:
 
 
 async def set_mute(db: Database, table_id: str, viewer: str, player: str, muted: bool) -> None:
-    mutes = models.mutes
+    """Record or drop a mute; NOT_FOUND when the table's rows are gone (erased, `erasure`): its
+    row is read FOR SHARE, so an erasure either deletes the mute with the table or is seen here."""
+    tables, mutes = models.tables, models.mutes
     async with db.write() as session:
+        found = await session.execute(select(tables.c.id).where(tables.c.id == table_id).with_for_update(read=True))
+        if found.first() is None:
+            raise NotFoundError(f"tables/{table_id} does not exist")
         await session.execute(
             delete(mutes).where(mutes.c.table_id == table_id, mutes.c.viewer == viewer, mutes.c.player == player)
         )
