@@ -129,7 +129,8 @@ grant_claims = Table(
     Column("kind", String(12), primary_key=True),
     #: "" for the starting grant; the UTC day (YYYY-MM-DD) of a daily bonus.
     Column("period", String(10), primary_key=True),
-    Column("transfer_id", TransferId, ForeignKey("wallet_transfers.id"), nullable=False),
+    #: Indexed: deleting a transfer (an erasure) checks that no claim refers to it.
+    Column("transfer_id", TransferId, ForeignKey("wallet_transfers.id"), nullable=False, index=True),
 )
 
 erasures = Table(

@@ -253,3 +253,4 @@ async def test_only_admins_erase_and_the_request_is_checked(ledger: Ledger) -> N
     no_id = common_pb2.EraseLoadTestRunRequest(run_id="lt1")
     assert "request_id" in await refused(ledger, grpc.StatusCode.INVALID_ARGUMENT, "EraseLoadTestRun", no_id, ADMIN)
     assert await ledger.balance("player-lt1-0") == 1000
+

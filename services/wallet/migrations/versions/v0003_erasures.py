@@ -34,8 +34,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_wallet_erasures")),
     )
     op.create_index(op.f("ix_wallet_erasures_run_id"), "wallet_erasures", ["run_id"])
+    # An erasure deletes transfers: the foreign key's check finds a claim by its transfer.
+    op.create_index(op.f("ix_wallet_grant_claims_transfer_id"), "wallet_grant_claims", ["transfer_id"])
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_wallet_grant_claims_transfer_id"), table_name="wallet_grant_claims")
     op.drop_index(op.f("ix_wallet_erasures_run_id"), table_name="wallet_erasures")
     op.drop_table("wallet_erasures")
