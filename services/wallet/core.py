@@ -14,7 +14,8 @@ The model (docs/wallet.md):
   transaction as the transfer rows; the database refuses a balance below what is held on every
   account but the treasury (which goes negative: it mints the chips in circulation).
 - A transfer is `single` (posted at once) or `pending` (a hold), later resolved exactly once by a
-  `post`, `void` or `expire` row; rows are only ever inserted.
+  `post`, `void` or `expire` row; rows are only ever inserted (and deleted only by the erasure of a
+  load-test run, which removes a run as if it had never been: `erase_run`).
 - Locks: the rows of the escrows and players a transaction changes are locked (FOR NO KEY UPDATE)
   in one global order, escrows then players, by id; the house and the treasury, the hot rows, are
   changed by the batch's last statement, so a transaction holds their lock only until its commit

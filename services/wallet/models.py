@@ -3,7 +3,8 @@ Alembic history in `migrations/` creates them (`python -m services.wallet revisi
 writes a migration from changes here).
 
 The ledger (docs/wallet.md):
-- `wallet_transfers`: every movement of chips, immutable (never updated nor deleted). A hold is a
+- `wallet_transfers`: every movement of chips, immutable (never updated; deleted only by the
+  erasure of a load-test run, with every account they touch, `wallet_erasures`). A hold is a
   `pending` row; exactly one later row (`post`, `void` or `expire`) resolves it, enforced by the
   unique `pending_id`.
 - `wallet_accounts`: one row per account with its stored balances, updated in the same
