@@ -525,6 +525,9 @@ class Wallet:
                 f"{len(scope.outside)} account(s) outside the run share its pots or transfers"
                 f" ({_named(scope.outside)})"
             )
+        # The house's balance is read without its lock (it is changed last, as in every write):
+        # should a correction lower it meanwhile, the database's no_overdraft check refuses the
+        # write and nothing is erased.
         if scope.system_balances[HOUSE] < house:
             blockers.append(
                 f"the house has {scope.system_balances[HOUSE]} chips, fewer than the {house} the run's pots paid it"
@@ -532,7 +535,8 @@ class Wallet:
         if blockers:
             raise ErasureRefusedError(f"run {run} cannot be erased: " + "; ".join(blockers))
         # Double entry: the chips the erased accounts hold are exactly what the house and the
-        # treasury lose, so the ledger still sums to zero. Otherwise the ledger was inconsistent
+        # treasury lose (only their balances: holds go from players to escrows, never from or to
+        # them), so the ledger still sums to zero. Otherwise the ledger was inconsistent
         # before (the audit says where): erase nothing.
         kept = sum(locked[account].balance for account in erased)
         if kept + house + treasury != 0:

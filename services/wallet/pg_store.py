@@ -163,8 +163,8 @@ WITH legs AS (
 SELECT
     (SELECT count(*) FROM legs) AS transfers,
     (SELECT max(id) FROM legs) AS last_transfer,
-    (SELECT array_agg(id ORDER BY id) FROM others
-        WHERE id <> ALL($1::text[]) AND id NOT IN ('house', 'treasury')) AS outside,
+    (SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM others EXCEPT SELECT unnest($1::text[])) o
+        WHERE id NOT IN ('house', 'treasury')) AS outside,
     (SELECT coalesce(sum(CASE WHEN credit_account = 'house' THEN amount ELSE -amount END), 0) FROM legs
         WHERE phase IN ('single', 'post') AND 'house' IN (debit_account, credit_account)) AS house,
     (SELECT coalesce(sum(CASE WHEN credit_account = 'treasury' THEN amount ELSE -amount END), 0) FROM legs
