@@ -235,6 +235,13 @@ def _mover() -> tuple[Identity, records.Caller]:
     return identity, records.Caller(identity.principal, identity.acting_for)
 
 
+def _admin() -> tuple[Identity, records.Caller]:
+    """Only admins correct balances and erase load-test runs."""
+    identity = current_identity()
+    identity.require_kind(Kind.ADMIN)
+    return identity, records.Caller(identity.principal, identity.acting_for)
+
+
 def _may_read(identity: Identity, account_id: str) -> None:
     if identity.kind is Kind.PLAYER and account_id != records.player_account(identity.name):
         raise PermissionDeniedError(f"{identity.principal} may read only accounts/{records.player_account(identity.name)}")
@@ -471,9 +478,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
     async def AdminCorrection(
         self, request: wallet_pb2.AdminCorrectionRequest, context: Context
     ) -> wallet_pb2.Transfer:
-        identity = current_identity()
-        identity.require_kind(Kind.ADMIN)
-        caller = records.Caller(identity.principal, identity.acting_for)
+        identity, caller = _admin()
         request_id = check.request_id(request.request_id)
         account_id = _account_id(request.account, "account")
         check.require(account_id != records.TREASURY, "account", "the treasury is the other side of every correction")
@@ -491,9 +496,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
     async def EraseLoadTestRun(
         self, request: common_pb2.EraseLoadTestRunRequest, context: Context
     ) -> common_pb2.EraseLoadTestRunResponse:
-        identity = current_identity()
-        identity.require_kind(Kind.ADMIN)
-        caller = records.Caller(identity.principal, identity.acting_for)
+        identity, caller = _admin()
         request_id = check.request_id(request.request_id)
         run = loadtest_runs.run_id(request.run_id)
         dry_run = request.dry_run

@@ -152,22 +152,25 @@ class SqliteStore(DirectStore):
     ) -> tuple[dict[str, Locked], dict[str, list[Hold]]]:
         if not ids:
             return {}, {}
-        rows = (
-            await self.conn.execute(
-                select(
-                    accounts.c.id,
-                    accounts.c.kind,
-                    accounts.c.balance,
-                    accounts.c.held,
-                    accounts.c.incoming,
-                    accounts.c.pot_state,
-                )
-                .where(accounts.c.id.in_(sorted(set(ids))))
-                .order_by(_KIND_RANK, accounts.c.id)
-            )
-        ).all()
-        locked = {row.id: Locked(row.id, row.kind, row.balance, row.held, row.incoming, row.pot_state) for row in rows}
+        locked = await self._locked(accounts.c.id.in_(sorted(set(ids))))
         return locked, {pot: await self.live_holds(pot) for pot in pots if pot in locked}
+
+    async def _locked(self, which: Any) -> dict[str, Locked]:
+        """The accounts `which` selects, in the global lock order. The transaction holds SQLite's
+        write lock from its start: reading the rows is locking them."""
+        rows = await self.conn.execute(
+            select(
+                accounts.c.id,
+                accounts.c.kind,
+                accounts.c.balance,
+                accounts.c.held,
+                accounts.c.incoming,
+                accounts.c.pot_state,
+            )
+            .where(which)
+            .order_by(_KIND_RANK, accounts.c.id)
+        )
+        return {row.id: Locked(row.id, row.kind, row.balance, row.held, row.incoming, row.pot_state) for row in rows}
 
     async def live_holds(self, pot: str) -> list[Hold]:
         rows = (
@@ -244,20 +247,7 @@ class SqliteStore(DirectStore):
         return [row.id for row in rows]
 
     async def lock_for_erasure(self, ids: Sequence[str]) -> dict[str, Locked]:
-        # The transaction holds SQLite's write lock already: reading the rows is enough.
-        rows = await self.conn.execute(
-            select(
-                accounts.c.id,
-                accounts.c.kind,
-                accounts.c.balance,
-                accounts.c.held,
-                accounts.c.incoming,
-                accounts.c.pot_state,
-            )
-            .where(_one_of(accounts.c.id, ids))
-            .order_by(_KIND_RANK, accounts.c.id)
-        )
-        return {row.id: Locked(row.id, row.kind, row.balance, row.held, row.incoming, row.pot_state) for row in rows}
+        return await self._locked(_one_of(accounts.c.id, ids))
 
     async def erasure_scope(self, ids: Sequence[str], players: Sequence[str]) -> ErasureScope:
         conn = self.conn
