@@ -548,18 +548,18 @@ class Wallet:
         batch = Batch(now=now)
         if not dry_run:
             batch.erasure = Erasure(
-                run,
-                caller.principal,
-                request_id,
-                now,
-                players,
-                player_accounts,
-                pots,
-                scope.transfers,
-                scope.grant_claims,
-                house,
-                treasury,
-                scope.last_transfer,
+                run=run,
+                requested_by=caller.principal,
+                request_id=request_id,
+                at=now,
+                players=players,
+                accounts=player_accounts,
+                escrows=pots,
+                transfers=scope.transfers,
+                grant_claims=scope.grant_claims,
+                house_chips=house,
+                treasury_chips=treasury,
+                last_transfer=scope.last_transfer,
             )
             batch.system = {HOUSE: -house, TREASURY: -treasury}
         return result, batch

@@ -186,7 +186,7 @@ class ErasureScope:
     last_transfer: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Erasure:
     """A load-test run's erasure, as `Store.write` applies and records it: every transfer with a
     leg on the run's player accounts or escrows, their live holds, the `players`' grant claims,
