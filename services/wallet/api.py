@@ -4,12 +4,14 @@ pipeline).
 
 Who may call what: players read their own account and statement; services and admins read any
 account and move chips (HoldBets, Settle, Void, ExpireHolds, Grant, CreateAccount); only admins
-correct (AdminCorrection). Every mutating call is idempotent by (caller, request id).
+correct (AdminCorrection) and erase a load-test run (EraseLoadTestRun). Every mutating call is
+idempotent by (caller, request id).
 """
 
 from __future__ import annotations
 
 import calendar
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
@@ -20,6 +22,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from buraco.v1 import common_pb2, wallet_pb2, wallet_pb2_grpc
+from services.common import loadtest_runs
 from services.common import validation as check
 from services.common.auth import Identity, Kind, current_identity
 from services.common.errors import InvalidArgumentError, PermissionDeniedError
@@ -31,6 +34,7 @@ from services.wallet.transactions import Clock, Transactions, utc_now
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 R = TypeVar("R", bound=Message)
+log = logging.getLogger("buraco.wallet")
 
 MAX_MATCH_STAKES = core.MAX_MATCH_STAKES
 MAX_TOURNAMENT_STAKES = 1024
@@ -228,6 +232,13 @@ def _mover() -> tuple[Identity, records.Caller]:
     """Only services and admins move chips."""
     identity = current_identity()
     identity.require_kind(Kind.SERVICE, Kind.ADMIN)
+    return identity, records.Caller(identity.principal, identity.acting_for)
+
+
+def _admin() -> tuple[Identity, records.Caller]:
+    """Only admins correct balances and erase load-test runs."""
+    identity = current_identity()
+    identity.require_kind(Kind.ADMIN)
     return identity, records.Caller(identity.principal, identity.acting_for)
 
 
@@ -467,9 +478,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
     async def AdminCorrection(
         self, request: wallet_pb2.AdminCorrectionRequest, context: Context
     ) -> wallet_pb2.Transfer:
-        identity = current_identity()
-        identity.require_kind(Kind.ADMIN)
-        caller = records.Caller(identity.principal, identity.acting_for)
+        identity, caller = _admin()
         request_id = check.request_id(request.request_id)
         account_id = _account_id(request.account, "account")
         check.require(account_id != records.TREASURY, "account", "the treasury is the other side of every correction")
@@ -483,3 +492,42 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
             return transfer_pb(transfer), batch
 
         return await self._once(identity, "AdminCorrection", request, wallet_pb2.Transfer, plan, reserve=1)
+
+    async def EraseLoadTestRun(
+        self, request: common_pb2.EraseLoadTestRunRequest, context: Context
+    ) -> common_pb2.EraseLoadTestRunResponse:
+        identity, caller = _admin()
+        request_id = check.request_id(request.request_id)
+        run = loadtest_runs.run_id(request.run_id)
+        dry_run = request.dry_run
+        done: list[records.ErasureResult] = []
+
+        async def plan(store: Store) -> tuple[common_pb2.EraseLoadTestRunResponse, Batch]:
+            result, batch = await self.wallet.erase_run(store, caller, request_id, run, dry_run)
+            done[:] = [result]  # the last attempt's is the one committed
+            return loadtest_runs.response(run, dry_run, result.counts()), batch
+
+        if dry_run:  # decides as the erasure would, under the same locks; writes nothing
+
+            async def count(store: Store) -> common_pb2.EraseLoadTestRunResponse:
+                reply, _ = await plan(store)
+                return reply
+
+            return await self.tx.write(count)
+        reply = await self._once(identity, "EraseLoadTestRun", request, common_pb2.EraseLoadTestRunResponse, plan)
+        if done:  # erased now, not a stored answer replayed
+            result = done[0]
+            log.info(
+                "load-test run erased",
+                extra={
+                    "fields": {
+                        "run_id": run,
+                        "requested_by": identity.principal,
+                        "request_id": request_id,
+                        **dict(result.counts()),
+                        "house_chips": result.house_chips,
+                        "treasury_chips": result.treasury_chips,
+                    }
+                },
+            )
+        return reply

@@ -14,7 +14,8 @@ The model (docs/wallet.md):
   transaction as the transfer rows; the database refuses a balance below what is held on every
   account but the treasury (which goes negative: it mints the chips in circulation).
 - A transfer is `single` (posted at once) or `pending` (a hold), later resolved exactly once by a
-  `post`, `void` or `expire` row; rows are only ever inserted.
+  `post`, `void` or `expire` row; rows are only ever inserted (and deleted only by the erasure of a
+  load-test run, which removes a run as if it had never been: `erase_run`).
 - Locks: the rows of the escrows and players a transaction changes are locked (FOR NO KEY UPDATE)
   in one global order, escrows then players, by id; the house and the treasury, the hot rows, are
   changed by the batch's last statement, so a transaction holds their lock only until its commit
@@ -31,15 +32,18 @@ from typing import Any
 from sqlalchemy import Row, func, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.common.loadtest_runs import is_run_player, like_prefix
 from services.wallet import models, money
 from services.wallet.errors import (
     AccountExistsError,
     AccountNotFoundError,
     BadRequestError,
+    ErasureRefusedError,
     GrantRefusedError,
     HoldStateError,
     InsufficientChipsError,
     PotClosedError,
+    TooMuchContentionError,
     WrongAccountKindError,
 )
 from services.wallet.planning import TransferPlan
@@ -49,6 +53,7 @@ from services.wallet.records import (
     TREASURY,
     AccountRecord,
     Caller,
+    ErasureResult,
     ExpireResult,
     GrantKind,
     HoldResult,
@@ -62,7 +67,7 @@ from services.wallet.records import (
     player_account,
 )
 from services.wallet.settings import WalletSettings
-from services.wallet.store import TRANSFER_COLUMNS, Batch, Hold, Locked, Store, aware
+from services.wallet.store import TRANSFER_COLUMNS, Batch, Erasure, Hold, Locked, Store, aware
 from services.wallet.transactions import Clock, utc_now
 
 MAX_MATCH_STAKES = 4
@@ -73,6 +78,11 @@ MATCH_ROWS = 9
 EXPIRY_BATCH = 500
 #: Who the background expiry sweep acts as.
 SWEEPER = "services/wallet"
+#: Times an erasure looks for its run's accounts again under the locks before giving up (ABORTED):
+#: each pass locks what the one before found new.
+ERASURE_PASSES = 4
+#: Accounts a refusal's message names at most.
+NAMED = 5
 
 accounts = models.accounts
 transfers = models.transfers
@@ -485,3 +495,96 @@ class Wallet:
         rows, batch = await plan.finish(store)
         batch.drop_holds = [hold.transfer_id for hold in current]
         return ExpireResult(rows, more), batch
+
+    # -- erasure of a load-test run ---------------------------------------------------------------
+
+    async def erase_run(
+        self, store: Store, caller: Caller, request_id: str, run: str, dry_run: bool
+    ) -> tuple[ErasureResult, Batch]:
+        """Erases a load-test run (docs/wallet.md, "Erasing a load-test run"): its players'
+        accounts P, the escrows E their transfers touch, every transfer with a leg on P or E, the
+        players' grant claims; the house's and the treasury's balances lose what those transfers
+        had moved into them. Refused (ErasureRefusedError, nothing changed) when a transfer of the
+        run has a leg on any other account but the house and the treasury, when a hold is live or
+        a pot still open, or when the house would be left below zero. A dry run decides the same
+        and writes nothing."""
+        now = self.clock()
+        players, pots, locked = await self._lock_run(store, run)
+        player_accounts = [player_account(p) for p in players]
+        erased = player_accounts + pots
+        scope = await store.erasure_scope(erased, players)
+        house, treasury = scope.system[HOUSE], scope.system[TREASURY]
+        blockers: list[str] = []
+        if scope.live_holds:
+            blockers.append(f"{scope.live_holds} live hold(s) (stakes not settled, voided or expired yet)")
+        still_open = [pot for pot in pots if locked[pot].pot_state == "open"]
+        if still_open:
+            blockers.append(f"{len(still_open)} pot(s) still open ({_named(still_open)}: settle or void them)")
+        if scope.outside:
+            blockers.append(
+                f"{len(scope.outside)} account(s) outside the run share its pots or transfers"
+                f" ({_named(scope.outside)})"
+            )
+        # The house's balance is read without its lock (it is changed last, as in every write):
+        # should a correction lower it meanwhile, the database's no_overdraft check refuses the
+        # write and nothing is erased.
+        if scope.system_balances[HOUSE] < house:
+            blockers.append(
+                f"the house has {scope.system_balances[HOUSE]} chips, fewer than the {house} the run's pots paid it"
+            )
+        if blockers:
+            raise ErasureRefusedError(f"run {run} cannot be erased: " + "; ".join(blockers))
+        # Double entry: the chips the erased accounts hold are exactly what the house and the
+        # treasury lose (only their balances: holds go from players to escrows, never from or to
+        # them), so the ledger still sums to zero. Otherwise the ledger was inconsistent
+        # before (the audit says where): erase nothing.
+        kept = sum(locked[account].balance for account in erased)
+        if kept + house + treasury != 0:
+            raise AssertionError(
+                f"run {run}: its accounts hold {kept} chips, but its transfers moved {house} into the house"
+                f" and {treasury} into the treasury"
+            )
+        result = ErasureResult(len(players), len(pots), scope.transfers, scope.grant_claims, house, treasury)
+        batch = Batch(now=now)
+        if not dry_run:
+            batch.erasure = Erasure(
+                run=run,
+                requested_by=caller.principal,
+                request_id=request_id,
+                at=now,
+                players=players,
+                accounts=player_accounts,
+                escrows=pots,
+                transfers=scope.transfers,
+                grant_claims=scope.grant_claims,
+                house_chips=house,
+                treasury_chips=treasury,
+                last_transfer=scope.last_transfer,
+            )
+            batch.system = {HOUSE: -house, TREASURY: -treasury}
+        return result, batch
+
+    async def _lock_run(self, store: Store, run: str) -> tuple[list[str], list[str], dict[str, Locked]]:
+        """The run's players (those with an account: exactly `{run}-{n}`) and the escrows their
+        transfers touch, locked to be deleted. They are found first and locked in the global order
+        (escrows, then players), then found again under the locks: a transaction that committed
+        in between may have opened a run player's account or held a stake into a new pot. What
+        turns up new is locked in turn (after the others: should that meet a deadlock, PostgreSQL
+        breaks it and the transaction runs again), until a pass finds nothing new. Once locked,
+        no transfer of these accounts can be added: every write locks the accounts it changes."""
+        locked: dict[str, Locked] = {}
+        for _ in range(ERASURE_PASSES):
+            players = [p for p in await store.run_players(like_prefix(run)) if is_run_player(run, p)]
+            accounts = [player_account(p) for p in players]
+            pots = await store.pots_of(accounts) if accounts else []
+            new = [account for account in pots + accounts if account not in locked]
+            if not new:
+                return players, pots, locked
+            locked.update(await store.lock_for_erasure(new))
+        raise TooMuchContentionError(f"run {run} kept changing while it was being erased (is it still running?); retry")
+
+
+def _named(accounts: Sequence[str]) -> str:
+    """The first few of `accounts`, and how many more."""
+    shown = ", ".join(f"accounts/{account}" for account in accounts[:NAMED])
+    return shown + (f" and {len(accounts) - NAMED} more" if len(accounts) > NAMED else "")

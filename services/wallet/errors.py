@@ -52,3 +52,8 @@ class BadRequestError(WalletError, InvalidArgumentError):
 class TooMuchContentionError(WalletError, ConflictError):
     """The transaction kept losing to concurrent ones (deadlocks, serialisation); retry the call
     with the same request id."""
+
+
+class ErasureRefusedError(WalletError, FailedPreconditionError):
+    """A load-test run cannot be erased now: part of it is still in progress, or it shares
+    transfers with accounts outside it (the message says what and how many)."""

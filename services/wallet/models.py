@@ -3,7 +3,8 @@ Alembic history in `migrations/` creates them (`python -m services.wallet revisi
 writes a migration from changes here).
 
 The ledger (docs/wallet.md):
-- `wallet_transfers`: every movement of chips, immutable (never updated nor deleted). A hold is a
+- `wallet_transfers`: every movement of chips, immutable (never updated; deleted only by the
+  erasure of a load-test run, with every account they touch, `wallet_erasures`). A hold is a
   `pending` row; exactly one later row (`post`, `void` or `expire`) resolves it, enforced by the
   unique `pending_id`.
 - `wallet_accounts`: one row per account with its stored balances, updated in the same
@@ -13,6 +14,9 @@ The ledger (docs/wallet.md):
 - `wallet_live_holds`: the holds not resolved yet (an index over `pending` rows, kept in step in
   the same transactions): one per player and pot, found by pot and by expiry time.
 - `wallet_grant_claims`: the once-only grants (a player's starting grant, a day's bonus).
+- `wallet_erasures`: one row per erasure of a load-test run (`EraseLoadTestRun`), the one case
+  where transfers are deleted: who erased which run, when, how many rows, and what the erased
+  transfers had moved into the house and the treasury (so their balance changes are explained).
 """
 
 from sqlalchemy import (
@@ -126,5 +130,30 @@ grant_claims = Table(
     Column("kind", String(12), primary_key=True),
     #: "" for the starting grant; the UTC day (YYYY-MM-DD) of a daily bonus.
     Column("period", String(10), primary_key=True),
-    Column("transfer_id", TransferId, ForeignKey("wallet_transfers.id"), nullable=False),
+    #: Indexed: deleting a transfer (an erasure) checks that no claim refers to it.
+    Column("transfer_id", TransferId, ForeignKey("wallet_transfers.id"), nullable=False, index=True),
+)
+
+erasures = Table(
+    "wallet_erasures",
+    metadata,
+    Column("id", TransferId, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), nullable=False, index=True),
+    #: The admin who asked (`admins/...`) and the call's request id.
+    Column("requested_by", String(200), nullable=False),
+    Column("request_id", String(64), nullable=False),
+    Column("erased_at", DateTime(timezone=True), nullable=False),
+    Column("accounts", Integer, nullable=False),
+    Column("escrows", Integer, nullable=False),
+    Column("transfers", Integer, nullable=False),
+    Column("grant_claims", Integer, nullable=False),
+    #: What the erased transfers had added to the house's and the treasury's balances (credits
+    #: minus debits), taken off them by the erasure: the house's is its cuts from the run's pots,
+    #: the treasury's is minus what it had minted for the run's players. Together they are minus
+    #: the chips the erased accounts still held.
+    Column("house_chips", BigInteger, nullable=False),
+    Column("treasury_chips", BigInteger, nullable=False),
+    #: The largest id among the erased transfers: new transfers on SQLite take ids above it too, so
+    #: a transfer id (in a stored answer, say) never names two transfers.
+    Column("last_transfer_id", TransferId, nullable=True),
 )

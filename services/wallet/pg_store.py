@@ -18,7 +18,18 @@ from typing import Any
 import asyncpg
 
 from services.common.errors import ConflictError
-from services.wallet.store import TRANSFER_COLUMNS, Batch, Claimed, ClaimRequest, DirectStore, Hold, Locked
+from services.wallet.records import HOUSE, TREASURY
+from services.wallet.store import (
+    TRANSFER_COLUMNS,
+    Batch,
+    Claimed,
+    ClaimRequest,
+    DirectStore,
+    Erasure,
+    ErasureScope,
+    Hold,
+    Locked,
+)
 
 #: Claims of one request id racing another transaction's are asked again this many times at most.
 CLAIM_ATTEMPTS = 5
@@ -122,6 +133,66 @@ WITH new_transfers AS (
 UPDATE wallet_accounts AS a SET balance = a.balance + u.amount, updated_at = $1
 FROM unnest($38::text[], $39::bigint[]) AS u(id, amount)
 WHERE a.id = u.id
+"""
+
+
+#: A load-test run's erasure (`store.Erasure`): the players' accounts and escrows in $1, the
+#: players in $2. What the run's accounts touch is read under their locks (`_PG_ERASURE_SCOPE`),
+#: then deleted in one statement: PostgreSQL checks the foreign keys (a resolution's
+#: `pending_id`, a claim's transfer, a transfer's accounts) at the end of the statement, when
+#: the referencing and the referenced rows are gone together.
+_PG_RUN_PLAYERS = "SELECT player FROM wallet_accounts WHERE kind = 'player' AND player LIKE $1 ORDER BY player"
+_PG_POTS_OF = """
+SELECT id FROM wallet_accounts WHERE kind = 'escrow' AND id IN (
+    SELECT credit_account FROM wallet_transfers WHERE debit_account = ANY($1::text[])
+    UNION SELECT debit_account FROM wallet_transfers WHERE credit_account = ANY($1::text[])
+) ORDER BY id
+"""
+_PG_LOCK_FOR_ERASURE = f"""
+SELECT id, kind, balance, held, incoming, pot_state FROM wallet_accounts
+WHERE id = ANY($1::text[]) ORDER BY {_PG_RANK}, id FOR UPDATE
+"""
+_PG_ERASURE_SCOPE = """
+WITH legs AS (
+    SELECT id, phase, debit_account, credit_account, amount FROM wallet_transfers WHERE debit_account = ANY($1::text[])
+    UNION
+    SELECT id, phase, debit_account, credit_account, amount FROM wallet_transfers WHERE credit_account = ANY($1::text[])
+), others AS (
+    SELECT debit_account AS id FROM legs UNION SELECT credit_account FROM legs
+)
+SELECT
+    (SELECT count(*) FROM legs) AS transfers,
+    (SELECT max(id) FROM legs) AS last_transfer,
+    (SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM others EXCEPT SELECT unnest($1::text[])) o
+        WHERE id NOT IN ('house', 'treasury')) AS outside,
+    (SELECT coalesce(sum(CASE WHEN credit_account = 'house' THEN amount ELSE -amount END), 0) FROM legs
+        WHERE phase IN ('single', 'post') AND 'house' IN (debit_account, credit_account)) AS house,
+    (SELECT coalesce(sum(CASE WHEN credit_account = 'treasury' THEN amount ELSE -amount END), 0) FROM legs
+        WHERE phase IN ('single', 'post') AND 'treasury' IN (debit_account, credit_account)) AS treasury,
+    (SELECT count(*) FROM wallet_live_holds WHERE account = ANY($1::text[]) OR pot = ANY($1::text[])) AS live_holds,
+    (SELECT count(*) FROM wallet_grant_claims WHERE player = ANY($2::text[])) AS grant_claims,
+    (SELECT balance FROM wallet_accounts WHERE id = 'house') AS house_balance,
+    (SELECT balance FROM wallet_accounts WHERE id = 'treasury') AS treasury_balance
+"""
+_PG_ERASE = """
+WITH claims AS (
+    DELETE FROM wallet_grant_claims WHERE player = ANY($2::text[]) RETURNING 1
+), holds AS (
+    DELETE FROM wallet_live_holds WHERE account = ANY($1::text[]) OR pot = ANY($1::text[]) RETURNING 1
+), moved AS (
+    DELETE FROM wallet_transfers WHERE debit_account = ANY($1::text[]) OR credit_account = ANY($1::text[])
+    RETURNING 1
+), gone AS (
+    DELETE FROM wallet_accounts WHERE id = ANY($1::text[]) RETURNING 1
+), recorded AS (
+    INSERT INTO wallet_erasures (run_id, requested_by, request_id, erased_at, accounts, escrows, transfers,
+                                 grant_claims, house_chips, treasury_chips, last_transfer_id)
+    VALUES ($3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM moved) AS transfers, (SELECT count(*) FROM claims) AS grant_claims,
+    (SELECT count(*) FROM gone) AS accounts, (SELECT count(*) FROM holds) AS holds,
+    (SELECT count(*) FROM recorded) AS recorded
 """
 
 
@@ -274,7 +345,42 @@ class PgStore(DirectStore):
         status = await self.conn.execute("DELETE FROM wallet_idempotency_keys WHERE expires_at <= $1", now)
         return int(status.rsplit(" ", 1)[-1])
 
+    async def run_players(self, like: str) -> list[str]:
+        return [row["player"] for row in await self.conn.fetch(_PG_RUN_PLAYERS, like)]
+
+    async def pots_of(self, accounts: Sequence[str]) -> list[str]:
+        return [row["id"] for row in await self.conn.fetch(_PG_POTS_OF, list(accounts))]
+
+    async def lock_for_erasure(self, ids: Sequence[str]) -> dict[str, Locked]:
+        rows = await self.conn.fetch(_PG_LOCK_FOR_ERASURE, list(set(ids)))
+        return {
+            row["id"]: Locked(row["id"], row["kind"], row["balance"], row["held"], row["incoming"], row["pot_state"])
+            for row in rows
+        }
+
+    async def erasure_scope(self, accounts: Sequence[str], players: Sequence[str]) -> ErasureScope:
+        row = await self.conn.fetchrow(_PG_ERASURE_SCOPE, list(accounts), list(players))
+        assert row is not None
+        return ErasureScope(
+            transfers=row["transfers"],
+            outside=list(row["outside"] or ()),
+            system={HOUSE: row["house"], TREASURY: row["treasury"]},
+            live_holds=row["live_holds"],
+            grant_claims=row["grant_claims"],
+            system_balances={HOUSE: row["house_balance"], TREASURY: row["treasury_balance"]},
+            last_transfer=row["last_transfer"],
+        )
+
+    async def _erase(self, erasure: Erasure) -> None:
+        row = await self.conn.fetchrow(
+            _PG_ERASE, erasure.erased_accounts, erasure.players, *erasure.record().values()
+        )
+        assert row is not None
+        erasure.check_deleted(row["transfers"], row["grant_claims"], row["accounts"])
+
     async def write(self, batch: Batch) -> None:
+        if batch.erasure is not None:
+            await self._erase(batch.erasure)
         rows, holds, changed = batch.transfers, batch.add_holds, batch.changed_accounts()
         system = batch.system_changes()
         await self.conn.execute(

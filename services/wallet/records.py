@@ -132,6 +132,29 @@ class Statement:
 
 
 @dataclass(frozen=True)
+class ErasureResult:
+    """What a load-test run's erasure removed (or, in a dry run, would remove)."""
+
+    accounts: int
+    escrows: int
+    transfers: int
+    grant_claims: int
+    #: What the erased transfers had added to the house's and the treasury's balances: the
+    #: erasure takes it off them.
+    house_chips: int
+    treasury_chips: int
+
+    def counts(self) -> list[tuple[str, int]]:
+        """The answer's kinds, in the contract's order."""
+        return [
+            ("accounts", self.accounts),
+            ("escrows", self.escrows),
+            ("transfers", self.transfers),
+            ("grant_claims", self.grant_claims),
+        ]
+
+
+@dataclass(frozen=True)
 class MatchOutcome:
     player: str
     seat: int

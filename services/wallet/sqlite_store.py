@@ -6,15 +6,18 @@ SQLAlchemy Core on aiosqlite, one statement per kind of change; transactions are
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import bindparam, case, delete, func, insert, select, tuple_, update
+from sqlalchemy import bindparam, case, delete, func, insert, or_, select, tuple_, union, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.wallet import models
-from services.wallet.store import Batch, Claimed, ClaimRequest, DirectStore, Hold, Locked, aware
+from services.wallet.records import HOUSE, POSTED_PHASES, TREASURY
+from services.wallet.store import Batch, Claimed, ClaimRequest, DirectStore, Erasure, ErasureScope, Hold, Locked, aware
 
 accounts = models.accounts
 transfers = models.transfers
@@ -37,6 +40,22 @@ _UPDATE_ACCOUNT = (
         updated_at=bindparam("b_now"),
     )
 )
+
+
+def _one_of(column: Any, values: Sequence[str]) -> Any:
+    """`column IN values` with one parameter however many values (a JSON array read by
+    json_each): an erasure's thousands of accounts stay clear of SQLite's limit on parameters."""
+    return column.in_(select(func.json_each(json.dumps(list(values))).table_valued("value").c.value))
+
+
+def _transfers_of(ids: Sequence[str]) -> Any:
+    """The transfers with a leg on one of `ids`."""
+    return or_(_one_of(transfers.c.debit_account, ids), _one_of(transfers.c.credit_account, ids))
+
+
+def _holds_of(ids: Sequence[str]) -> Any:
+    """The live holds out of or into one of `ids`."""
+    return or_(_one_of(live_holds.c.account, ids), _one_of(live_holds.c.pot, ids))
 
 
 class SqliteStore(DirectStore):
@@ -97,8 +116,16 @@ class SqliteStore(DirectStore):
 
     async def _new_ids(self, count: int) -> list[int]:
         if self._next_id is None:
-            largest = (await self.conn.execute(select(func.max(transfers.c.id)))).scalar_one()
-            self._next_id = int(largest or 0) + 1
+            # Above every id ever given, erased transfers' included (models.erasures).
+            largest = (
+                await self.conn.execute(
+                    select(
+                        select(func.max(transfers.c.id)).scalar_subquery(),
+                        select(func.max(models.erasures.c.last_transfer_id)).scalar_subquery(),
+                    )
+                )
+            ).one()
+            self._next_id = max(int(value or 0) for value in largest) + 1
         first, self._next_id = self._next_id, self._next_id + count
         return list(range(first, first + count))
 
@@ -125,22 +152,25 @@ class SqliteStore(DirectStore):
     ) -> tuple[dict[str, Locked], dict[str, list[Hold]]]:
         if not ids:
             return {}, {}
-        rows = (
-            await self.conn.execute(
-                select(
-                    accounts.c.id,
-                    accounts.c.kind,
-                    accounts.c.balance,
-                    accounts.c.held,
-                    accounts.c.incoming,
-                    accounts.c.pot_state,
-                )
-                .where(accounts.c.id.in_(sorted(set(ids))))
-                .order_by(_KIND_RANK, accounts.c.id)
-            )
-        ).all()
-        locked = {row.id: Locked(row.id, row.kind, row.balance, row.held, row.incoming, row.pot_state) for row in rows}
+        locked = await self._locked(accounts.c.id.in_(sorted(set(ids))))
         return locked, {pot: await self.live_holds(pot) for pot in pots if pot in locked}
+
+    async def _locked(self, which: Any) -> dict[str, Locked]:
+        """The accounts `which` selects, in the global lock order. The transaction holds SQLite's
+        write lock from its start: reading the rows is locking them."""
+        rows = await self.conn.execute(
+            select(
+                accounts.c.id,
+                accounts.c.kind,
+                accounts.c.balance,
+                accounts.c.held,
+                accounts.c.incoming,
+                accounts.c.pot_state,
+            )
+            .where(which)
+            .order_by(_KIND_RANK, accounts.c.id)
+        )
+        return {row.id: Locked(row.id, row.kind, row.balance, row.held, row.incoming, row.pot_state) for row in rows}
 
     async def live_holds(self, pot: str) -> list[Hold]:
         rows = (
@@ -198,8 +228,72 @@ class SqliteStore(DirectStore):
         result = await self.conn.execute(delete(idempotency_keys).where(idempotency_keys.c.expires_at <= now))
         return int(getattr(result, "rowcount", 0) or 0)
 
+    async def run_players(self, like: str) -> list[str]:
+        rows = await self.conn.execute(
+            select(accounts.c.player)
+            .where(accounts.c.kind == "player", accounts.c.player.like(like))
+            .order_by(accounts.c.player)
+        )
+        return [row.player for row in rows]
+
+    async def pots_of(self, ids: Sequence[str]) -> list[str]:
+        touched = union(
+            select(transfers.c.credit_account).where(_one_of(transfers.c.debit_account, ids)),
+            select(transfers.c.debit_account).where(_one_of(transfers.c.credit_account, ids)),
+        )
+        rows = await self.conn.execute(
+            select(accounts.c.id).where(accounts.c.kind == "escrow", accounts.c.id.in_(touched)).order_by(accounts.c.id)
+        )
+        return [row.id for row in rows]
+
+    async def lock_for_erasure(self, ids: Sequence[str]) -> dict[str, Locked]:
+        return await self._locked(_one_of(accounts.c.id, ids))
+
+    async def erasure_scope(self, ids: Sequence[str], players: Sequence[str]) -> ErasureScope:
+        conn = self.conn
+        columns = (transfers.c.debit_account, transfers.c.credit_account, transfers.c.amount)
+        legs = (await conn.execute(select(transfers.c.id, transfers.c.phase, *columns).where(_transfers_of(ids)))).all()
+        mine = set(ids) | {HOUSE, TREASURY}
+        outside = {account for leg in legs for account in (leg.debit_account, leg.credit_account)} - mine
+        system = {HOUSE: 0, TREASURY: 0}
+        for leg in legs:
+            if leg.phase in POSTED_PHASES:
+                for account, sign in ((leg.credit_account, 1), (leg.debit_account, -1)):
+                    if account in system:
+                        system[account] += sign * leg.amount
+        holds = (await conn.execute(select(func.count()).select_from(live_holds).where(_holds_of(ids)))).scalar_one()
+        of_players = _one_of(grant_claims.c.player, players)
+        claims = (await conn.execute(select(func.count()).select_from(grant_claims).where(of_players))).scalar_one()
+        balances = await conn.execute(select(accounts.c.id, accounts.c.balance).where(accounts.c.id.in_(list(system))))
+        return ErasureScope(
+            transfers=len(legs),
+            outside=sorted(outside),
+            system=system,
+            live_holds=int(holds),
+            grant_claims=int(claims),
+            system_balances={row.id: row.balance for row in balances},
+            last_transfer=max((leg.id for leg in legs), default=None),
+        )
+
+    async def _erase(self, erasure: Erasure) -> None:
+        """Deletes in the order of the foreign keys (SQLite checks them at the end of each statement:
+        a hold and its resolution go together in one)."""
+        conn, ids = self.conn, erasure.erased_accounts
+
+        async def deleted(statement: Any) -> int:
+            return int(getattr(await conn.execute(statement), "rowcount", 0) or 0)
+
+        claims = await deleted(delete(grant_claims).where(_one_of(grant_claims.c.player, erasure.players)))
+        await deleted(delete(live_holds).where(_holds_of(ids)))
+        moved = await deleted(delete(transfers).where(_transfers_of(ids)))
+        gone = await deleted(delete(accounts).where(_one_of(accounts.c.id, ids)))
+        await conn.execute(insert(models.erasures).values(erasure.record()))
+        erasure.check_deleted(moved, claims, gone)
+
     async def write(self, batch: Batch) -> None:
         conn, now = self.conn, batch.now
+        if batch.erasure is not None:
+            await self._erase(batch.erasure)
         if batch.transfers:
             await conn.execute(insert(transfers), batch.transfers)
         if batch.add_holds:

@@ -131,8 +131,13 @@ class Batch:
     drop_escrows: list[str] = field(default_factory=list)
     #: When the accounts changed.
     now: datetime | None = None
+    #: A load-test run's erasure: its rows are deleted before anything else is written (an
+    #: erasure always runs alone in its transaction).
+    erasure: Erasure | None = None
 
     def merge(self, other: Batch) -> None:
+        if self.erasure is not None or other.erasure is not None:
+            raise AssertionError("an erasure never shares a transaction")
         self.transfers += other.transfers
         self.add_holds += other.add_holds
         self.drop_holds += other.drop_holds
@@ -157,6 +162,82 @@ class Batch:
     def system_changes(self) -> list[tuple[str, int]]:
         """The house's and the treasury's balance changes, in the lock order, none that is zero."""
         return [(name, amount) for name, amount in sorted(self.system.items(), key=lambda i: LOCK_RANK[i[0]]) if amount]
+
+
+@dataclass(frozen=True)
+class ErasureScope:
+    """What the transfers of a set of accounts (a load-test run's, `Store.erasure_scope`) touch,
+    read under the accounts' locks."""
+
+    #: The transfers with a leg on one of the accounts.
+    transfers: int
+    #: The other accounts on those transfers, the house and the treasury left out (sorted).
+    outside: list[str]
+    #: What those transfers added to the house's and the treasury's posted balances (credits
+    #: minus debits), by account id.
+    system: dict[str, int]
+    #: The live holds out of or into the accounts.
+    live_holds: int
+    #: The players' once-only grant claims.
+    grant_claims: int
+    #: The house's and the treasury's stored balances (read, not locked: they change last).
+    system_balances: dict[str, int]
+    #: The largest id among those transfers.
+    last_transfer: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Erasure:
+    """A load-test run's erasure, as `Store.write` applies and records it: every transfer with a
+    leg on the run's player accounts or escrows, their live holds, the `players`' grant claims,
+    and those accounts themselves; then its `wallet_erasures` row. The house's and the treasury's
+    balances change through the batch's `system` changes, last, as in every write."""
+
+    run: str
+    requested_by: str
+    request_id: str
+    at: datetime
+    players: list[str]
+    #: The players' accounts and the escrows, each sorted.
+    accounts: list[str]
+    escrows: list[str]
+    #: The counts the answer gave: the write checks it deletes exactly these.
+    transfers: int
+    grant_claims: int
+    #: What the erased transfers had added to the house's and the treasury's balances.
+    house_chips: int
+    treasury_chips: int
+    last_transfer: int | None
+
+    @property
+    def erased_accounts(self) -> list[str]:
+        return self.accounts + self.escrows
+
+    def record(self) -> dict[str, Any]:
+        """The `wallet_erasures` row, in the table's column order."""
+        return {
+            "run_id": self.run,
+            "requested_by": self.requested_by,
+            "request_id": self.request_id,
+            "erased_at": self.at,
+            "accounts": len(self.accounts),
+            "escrows": len(self.escrows),
+            "transfers": self.transfers,
+            "grant_claims": self.grant_claims,
+            "house_chips": self.house_chips,
+            "treasury_chips": self.treasury_chips,
+            "last_transfer_id": self.last_transfer,
+        }
+
+    def check_deleted(self, transfers: int, grant_claims: int, accounts: int) -> None:
+        """The rows deleted are the rows counted under the same locks; anything else is a bug, and
+        raising rolls the erasure back."""
+        expected = (self.transfers, self.grant_claims, len(self.erased_accounts))
+        if (transfers, grant_claims, accounts) != expected:
+            raise AssertionError(
+                f"erasure of run {self.run}: deleted {transfers} transfers, {grant_claims} grant claims and"
+                f" {accounts} accounts, but counted {expected[0]}, {expected[1]} and {expected[2]}"
+            )
 
 
 class Store(abc.ABC):
@@ -225,10 +306,29 @@ class Store(abc.ABC):
     async def purge_answers(self, now: datetime) -> int:
         """Deletes the stored answers past their retention; returns how many."""
 
+    # -- a load-test run's erasure (core.Wallet.erase_run) -------------------------------------------
+
+    @abc.abstractmethod
+    async def run_players(self, like: str) -> list[str]:
+        """The players whose account's player id matches the SQL LIKE pattern `like`, sorted."""
+
+    @abc.abstractmethod
+    async def pots_of(self, accounts: Sequence[str]) -> list[str]:
+        """The escrows on the other side of a transfer of one of `accounts`, sorted."""
+
+    @abc.abstractmethod
+    async def lock_for_erasure(self, ids: Sequence[str]) -> dict[str, Locked]:
+        """Locks the existing accounts among `ids` to delete them (FOR UPDATE), in the global lock
+        order."""
+
+    @abc.abstractmethod
+    async def erasure_scope(self, accounts: Sequence[str], players: Sequence[str]) -> ErasureScope:
+        """What the transfers of `accounts` touch, and the `players`' grant claims."""
+
     @abc.abstractmethod
     async def write(self, batch: Batch) -> None:
-        """Writes the batch: transfers, live holds, accounts, claims and answers, then the house
-        and the treasury (last)."""
+        """Writes the batch: an erasure's deletions first, then transfers, live holds, accounts,
+        claims and answers, then the house and the treasury (last)."""
 
 
 class DirectStore(Store):

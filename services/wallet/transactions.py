@@ -65,7 +65,7 @@ from services.common.idempotency import request_hash
 from services.wallet.errors import TooMuchContentionError
 from services.wallet.pg_store import PgStore
 from services.wallet.sqlite_store import SqliteStore
-from services.wallet.store import Batch, Claimed, ClaimRequest, Hold, Locked, Store, aware
+from services.wallet.store import Batch, Claimed, ClaimRequest, ErasureScope, Hold, Locked, Store, aware
 
 T = TypeVar("T")
 R = TypeVar("R", bound=Message)
@@ -564,6 +564,20 @@ class _CallStore(Store):
         return result
 
     async def purge_answers(self, now: datetime) -> int:
+        raise AssertionError("not in a shared transaction")
+
+    # An erasure runs alone in its transaction, never in a shared one.
+
+    async def run_players(self, like: str) -> list[str]:
+        raise AssertionError("not in a shared transaction")
+
+    async def pots_of(self, accounts: Sequence[str]) -> list[str]:
+        raise AssertionError("not in a shared transaction")
+
+    async def lock_for_erasure(self, ids: Sequence[str]) -> dict[str, Locked]:
+        raise AssertionError("not in a shared transaction")
+
+    async def erasure_scope(self, accounts: Sequence[str], players: Sequence[str]) -> ErasureScope:
         raise AssertionError("not in a shared transaction")
 
     async def write(self, batch: Batch) -> None:

@@ -113,6 +113,7 @@ class Ledger:
             models.live_holds,
             models.grant_claims,
             models.idempotency_keys,
+            models.erasures,
         )
         async with self.db.engine.connect() as conn:
             return {

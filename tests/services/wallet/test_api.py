@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -113,6 +114,71 @@ async def test_a_match_over_grpc_with_the_right_status_codes(tmp_path: Path, db_
         ]
         for call, expected in cases:
             assert (await code(call()))[0] == expected
+    db = Database(db_target.url, schema=db_target.schema)
+    try:
+        report = await run_audit(db)
+    finally:
+        await db.dispose()
+    assert report.ok, report.problems
+
+
+async def test_a_load_test_run_erased_over_grpc(tmp_path: Path, db_target: DatabaseTarget) -> None:
+    """EraseLoadTestRun over the wire: admins only, the run's counts in the contract's order, its
+    players gone (NOT_FOUND), the others served as before, a refusal as FAILED_PRECONDITION."""
+    database_env = {"database_url": db_target.url, "database_schema": db_target.schema}
+    config = make_config("wallet", tmp_path, **database_env)
+    service = WalletService(settings=WalletSettings(expiry_sweep_interval=timedelta(0)))
+    minter = dev_minter(config.dev_keys_dir)
+    matchmaking = bearer(minter.mint(Kind.SERVICE, "matchmaking"))
+    admin = bearer(minter.mint(Kind.ADMIN, "ops"))
+    async with running(service.spec(), config) as server, grpc.aio.insecure_channel(server.address) as channel:
+        stub = wallet_pb2_grpc.WalletServiceStub(channel)
+        for name in ("lt9-0", "lt9-1", "lt9-2", "lt9-10-1", "alice"):
+            await stub.CreateAccount(
+                wallet_pb2.CreateAccountRequest(request_id=f"open-{name}", player=f"players/{name}"),
+                metadata=matchmaking,
+            )
+        for match, players in (("m1", ("lt9-0", "lt9-1")), ("m2", ("lt9-2", "alice"))):
+            stakes = [wallet_pb2.Stake(player=f"players/{p}", amount_chips=10) for p in players]
+            hold = wallet_pb2.HoldBetsRequest(request_id=f"h-{match}", match_id=match, stakes=stakes)
+            await stub.HoldBets(hold, metadata=matchmaking)
+        erase = common_pb2.EraseLoadTestRunRequest(request_id="e", run_id="lt9")
+
+        async def refusal(call: Any) -> tuple[grpc.StatusCode, str]:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call
+            return caught.value.code(), caught.value.details() or ""
+
+        denied = await refusal(stub.EraseLoadTestRun(erase, metadata=matchmaking))
+        assert denied[0] == grpc.StatusCode.PERMISSION_DENIED
+        code, details = await refusal(stub.EraseLoadTestRun(erase, metadata=admin))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        assert details == (
+            "run lt9 cannot be erased: 4 live hold(s) (stakes not settled, voided or expired yet);"
+            " 2 pot(s) still open (accounts/match-m1, accounts/match-m2: settle or void them);"
+            " 1 account(s) outside the run share its pots or transfers (accounts/player-alice)"
+        )
+        for match, request_id in (("m1", "v1"), ("m2", "v2")):
+            await stub.Void(wallet_pb2.VoidRequest(request_id=request_id, match_id=match), metadata=matchmaking)
+        code, details = await refusal(stub.EraseLoadTestRun(erase, metadata=admin))
+        assert (code, details) == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "run lt9 cannot be erased: 1 account(s) outside the run share its pots or transfers"
+            " (accounts/player-alice)",
+        )
+        # Run lt9-10, whose player's id starts like lt9's, is erased alone.
+        erase_other = common_pb2.EraseLoadTestRunRequest(request_id="e2", run_id="lt9-10")
+        answer = await stub.EraseLoadTestRun(erase_other, metadata=admin)
+        assert [(e.kind, e.count) for e in answer.erased] == [
+            ("accounts", 1),
+            ("escrows", 0),
+            ("transfers", 1),
+            ("grant_claims", 1),
+        ]
+        gone = wallet_pb2.GetAccountRequest(name="accounts/player-lt9-10-1")
+        assert (await refusal(stub.GetAccount(gone, metadata=admin)))[0] == grpc.StatusCode.NOT_FOUND
+        alice = await stub.GetAccount(wallet_pb2.GetAccountRequest(name="accounts/player-alice"), metadata=admin)
+        assert alice.balance_chips == 1000
     db = Database(db_target.url, schema=db_target.schema)
     try:
         report = await run_audit(db)

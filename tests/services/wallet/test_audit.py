@@ -145,7 +145,7 @@ def test_the_audit_of_a_database_without_a_ledger_fails(db_target: DatabaseTarge
 
 async def test_migrations_up_down_and_up_again(database: Database) -> None:
     await migrations.upgrade("wallet", MIGRATIONS, database)
-    assert await migrations.current("wallet", MIGRATIONS, database) == "0002"
+    assert await migrations.current("wallet", MIGRATIONS, database) == "0003"
 
     async def tables() -> set[str]:
         async with database.engine.connect() as conn:
@@ -158,6 +158,7 @@ async def test_migrations_up_down_and_up_again(database: Database) -> None:
         "wallet_live_holds",
         "wallet_grant_claims",
         "wallet_idempotency_keys",
+        "wallet_erasures",
     }
     await migrations.downgrade("wallet", MIGRATIONS, database, "base")
     assert await tables() == set()

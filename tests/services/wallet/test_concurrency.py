@@ -1,6 +1,7 @@
 """The ledger under concurrency on PostgreSQL: hundreds of simultaneous holds, settlements and
 voids on the same few accounts from many connections, duplicates of the same request racing each
-other, a settlement racing an annulment; and a real deadlock, which is retried."""
+other, a settlement racing an annulment; a real deadlock, which is retried; and a load-test run
+erased (twice at once) amid other players' traffic."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from services.wallet.settings import WalletSettings
 from services.wallet.store import Batch, Claimed, ClaimRequest, Store
 from services.wallet.transactions import Transactions
 from tests.services.wallet.conftest import GAME, SERVICE, Ledger, fresh_schema, make_ledger, migrated
+from tests.services.wallet.test_erasure import KINDS, erase
 
 PLAYERS = 12
 START = 1000
@@ -280,3 +282,78 @@ async def test_a_claim_that_waited_for_the_same_request_id_gets_the_first_answer
         await first.close()
         await second.close()
     assert theirs.stored is not None and theirs.stored[2] == b"first answer"
+
+
+RUN_PLAYERS = 40
+
+
+async def cycle(ledger: Ledger, pair: tuple[str, str], n: int) -> tuple[str, str]:
+    """A 2-player match of 10 chips each (the pair's players win in turn; the house cuts 4) and a
+    promotion of 5 chips to its loser. Returns (winner, loser)."""
+    winner, loser = pair if n % 2 == 0 else pair[::-1]
+    match = f"{pair[0]}-{n}"
+    await ledger.hold(f"h-{match}", match, {winner: 10, loser: 10})
+    await ledger.settle(f"s-{match}", match, [(winner, 0, "won"), (loser, 1, "lost")])
+    promotion = wallet_pb2.GrantRequest.KIND_PROMOTION
+    await ledger.call(
+        "Grant",
+        wallet_pb2.GrantRequest(request_id=f"g-{match}", player=f"players/{loser}", amount_chips=5, kind=promotion),
+    )
+    return winner, loser
+
+
+async def test_a_run_erased_amid_other_players_traffic(pg: Database) -> None:
+    """Run lt1's 40 players (20 settled matches) are erased twice at once while 12 other players
+    keep holding, settling and receiving grants, all of them sharing the house and the treasury
+    with the erasures: every call succeeds, one erasure takes the whole run and the other finds
+    nothing left, and the ledger adds up."""
+    ledger = make_ledger(pg, settings=WalletSettings(starting_grant_chips=START))
+    run = [f"lt1-{n}" for n in range(RUN_PLAYERS)]
+    pairs = [(f"p{2 * n}", f"p{2 * n + 1}") for n in range(PLAYERS // 2)]
+    balances = {f"p{n}": START for n in range(PLAYERS)}
+    house = 0
+    done = [0] * len(pairs)
+    started = asyncio.Barrier(len(pairs) + 1)
+    erased = asyncio.Event()
+
+    async def traffic(index: int) -> None:
+        nonlocal house
+        while True:
+            winner, loser = await cycle(ledger, pairs[index], done[index])
+            done[index] += 1
+            balances[winner] += 6
+            balances[loser] -= 5
+            house += 4
+            if done[index] == 1:
+                await started.wait()
+            # Two cycles at least while the erasures run (or after, should they be quicker).
+            elif erased.is_set() and done[index] >= 3:
+                return
+
+    async def erasing() -> list[dict[str, int]]:
+        await started.wait()
+        try:
+            return list(await asyncio.gather(erase(ledger, "lt1", "e-1"), erase(ledger, "lt1", "e-2")))
+        finally:
+            erased.set()
+
+    try:
+        await ledger.open(*run, *balances)
+        matches = range(RUN_PLAYERS // 2)
+        await asyncio.gather(*(ledger.hold(f"h-r{n}", f"r{n}", {run[2 * n]: 10, run[2 * n + 1]: 10}) for n in matches))
+        await asyncio.gather(
+            *(ledger.settle(f"s-r{n}", f"r{n}", [(run[2 * n], 0, "won"), (run[2 * n + 1], 1, "lost")]) for n in matches)
+        )
+        results, _ = await asyncio.gather(erasing(), asyncio.gather(*(traffic(i) for i in range(len(pairs)))))
+    finally:
+        await ledger.close()
+    # 40 starting grants; per match 2 holds, 2 postings, the payout, the house's cut.
+    whole = {"accounts": RUN_PLAYERS, "escrows": RUN_PLAYERS // 2, "transfers": 40 + 20 * 6, "grant_claims": 40}
+    assert sorted(results, key=lambda counts: counts["accounts"]) == [dict.fromkeys(KINDS, 0), whole]
+    report = await ledger.audit()
+    assert report.ok, report.problems
+    assert report.minted == PLAYERS * START + 5 * sum(done)
+    assert report.accounts == 2 + PLAYERS + sum(done)  # the house, the treasury, the players, their pots
+    for name, balance in balances.items():
+        assert await ledger.balance(f"player-{name}") == balance, name
+    assert await ledger.balance("house") == house
