@@ -14,7 +14,9 @@ A service or admin may act for a player by adding the metadata `buraco-act-for: 
 the identity then carries `acting_for`, the call log records it, and `Identity.player` is that
 player. A player may only name themselves there (anything else is PERMISSION_DENIED).
 
-Handlers read the caller with `current_identity()`, never from a request body.
+Handlers read the caller with `current_identity()`, never from a request body. A method that
+service identities call admits exactly the services its service's `Callers` table names (and
+admins where it says so): `CALLERS.require(method)` in the handler.
 
 Each verification key is bound to what it may sign (its `Scope`): the gateway's key player tokens
 only, each service's key service tokens for that service only, the admin key admin tokens. The key
