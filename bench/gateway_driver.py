@@ -312,7 +312,9 @@ class GatewayDriver:
         self.bot_kind = str(config.get("bot", "random"))
         private, _ = ensure_dev_keys(Path(config["keys"]))
         self.minter = Minter(load_private_key(private), audience="buraco")
-        self.service_token = self.minter.mint(Kind.SERVICE, "bench", ttl=TOKEN_SECONDS)
+        # matchmaking's identity, whose place the driver takes: CreateTable admits the services that
+        # seat players only (docs/contracts.md, "Who may call what")
+        self.service_token = self.minter.mint(Kind.SERVICE, "matchmaking", ttl=TOKEN_SECONDS)
         self.pool = ChannelPool(int(config.get("channels", 16)))
         self.http = httpx.AsyncClient(base_url=self.gateway_url, timeout=30, trust_env=False,
                                       limits=httpx.Limits(max_connections=32, max_keepalive_connections=32))

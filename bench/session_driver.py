@@ -166,7 +166,9 @@ class Driver:
         self.play_stream = stream == "play"
         private, _ = ensure_dev_keys(Path(config["keys"]))
         self.minter = Minter(load_private_key(private), audience="buraco")
-        self.service_token = self.minter.mint(Kind.SERVICE, "bench", ttl=24 * 3600)
+        # matchmaking's identity, whose place the driver takes: CreateTable admits the services that
+        # seat players only (docs/contracts.md, "Who may call what")
+        self.service_token = self.minter.mint(Kind.SERVICE, "matchmaking", ttl=24 * 3600)
         self.pool = ChannelPool(int(config.get("channels", 16)))
         self.pace = Pace()
         self.timing = Timing()

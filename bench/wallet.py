@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import asyncpg
 import grpc
@@ -160,15 +161,24 @@ class Samples:
     errors: int = 0
 
 
+class Tokens(NamedTuple):
+    """The identities the clients call as, those of the services whose calls they stand in for:
+    the wallet takes each call that moves chips from those services only (docs/contracts.md, "Who
+    may call what")."""
+
+    holder: tuple[tuple[str, str], ...]  # matchmaking: opens the players' accounts, holds stakes
+    settler: tuple[tuple[str, str], ...]  # the game-session service: settles matches
+
+
 class Client:
     """One of the concurrent clients: its own players, its own matches."""
 
     def __init__(
-        self, index: int, stub: wallet_pb2_grpc.WalletServiceAsyncStub, token: tuple[tuple[str, str], ...]
+        self, index: int, stub: wallet_pb2_grpc.WalletServiceAsyncStub, tokens: Tokens
     ) -> None:
         self.index = index
         self.stub = stub
-        self.token = token
+        self.tokens = tokens
         self.players = [f"b{index}x{k}" for k in range(PLAYERS_PER_CLIENT)]
         self.rng = random.Random(index)
         self.matches = 0
@@ -177,7 +187,7 @@ class Client:
         for name in self.players:
             request = wallet_pb2.CreateAccountRequest(request_id=f"open-{name}", player=f"players/{name}")
             try:
-                await self.stub.CreateAccount(request, metadata=self.token)
+                await self.stub.CreateAccount(request, metadata=self.tokens.holder)
             except grpc.aio.AioRpcError as error:
                 if error.code() != grpc.StatusCode.ALREADY_EXISTS:
                     raise
@@ -194,7 +204,7 @@ class Client:
                     match_id=match,
                     stakes=[wallet_pb2.Stake(player=f"players/{p}", amount_chips=STAKE) for p in seated],
                 ),
-                metadata=self.token,
+                metadata=self.tokens.holder,
             )
             held = time.perf_counter()
             side = self.rng.randint(0, 1)
@@ -212,7 +222,7 @@ class Client:
                         for seat, p in enumerate(seated)
                     ],
                 ),
-                metadata=self.token,
+                metadata=self.tokens.settler,
             )
         except grpc.aio.AioRpcError as error:
             samples.errors += 1
@@ -287,10 +297,13 @@ async def bench(kind: str, args: argparse.Namespace) -> dict[str, float]:
         try:
             private, _ = ensure_dev_keys(workdir / "keys")
             minter = Minter(load_private_key(private), audience="buraco")
-            token = (("authorization", f"Bearer {minter.mint(Kind.SERVICE, 'bench', ttl=3600)}"),)
+            tokens = Tokens(*(
+                (("authorization", f"Bearer {minter.mint(Kind.SERVICE, name, ttl=3600)}"),)
+                for name in ("matchmaking", "game-session")
+            ))
             async with grpc.aio.insecure_channel(served.address) as channel:
                 stub: wallet_pb2_grpc.WalletServiceAsyncStub = wallet_pb2_grpc.WalletServiceStub(channel)
-                clients = [Client(i, stub, token) for i in range(args.clients)]
+                clients = [Client(i, stub, tokens) for i in range(args.clients)]
                 await asyncio.gather(*(c.open_accounts() for c in clients))
                 name = f"wallet_{kind}"
                 baseline = await health_rate(served.address, args.clients, min(3.0, args.seconds))

@@ -170,7 +170,8 @@ def cmd_play(args: argparse.Namespace) -> int:
                 player=args.player, players=args.players, preset=args.preset, target_points=args.target,
                 bot_level=args.bot_level, draw_seconds=args.draw_seconds, play_seconds=args.play_seconds,
             )
-            table = await play.create_practice_table(address, minter.mint(Kind.SERVICE, "cli", ttl=600), spec)
+            service_token = minter.mint(Kind.SERVICE, play.TABLE_CREATOR, ttl=600)
+            table = await play.create_practice_table(address, service_token, spec)
             print(f"created {table} (watch it with `buraco watch {table}`)")
         return await play.play(address, player_token, table, play.stdin_lines(), print, color)
 

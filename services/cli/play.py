@@ -77,6 +77,12 @@ def practice_table_request(spec: PracticeTable, table_id: str = "") -> game_sess
     )
 
 
+#: The service identity `buraco play` creates its practice table as: matchmaking's, whose place it
+#: takes, since the game-session service takes CreateTable only from the services that seat
+#: players (docs/contracts.md, "Who may call what").
+TABLE_CREATOR = "matchmaking"
+
+
 async def create_practice_table(address: str, service_token: str, spec: PracticeTable) -> str:
     """Create a practice table (a service identity's call); its name."""
     async with grpc.aio.insecure_channel(address) as channel:

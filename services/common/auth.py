@@ -14,7 +14,9 @@ A service or admin may act for a player by adding the metadata `buraco-act-for: 
 the identity then carries `acting_for`, the call log records it, and `Identity.player` is that
 player. A player may only name themselves there (anything else is PERMISSION_DENIED).
 
-Handlers read the caller with `current_identity()`, never from a request body.
+Handlers read the caller with `current_identity()`, never from a request body. A method that
+service identities call admits exactly the services its service's `Callers` table names (and
+admins where it says so): `CALLERS.require(method)` in the handler.
 
 Each verification key is bound to what it may sign (its `Scope`): the gateway's key player tokens
 only, each service's key service tokens for that service only, the admin key admin tokens. The key
@@ -158,6 +160,68 @@ class Identity:
         """Players may only act on themselves; services and admins on anyone."""
         if self.kind is Kind.PLAYER and player != self.name:
             raise PermissionDeniedError(f"players/{self.name} may not act for players/{player}")
+
+
+#: In `Allowed.services`: any service identity.
+ANY_SERVICE = "*"
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """Who may call one method that service identities call: the services named (`ANY_SERVICE`:
+    every service), and admins when `admins`. Players never: a method open to players checks them
+    itself before it consults the table."""
+
+    services: frozenset[str]
+    admins: bool = False
+
+    def admits(self, identity: Identity) -> bool:
+        if identity.kind is Kind.SERVICE:
+            return ANY_SERVICE in self.services or identity.name in self.services
+        return self.admins and identity.kind is Kind.ADMIN
+
+    def __str__(self) -> str:
+        """`services/game-session, services/tournament or admins`, `any service or admins`."""
+        who = ["any service"] if ANY_SERVICE in self.services else [f"services/{s}" for s in sorted(self.services)]
+        if self.admins:
+            who.append("admins")
+        if not who:
+            return "no one"
+        return who[0] if len(who) == 1 else ", ".join(who[:-1]) + " or " + who[-1]
+
+
+def allow(*names: str, admins: bool = False) -> Allowed:
+    """The services `names` (`ANY_SERVICE`: every one), and admins when `admins`, may call the method."""
+    for name in names:
+        if name != ANY_SERVICE and not NAME_PATTERN.fullmatch(name):
+            raise ValueError(f"{name!r} is not a service name")
+    return Allowed(frozenset(names), admins)
+
+
+class Callers:
+    """Who may call each of one service's methods that service identities call: least privilege
+    between services. A service's signing key signs tokens for that service only (`Scope`), so the
+    token's name is the calling service; each method admits exactly the services that call it in
+    this codebase (docs/contracts.md, "Who may call what"). Adding a method is one line."""
+
+    def __init__(self, service: str, methods: Mapping[str, Allowed]) -> None:
+        self.service = service
+        self.methods = dict(methods)
+
+    def check(self, identity: Identity, method: str) -> None:
+        """PERMISSION_DENIED naming the caller, the method and who may call it, unless `identity`
+        may call `method`. A method missing from the table is a bug (KeyError: INTERNAL), never
+        an open door."""
+        allowed = self.methods[method]
+        if not allowed.admits(identity):
+            raise PermissionDeniedError(
+                f"{identity.principal} may not call {self.service}.{method}: only {allowed} may")
+
+    def require(self, method: str) -> Identity:
+        """The caller of the call being handled, once `check` admits it for `method`."""
+        identity = current_identity()
+        self.check(identity, method)
+        return identity
 
 
 _current: contextvars.ContextVar[Identity] = contextvars.ContextVar("buraco_identity")

@@ -1,7 +1,7 @@
 """Who may do what at a table. The seat always comes from the caller's token, never from the
 request: a player acts, proposes and votes for their own seat only.
 
-- CreateTable and CancelTable: services only (checked in the API).
+- CreateTable and CancelTable: matchmaking and tournaments only (`api.CALLERS`).
 - Moves, hints, annulment votes, `Play`: the table's seated players, for their own seat.
 - Subscribe, SubscribeChanges, GetTable, GetTableSnapshot: the table's players, services and
   admins, and anyone where the table allows spectators.

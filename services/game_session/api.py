@@ -18,7 +18,7 @@ import grpc
 from buraco.v1 import common_pb2, game_session_pb2, game_session_pb2_grpc
 from services.common import loadtest_runs
 from services.common import validation as check
-from services.common.auth import Kind, current_identity
+from services.common.auth import Callers, Kind, allow, current_identity
 from services.common.collector import Settler
 from services.common.db import Database
 from services.common.errors import FailedPreconditionError, PermissionDeniedError
@@ -38,6 +38,15 @@ from services.game_session.table import LiveTable, State
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 log = logging.getLogger("buraco.game_session")
 SERVICE = requests.SERVICE
+
+#: Who may create and cancel tables: the services that seat players (matchmaking's matches and
+#: lobby tables, tournaments' rounds). A table's result settles its match's pot (the outbox), so
+#: only the services that hold pots make or cancel tables; no other service, and no admin
+#: (docs/contracts.md, "Who may call what").
+CALLERS = Callers("GameSessionService", {
+    "CreateTable": allow("matchmaking", "tournament"),
+    "CancelTable": allow("matchmaking", "tournament"),
+})
 
 
 def _table_id(name: str, field: str = "table") -> str:
@@ -103,8 +112,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
     async def CreateTable(
         self, request: game_session_pb2.CreateTableRequest, context: Context
     ) -> game_session_pb2.Table:
-        identity = current_identity()
-        identity.require_kind(Kind.SERVICE)
+        identity = CALLERS.require("CreateTable")
         check.request_id(request.request_id)
         table_id = check.identifier(request.table_id, "table_id") if request.table_id else uuid.uuid4().hex[:20]
         check.message(request, "table")
@@ -168,8 +176,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
     async def CancelTable(
         self, request: game_session_pb2.CancelTableRequest, context: Context
     ) -> game_session_pb2.Table:
-        identity = current_identity()
-        identity.require_kind(Kind.SERVICE)
+        identity = CALLERS.require("CancelTable")
         check.request_id(request.request_id)
         reason = check.text(request.reason, "reason", max_length=500, required=False)
         actor = await self._actor(request.name, "name")

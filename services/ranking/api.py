@@ -2,10 +2,10 @@
 domain modules: core, profiles, rating_store, leaderboards; build the reply; errors are mapped by
 the server pipeline).
 
-Who may call what: RecordMatch, services only; BatchGetRatings, services and admins; ListXpEvents,
-a player for themselves, services and admins for anyone; profiles, ratings, rating histories and
-leaderboards, any authenticated caller (they are public on the platform); EraseLoadTestRun, admins
-only.
+Who may call what: RecordMatch, the game-session service only, and BatchGetRatings, any service
+and admins (`CALLERS`, docs/contracts.md "Who may call what"); ListXpEvents, a player for
+themselves, services and admins for anyone; profiles, ratings, rating histories and leaderboards,
+any authenticated caller (they are public on the platform); EraseLoadTestRun, admins only.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from buraco.v1 import common_pb2, ranking_pb2, ranking_pb2_grpc
 from engine.rules import PRESETS
 from services.common import loadtest_runs
 from services.common import validation as check
-from services.common.auth import Kind, current_identity
+from services.common.auth import ANY_SERVICE, Callers, Kind, allow, current_identity
 from services.common.db import Database, LazyPool
 from services.common.errors import InvalidArgumentError
 from services.common.idempotency import IdempotencyStore, request_hash
@@ -62,6 +62,15 @@ MAX_CANASTRAS = 1000
 MAX_BATCH = 1000
 
 log = logging.getLogger(__name__)
+
+#: Who may call each method that service identities call. Only the game-session service records
+#: matches (its outbox, at a match's end): a rating moves only on a match a table really played.
+#: Ratings are public (GetRating), so any service (matchmaking and tournaments seed with them) and
+#: admins read them in batches. A new method is one line here.
+CALLERS = Callers("RankingService", {
+    "RecordMatch": allow("game-session"),
+    "BatchGetRatings": allow(ANY_SERVICE, admins=True),
+})
 
 
 def _timestamp(moment: datetime) -> Timestamp:
@@ -173,8 +182,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
     async def RecordMatch(
         self, request: ranking_pb2.RecordMatchRequest, context: Context
     ) -> ranking_pb2.RecordMatchResponse:
-        identity = current_identity()
-        identity.require_kind(Kind.SERVICE)
+        identity = CALLERS.require("RecordMatch")
         check.request_id(request.request_id)
         now = self.clock()
         canonical, match = self._finished_match(request, now)
@@ -360,7 +368,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
     async def BatchGetRatings(
         self, request: ranking_pb2.BatchGetRatingsRequest, context: Context
     ) -> ranking_pb2.BatchGetRatingsResponse:
-        current_identity().require_kind(Kind.SERVICE, Kind.ADMIN)
+        CALLERS.require("BatchGetRatings")
         names = request.player_names
         check.require(len(names) >= 1, "player_names", "at least one player")
         check.require(len(names) <= MAX_BATCH, "player_names", f"at most {MAX_BATCH} players")

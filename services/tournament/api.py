@@ -20,8 +20,8 @@ from buraco.v1 import common_pb2, tournament_pb2, tournament_pb2_grpc
 from engine.errors import RulesetError
 from engine.rules import PARAMETERS, PRESETS, ruleset_from_spec
 from services.common import validation as check
-from services.common.auth import Kind, current_identity
-from services.common.errors import InvalidArgumentError, PermissionDeniedError, UnavailableError
+from services.common.auth import Callers, Kind, allow, current_identity
+from services.common.errors import InvalidArgumentError, UnavailableError
 from services.common.server import Deps
 from services.tournament import records
 from services.tournament.core import Tournaments, TournamentSpec
@@ -38,9 +38,12 @@ MAX_PLAYERS = 1024
 MAX_CHIPS = 10**12
 MAX_SWISS_ROUNDS = 15
 DEFAULT_NO_SHOW_SECONDS = 300
-#: The identity whose reports of table results are accepted (services.client.channels names the
-#: game-session service `game-session`).
-RESULT_REPORTER = "game-session"
+#: Who may call each method that service identities call: only the game-session service reports
+#: table results (its outbox, at a match's end; services.client.channels names it `game-session`),
+#: so no other caller can decide a tournament's round (docs/contracts.md, "Who may call what").
+CALLERS = Callers("TournamentService", {
+    "ReportMatchResult": allow("game-session"),
+})
 
 _FORMATS = {
     tournament_pb2.Tournament.FORMAT_SINGLE_ELIMINATION: records.SINGLE_ELIMINATION,
@@ -294,9 +297,7 @@ class TournamentApi(tournament_pb2_grpc.TournamentServiceServicer):
     async def ReportMatchResult(
         self, request: tournament_pb2.ReportMatchResultRequest, context: Context
     ) -> tournament_pb2.ReportMatchResultResponse:
-        identity = current_identity()
-        if identity.kind is not Kind.SERVICE or identity.name != RESULT_REPORTER:
-            raise PermissionDeniedError(f"only services/{RESULT_REPORTER} reports results, not {identity.principal}")
+        identity = CALLERS.require("ReportMatchResult")
         check.request_id(request.request_id)
         tournament = _tournament_id(request.tournament, "tournament")
         check.identifier(request.match_id, "match_id")

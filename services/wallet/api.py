@@ -2,10 +2,11 @@
 call core inside an (idempotent) transaction, build the reply; errors are mapped by the server
 pipeline).
 
-Who may call what: players read their own account and statement; services and admins read any
-account and move chips (HoldBets, Settle, Void, ExpireHolds, Grant, CreateAccount); only admins
-correct (AdminCorrection) and erase a load-test run (EraseLoadTestRun). Every mutating call is
-idempotent by (caller, request id).
+Who may call what: players read their own account and statement and open their own account;
+services and admins read any account; chips move only at the request of the services that move
+them in this codebase (`CALLERS`, docs/contracts.md "Who may call what"); only admins grant
+(Grant), correct (AdminCorrection) and erase a load-test run (EraseLoadTestRun). Every mutating
+call is idempotent by (caller, request id).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from buraco.v1 import common_pb2, wallet_pb2, wallet_pb2_grpc
 from services.common import loadtest_runs
 from services.common import validation as check
-from services.common.auth import Identity, Kind, current_identity
+from services.common.auth import ANY_SERVICE, Callers, Identity, Kind, allow, current_identity
 from services.common.errors import InvalidArgumentError, PermissionDeniedError
 from services.common.server import Deps
 from services.wallet import core, records
@@ -227,11 +228,24 @@ def _prizes(request: wallet_pb2.SettleRequest) -> list[records.PrizeShare]:
 
 # -- identity ---------------------------------------------------------------------------------
 
+#: Who may call each method that moves chips: the services that call it (matchmaking holds and
+#: voids a match's stakes; the game-session outbox settles and voids matches; tournaments hold,
+#: void and pay buy-ins), and admins, who may move chips by hand. ExpireHolds only brings the
+#: sweeper's work forward, so any service may. A player opens their own account (CreateAccount,
+#: checked in the handler) and is never in this table.
+CALLERS = Callers("WalletService", {
+    "CreateAccount": allow(ANY_SERVICE, admins=True),
+    "HoldBets": allow("matchmaking", "tournament", admins=True),
+    "Settle": allow("game-session", "tournament", admins=True),
+    "Void": allow("game-session", "matchmaking", "tournament", admins=True),
+    "ExpireHolds": allow(ANY_SERVICE, admins=True),
+    "Grant": allow(admins=True),
+})
 
-def _mover() -> tuple[Identity, records.Caller]:
-    """Only services and admins move chips."""
-    identity = current_identity()
-    identity.require_kind(Kind.SERVICE, Kind.ADMIN)
+
+def _mover(method: str) -> tuple[Identity, records.Caller]:
+    """The caller, if `CALLERS` lets it call `method`."""
+    identity = CALLERS.require(method)
     return identity, records.Caller(identity.principal, identity.acting_for)
 
 
@@ -339,7 +353,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
                 raise PermissionDeniedError(f"{identity.principal} may open only players/{identity.name}'s account")
             caller = records.Caller(identity.principal, None)
         else:
-            identity, caller = _mover()
+            identity, caller = _mover("CreateAccount")
 
         async def plan(store: Store) -> tuple[wallet_pb2.Account, Batch]:
             account, batch = await self.wallet.open_account(store, caller, request_id, player)
@@ -348,7 +362,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
         return await self._once(identity, "CreateAccount", request, wallet_pb2.Account, plan, reserve=1)
 
     async def HoldBets(self, request: wallet_pb2.HoldBetsRequest, context: Context) -> wallet_pb2.HoldBetsResponse:
-        identity, caller = _mover()
+        identity, caller = _mover("HoldBets")
         request_id = check.request_id(request.request_id)
         pot = _pot(request)
         maximum = MAX_MATCH_STAKES if pot.kind == "match" else MAX_TOURNAMENT_STAKES
@@ -382,7 +396,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
         )
 
     async def Settle(self, request: wallet_pb2.SettleRequest, context: Context) -> wallet_pb2.SettleResponse:
-        identity, caller = _mover()
+        identity, caller = _mover("Settle")
         request_id = check.request_id(request.request_id)
         pot = _pot(request)
         work: Callable[[Store], Awaitable[tuple[records.SettleResult, Batch]]]
@@ -421,7 +435,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
         return await self._once(identity, "Settle", request, wallet_pb2.SettleResponse, plan)
 
     async def Void(self, request: wallet_pb2.VoidRequest, context: Context) -> wallet_pb2.VoidResponse:
-        identity, caller = _mover()
+        identity, caller = _mover("Void")
         request_id = check.request_id(request.request_id)
         pot = _pot(request)
         penalised = _players(request.penalised_players, "penalised_players", MAX_TOURNAMENT_STAKES)
@@ -441,7 +455,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
     async def ExpireHolds(
         self, request: wallet_pb2.ExpireHoldsRequest, context: Context
     ) -> wallet_pb2.ExpireHoldsResponse:
-        identity, caller = _mover()
+        identity, caller = _mover("ExpireHolds")
         request_id = check.request_id(request.request_id)
         check.require(not (request.match_id and request.tournament), "tournament", "not together with match_id")
         pot: records.Pot | None = None
@@ -458,7 +472,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
         return await self._once(identity, "ExpireHolds", request, wallet_pb2.ExpireHoldsResponse, plan)
 
     async def Grant(self, request: wallet_pb2.GrantRequest, context: Context) -> wallet_pb2.Transfer:
-        identity, caller = _mover()
+        identity, caller = _mover("Grant")
         request_id = check.request_id(request.request_id)
         player = check.player(request.player, "player")
         check.enum(request.kind, "kind", wallet_pb2.GrantRequest.Kind.DESCRIPTOR)

@@ -14,7 +14,7 @@ from engine.actions import DRAW, TAKE_PILE, AddCards, Discard, MeldCards
 from engine.cards import parse
 from services.cli.__main__ import BOT_CHOICES, build_parser
 from services.cli.commands import Annul, CommandError, Hint, Play, Say, Simple, describe_action, parse_command
-from services.cli.play import BOT_LEVELS, PracticeTable, play, practice_table_request, watch
+from services.cli.play import BOT_LEVELS, TABLE_CREATOR, PracticeTable, play, practice_table_request, watch
 from services.cli.render import pretty_card, render_hints, render_table
 from services.client.connection import TableConnection
 from services.client.model import TableModel, actions_from_hints
@@ -84,7 +84,8 @@ async def test_play_and_watch_a_practice_table_end_to_end(tmp_path: Path) -> Non
     node = await cluster.start()
     try:
         request = practice_table_request(PracticeTable(player="ann", players=2, preset="aberto"), table_id="cli-e2e")
-        table = await cluster.stub().CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
+        # as `buraco play` creates it: with the identity whose place it takes
+        table = await cluster.stub().CreateTable(request, metadata=cluster.token(Kind.SERVICE, TABLE_CREATOR))
         assert [s.participant.WhichOneof("kind") for s in table.seats] == ["player", "bot"]
         played: list[str] = []
         watched: list[str] = []

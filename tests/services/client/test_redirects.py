@@ -159,7 +159,8 @@ async def test_calls_reach_the_owner_through_another_replica_on_one_channel_per_
     two: Cluster, tmp_path: Path
 ) -> None:
     owner, other = two.nodes
-    await two.stub(owner).CreateTable(table_request("t1", "ann", "bob"), metadata=two.token(Kind.SERVICE, "mm"))
+    matchmaking = two.token(Kind.SERVICE, "matchmaking")
+    await two.stub(owner).CreateTable(table_request("t1", "ann", "bob"), metadata=matchmaking)
     clients = clients_at(two, tmp_path, other.address)
     follow = Owners(clients)
     try:
@@ -175,7 +176,8 @@ async def test_calls_reach_the_owner_through_another_replica_on_one_channel_per_
 
 async def test_a_call_at_an_owner_that_stopped_goes_back_to_the_entry(two: Cluster, tmp_path: Path) -> None:
     gone, entry = two.nodes
-    await two.stub(gone).CreateTable(table_request("t1", "ann", "bob"), metadata=two.token(Kind.SERVICE, "mm"))
+    matchmaking = two.token(Kind.SERVICE, "matchmaking")
+    await two.stub(gone).CreateTable(table_request("t1", "ann", "bob"), metadata=matchmaking)
     gone_address = gone.address
     await two.stop(gone)  # a graceful stop releases its tables: the entry takes t1 over when asked
     clients = clients_at(two, tmp_path, entry.address)

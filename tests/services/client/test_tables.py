@@ -52,7 +52,8 @@ async def test_a_retried_create_whose_table_exists_gets_it_back_from_its_owner(t
 
 async def test_reads_and_cancellations_follow_the_redirect(two: Cluster, tmp_path: Path) -> None:
     owner, entry = two.nodes
-    await two.stub(owner).CreateTable(table_request("t1", "ann", "bob"), metadata=two.token(Kind.SERVICE, "mm"))
+    matchmaking = two.token(Kind.SERVICE, "matchmaking")
+    await two.stub(owner).CreateTable(table_request("t1", "ann", "bob"), metadata=matchmaking)
     clients = clients_at(two, tmp_path, entry.address)
     tables = Tables(Owners(clients), timeout=10)
     try:

@@ -184,10 +184,10 @@ async def test_the_real_wallet_and_ranking_accept_what_a_match_end_owes(
                 request_id=f"open-{player}", player=f"players/{player}"), metadata=token)
         before = {p: (await wallet.GetAccount(wallet_pb2.GetAccountRequest(name=f"accounts/player-{p}"),
                                               metadata=token)).balance_chips for p in ("alice", "bob")}
-        await wallet.HoldBets(wallet_pb2.HoldBetsRequest(
+        await wallet.HoldBets(wallet_pb2.HoldBetsRequest(  # matchmaking holds the stakes it seats
             request_id="hold", match_id="m-real",
             stakes=[wallet_pb2.Stake(player=f"players/{p}", amount_chips=100) for p in ("alice", "bob")],
-        ), metadata=token)
+        ), metadata=bearer(minter.mint(Kind.SERVICE, "matchmaking")))
         settle = wallet_pb2.SettleRequest.FromString(owed["wallet.Settle"])
         for _ in range(2):  # a repeated delivery is answered, not applied again
             paid = await wallet.Settle(settle, metadata=token)

@@ -1,6 +1,6 @@
 """The game-session API's table calls on both databases: CreateTable (idempotent, its errors, the
 one-statement path on PostgreSQL writing what the general path writes), GetTable, ListTables
-(pages, players, permissions) and CancelTable."""
+(pages, players, permissions) and CancelTable, and who may create and cancel tables."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import grpc
 from sqlalchemy import select
 
 from buraco.v1 import common_pb2, game_session_pb2
-from services.common.auth import Kind
+from services.common.auth import Identity, Kind
 from services.game_session import models
+from tests.services.callers import denied, outcome
 from tests.services.game_session.conftest import Cluster, rpc_error, started, subscribe, table_request
 
 
@@ -143,3 +144,32 @@ async def test_a_table_created_in_one_statement_is_the_one_the_general_path_writ
     assert (await stored("other"))["tables"] == []
     assert wrote == ([True, False, False, False] if at_once else [])  # the rest: the general path
     await started(cluster, "fast", "alice", "bob")  # the table created in one statement plays
+
+
+async def test_only_the_services_that_seat_players_create_and_cancel_tables(cluster: Cluster) -> None:
+    """docs/contracts.md, "Who may call what": CreateTable and CancelTable are matchmaking's and
+    the tournaments'; anyone else is refused by name and changes nothing."""
+    await cluster.start()
+    stub = cluster.stub()
+    tournament, matchmaking = cluster.token(Kind.SERVICE, "tournament"), cluster.token(Kind.SERVICE, "matchmaking")
+    others = [(Kind.SERVICE, "game-session"), (Kind.SERVICE, "ranking"), (Kind.SERVICE, "wallet"),
+              (Kind.ADMIN, "ops"), (Kind.PLAYER, "alice")]
+    who = "services/matchmaking or services/tournament"
+    for kind, name in others:
+        create = stub.CreateTable(table_request("t1", "alice", "bob"), metadata=cluster.token(kind, name))
+        assert await outcome(create) == denied(
+            Identity(kind, name).principal, "GameSessionService.CreateTable", who), (kind, name)
+    nothing = stub.GetTable(game_session_pb2.GetTableRequest(name="tables/t1"), metadata=matchmaking)
+    assert (await rpc_error(nothing)).code() == grpc.StatusCode.NOT_FOUND
+    assert (await stub.CreateTable(table_request("t1", "alice", "bob"), metadata=tournament)).name == "tables/t1"
+    assert (await stub.CreateTable(table_request("t2", "carol", "dave"), metadata=matchmaking)).name == "tables/t2"
+
+    for kind, name in others:
+        cancel = game_session_pb2.CancelTableRequest(name="tables/t1", request_id=f"no-{name}")
+        assert await outcome(stub.CancelTable(cancel, metadata=cluster.token(kind, name))) == denied(
+            Identity(kind, name).principal, "GameSessionService.CancelTable", who), (kind, name)
+    still = await stub.GetTable(game_session_pb2.GetTableRequest(name="tables/t1"), metadata=matchmaking)
+    assert still.state == game_session_pb2.Table.STATE_WAITING
+    for table, token in (("tables/t1", tournament), ("tables/t2", matchmaking)):
+        cancel = game_session_pb2.CancelTableRequest(name=table, request_id=f"cancel-{table}")
+        assert (await stub.CancelTable(cancel, metadata=token)).state == game_session_pb2.Table.STATE_CANCELLED

@@ -19,7 +19,7 @@ TAKEN = game_session_pb2.SeatTakenOver
 
 async def _start(cluster: Cluster, table_id: str, *who: str, **opts: Any) -> dict[str, Stream]:
     stub = cluster.stub()
-    await stub.CreateTable(table_request(table_id, *who, **opts), metadata=cluster.token(Kind.SERVICE, "mm"))
+    await stub.CreateTable(table_request(table_id, *who, **opts), metadata=cluster.token(Kind.SERVICE, "matchmaking"))
     streams = {name: subscribe(stub, cluster.token(Kind.PLAYER, name), f"tables/{table_id}") for name in who}
     for stream in streams.values():
         await stream.wait(lambda events: any(e.HasField("turn_timer_started") for e in events))
@@ -133,7 +133,7 @@ async def test_a_tables_bot_level_chooses_its_bots(cluster: Cluster) -> None:
     request = table_request("easy", "alice", "bot", "bot", "bot", players=4, bot_level=common_pb2.BOT_LEVEL_EASY)
     for seat in (1, 2):
         request.table.seats[seat].participant.bot = common_pb2.BOT_LEVEL_UNSPECIFIED  # the table's level
-    created = await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "mm"))
+    created = await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "matchmaking"))
     easy, medium = common_pb2.BOT_LEVEL_EASY, common_pb2.BOT_LEVEL_MEDIUM
     assert created.options.bot_level == easy
     assert [s.bot_level for s in created.seats] == [common_pb2.BOT_LEVEL_UNSPECIFIED, easy, easy, medium]
@@ -209,7 +209,7 @@ async def test_at_an_expert_table_the_expert_bot_takes_a_dropped_players_seat(cl
 async def test_an_unknown_bot_level_is_refused(cluster: Cluster) -> None:
     await cluster.start()
     stub = cluster.stub()
-    svc = cluster.token(Kind.SERVICE, "mm")
+    svc = cluster.token(Kind.SERVICE, "matchmaking")
     table = table_request("odd", "alice", "bot", bot_level=9)
     error = await _error(stub.CreateTable(table, metadata=svc))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -272,7 +272,7 @@ async def test_a_tournament_match_cannot_be_annulled(cluster: Cluster) -> None:
     stub = cluster.stub()
     request = table_request("cup", "alice", "bob", mode=common_pb2.TABLE_MODE_COMPETITIVE)
     request.table.tournament = "tournaments/cup1"
-    await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "tournaments"))
+    await stub.CreateTable(request, metadata=cluster.token(Kind.SERVICE, "tournament"))
     alice, bob = (cluster.token(Kind.PLAYER, p) for p in ("alice", "bob"))
     streams = {name: subscribe(stub, token, "tables/cup") for name, token in (("alice", alice), ("bob", bob))}
     for stream in streams.values():

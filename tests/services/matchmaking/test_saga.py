@@ -64,7 +64,7 @@ async def test_a_player_who_cannot_cover_the_bet_at_the_hold_fails_alone(service
         wallet_pb2.HoldBetsRequest(
             request_id="elsewhere", match_id="other", stakes=[wallet_pb2.Stake(player="players/ana", amount_chips=480)]
         ),
-        metadata=service.service("game-session"),
+        metadata=service.service("matchmaking"),  # another match's hold, as matchmaking holds stakes
     )
     await service.confirm_all(ana, bia)
     ana, bia = await service.get(ana), await service.get(bia)

@@ -52,7 +52,7 @@ async def real(db_target: DatabaseTarget, tmp_path: Path) -> AsyncIterator[tuple
 async def read_table(service: Service, stub: Any, name: str) -> game_session_pb2.Table:
     table: game_session_pb2.Table = await stub.GetTable(
         game_session_pb2.GetTableRequest(name=name),
-        metadata=bearer(service.platform.minter.mint(Kind.SERVICE, "test")),
+        metadata=bearer(service.platform.minter.mint(Kind.SERVICE, "matchmaking")),
     )
     return table
 

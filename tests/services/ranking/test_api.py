@@ -16,11 +16,12 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from buraco.v1 import common_pb2, ranking_pb2, ranking_pb2_grpc
-from services.common.auth import Kind, Minter
+from services.common.auth import Identity, Kind, Minter
 from services.common.db import Database
 from services.ranking import core
 from services.ranking.service import SPEC
 from tests.conftest import DatabaseTarget
+from tests.services.callers import denied
 from tests.services.fuzzing import fuzz_service
 from tests.services.harness import bearer, dev_minter, health_status, make_config, running, service_process
 
@@ -104,8 +105,12 @@ async def client(db_target: DatabaseTarget, tmp_path: Path) -> AsyncIterator[Cli
 
 
 async def test_record_match_is_for_services_and_idempotent_on_the_request_and_the_match(client: Client) -> None:
-    code, _ = await client.status("RecordMatch", duel("m1"), Kind.PLAYER, "alice")
-    assert code == grpc.StatusCode.PERMISSION_DENIED
+    # Only the game-session service records matches: players, other services and admins are
+    # refused, and their calls record nothing (the first recording below starts from zero XP).
+    for kind, name in ((Kind.PLAYER, "alice"), (Kind.SERVICE, "matchmaking"), (Kind.SERVICE, "tournament"),
+                       (Kind.ADMIN, "ops")):
+        assert await client.status("RecordMatch", duel("m1"), kind, name) == denied(
+            Identity(kind, name).principal, "RankingService.RecordMatch", "services/game-session")
     first = await client.call("RecordMatch", duel("m1"))
     assert first.rated
     results = [(r.player, r.xp_gained, r.xp_total, r.level, r.level_up) for r in first.results]
@@ -261,9 +266,12 @@ async def test_xp_feed_ratings_and_history_as_clients_read_them(client: Client) 
     batch = ranking_pb2.BatchGetRatingsRequest(
         player_names=["players/bob", "players/new", "players/alice"], preset="aberto", players=2
     )
-    code, _ = await client.status("BatchGetRatings", batch, Kind.PLAYER, "alice")
-    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert await client.status("BatchGetRatings", batch, Kind.PLAYER, "alice") == denied(
+        "players/alice", "RankingService.BatchGetRatings", "any service or admins")
     ratings = (await client.call("BatchGetRatings", batch, Kind.SERVICE, "matchmaking")).ratings
+    # ratings are public (GetRating): any service, and admins, read them in batches
+    for kind, name in ((Kind.SERVICE, "tournament"), (Kind.SERVICE, "game-session"), (Kind.ADMIN, "ops")):
+        assert (await client.call("BatchGetRatings", batch, kind, name)).ratings == ratings
     assert [r.player for r in ratings] == ["players/bob", "players/new", "players/alice"]
     assert ratings[2].ordinal > ratings[1].ordinal == 0 > ratings[0].ordinal
     assert ratings[1].matches == 0 and not ratings[1].HasField("update_time")

@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from buraco.v1 import common_pb2, tournament_pb2, tournament_pb2_grpc
 from services.common.auth import Kind
 from services.tournament.settings import SETTINGS
+from tests.services.callers import denied, outcome
 from tests.services.fuzzing import fuzz_service
 from tests.services.harness import ROOT, bearer, dev_minter, health_status, service_process
 from tests.services.tournament.support import Platform, TournamentService, definition
@@ -147,10 +148,16 @@ async def test_only_admins_create_and_cancel(service: TournamentService, platfor
             common_pb2.PlayerOutcome(player="players/b", seat=1, outcome=common_pb2.OUTCOME_LOST),
         ],
     )
-    for metadata in (service.as_player("a"), service.as_service("matchmaking"), service.as_admin()):
-        assert await call_code(service.stub.ReportMatchResult(report, metadata=metadata)) == (
-            grpc.StatusCode.PERMISSION_DENIED
-        )
+    # only the game-session service reports results (docs/contracts.md, "Who may call what")
+    callers = [
+        (service.as_player("a"), "players/a"),
+        (service.as_service("matchmaking"), "services/matchmaking"),
+        (service.as_service("tournament"), "services/tournament"),
+        (service.as_admin(), "admins/root"),
+    ]
+    for metadata, principal in callers:
+        assert await outcome(service.stub.ReportMatchResult(report, metadata=metadata)) == denied(
+            principal, "TournamentService.ReportMatchResult", "services/game-session")
     assert await call_code(service.stub.ReportMatchResult(report, metadata=service.as_service("game-session"))) == (
         grpc.StatusCode.NOT_FOUND
     )

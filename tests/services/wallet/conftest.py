@@ -38,7 +38,19 @@ R = TypeVar("R", bound=Message)
 
 SERVICE = Identity(Kind.SERVICE, "matchmaking")
 GAME = Identity(Kind.SERVICE, "game-session")
+TOURNAMENT = Identity(Kind.SERVICE, "tournament")
 ADMIN = Identity(Kind.ADMIN, "root")
+
+
+def caller_of(method: str, request: Message) -> Identity:
+    """Who makes `method` in the running system, the identity a test calls as unless it names
+    one: tournaments hold, settle and void their own pots (services/tournament/remote.py);
+    matchmaking holds and voids a match's stakes (services/matchmaking/remote.py); the game-session
+    outbox settles matches (services/game_session/outbox.py); admins grant. Any other call:
+    matchmaking (reads, ExpireHolds and CreateAccount take any service)."""
+    if method in ("HoldBets", "Settle", "Void") and request.WhichOneof("pot") == "tournament":
+        return TOURNAMENT
+    return {"Settle": GAME, "Grant": ADMIN}.get(method, SERVICE)
 
 
 def player(name: str) -> Identity:
@@ -92,8 +104,9 @@ class Ledger:
     api: WalletApi
     clock: Clock
 
-    async def call(self, method: str, request: R, identity: Identity = SERVICE) -> Any:
-        token = set_current_identity(identity)
+    async def call(self, method: str, request: R, identity: Identity | None = None) -> Any:
+        """`method` called as `identity` (default: `caller_of`)."""
+        token = set_current_identity(identity or caller_of(method, request))
         try:
             return await getattr(self.api, method)(request, None)
         finally:
@@ -177,7 +190,9 @@ class Ledger:
         return result
 
 
-async def refused(ledger: Ledger, code: grpc.StatusCode, method: str, request: Any, identity: Any = SERVICE) -> str:
+async def refused(
+    ledger: Ledger, code: grpc.StatusCode, method: str, request: Any, identity: Identity | None = None
+) -> str:
     """Calls and expects `code`; proves the call changed no row. Returns the message."""
     before = await ledger.snapshot()
     with pytest.raises(ServiceError) as caught:

@@ -6,6 +6,7 @@ audit passes after each test."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -98,7 +99,7 @@ async def test_no_daily_bonus_unless_configured(ledger: Ledger) -> None:
 
 async def test_promotions_are_recorded_with_who_asked_and_for_whom(ledger: Ledger) -> None:
     await ledger.open("alice")
-    acting = type(SERVICE)(SERVICE.kind, "matchmaking", acting_for="alice")
+    acting = replace(ADMIN, acting_for="alice")
     grant = await ledger.call(
         "Grant",
         wallet_pb2.GrantRequest(
@@ -111,7 +112,7 @@ async def test_promotions_are_recorded_with_who_asked_and_for_whom(ledger: Ledge
         acting,
     )
     assert (grant.requested_by, grant.on_behalf_of, grant.note, grant.request_id) == (
-        "services/matchmaking",
+        "admins/root",
         "players/alice",
         "spring promotion",
         "p1",

@@ -12,7 +12,7 @@ import pytest
 
 from buraco.v1 import wallet_pb2
 from services.wallet.settings import WalletSettings
-from tests.services.wallet.conftest import GAME, Ledger, refused, stakes
+from tests.services.wallet.conftest import TOURNAMENT, Ledger, refused, stakes
 
 pytestmark = pytest.mark.usefixtures("audited")
 
@@ -30,9 +30,10 @@ async def test_a_retry_gets_the_original_answer_and_other_content_is_refused(led
     assert await ledger.balance("player-a") == 1006
     # The key is (caller, request id): another service's "h" is its own call.
     mine = await ledger.call(
-        "HoldBets", wallet_pb2.HoldBetsRequest(request_id="h", match_id="m2", stakes=stakes(a=1)), GAME
+        "HoldBets", wallet_pb2.HoldBetsRequest(request_id="h", tournament="tournaments/t2", stakes=stakes(a=1)),
+        TOURNAMENT,
     )
-    assert mine.holds[0].match_id == "m2"
+    assert mine.holds[0].tournament == "tournaments/t2"
 
 
 async def test_answers_are_kept_for_the_retention_then_forgotten(ledger_factory: Callable[..., Ledger]) -> None:

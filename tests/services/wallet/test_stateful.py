@@ -40,7 +40,7 @@ from services.common.errors import ServiceError
 from services.wallet import models
 from services.wallet.settings import WalletSettings
 from tests.conftest import DatabaseTarget
-from tests.services.wallet.conftest import GAME, SERVICE, Ledger, make_ledger, migrated
+from tests.services.wallet.conftest import GAME, Ledger, caller_of, make_ledger, migrated
 
 T = TypeVar("T")
 START = 100  # a small starting grant: many holds cannot be covered
@@ -110,9 +110,11 @@ class LedgerMachine(RuleBasedStateMachine):
     def request_id(self) -> str:
         return f"{self.prefix}-r{next(self.requests)}"
 
-    def send(self, method: str, request: Message, identity: Any = SERVICE, *, fault: str | None = None) -> Any:
-        """A mutating call; with `fault`, the first attempt crashes there (or the reply is lost
-        after the commit, "lost_reply") and the retry with the same request id must apply once."""
+    def send(self, method: str, request: Message, identity: Any = None, *, fault: str | None = None) -> Any:
+        """A mutating call (as `identity`, default: the service that makes it, `caller_of`); with
+        `fault`, the first attempt crashes there (or the reply is lost after the commit,
+        "lost_reply") and the retry with the same request id must apply once."""
+        identity = identity or caller_of(method, request)
         if fault in FAULT_POINTS:
             self.fault_at = fault
             with pytest.raises(InjectedFault):
@@ -124,7 +126,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.sent.append(Sent(method, request, reply, identity))
         return reply
 
-    def refused(self, method: str, request: Message, code: grpc.StatusCode, identity: Any = SERVICE) -> str:
+    def refused(self, method: str, request: Message, code: grpc.StatusCode, identity: Any = None) -> str:
         with pytest.raises(ServiceError) as caught:
             self.run(self.ledger.call(method, request, identity))
         assert caught.value.code == code, caught.value.message
