@@ -171,7 +171,8 @@ class GameSessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelTable(self, request, context):
-        """Cancels a table whose match has not started (matchmaking's saga compensation). Service only.
+        """Cancels a table whose match has not started (matchmaking's saga compensation). Matchmaking
+        and tournaments only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

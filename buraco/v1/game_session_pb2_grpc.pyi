@@ -60,7 +60,9 @@ class GameSessionServiceStub:
     ListTables: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.ListTablesRequest, _game_session_pb2.ListTablesResponse]
     """Lists tables: a player's own (current and recent) tables, or, for services and admins, all."""
     CancelTable: _grpc.UnaryUnaryMultiCallable[_game_session_pb2.CancelTableRequest, _game_session_pb2.Table]
-    """Cancels a table whose match has not started (matchmaking's saga compensation). Service only."""
+    """Cancels a table whose match has not started (matchmaking's saga compensation). Matchmaking
+    and tournaments only.
+    """
     Subscribe: _grpc.UnaryStreamMultiCallable[_game_session_pb2.SubscribeRequest, _game_session_pb2.TableEvent]
     """Streams the table's events for the caller: a snapshot first (when `after_seq` is 0) or the
     events after `after_seq` (when it is positive), then live events, with no gap and no duplicate.
@@ -145,7 +147,9 @@ class GameSessionServiceAsyncStub(GameSessionServiceStub):
     ListTables: _aio.UnaryUnaryMultiCallable[_game_session_pb2.ListTablesRequest, _game_session_pb2.ListTablesResponse]  # type: ignore[assignment]
     """Lists tables: a player's own (current and recent) tables, or, for services and admins, all."""
     CancelTable: _aio.UnaryUnaryMultiCallable[_game_session_pb2.CancelTableRequest, _game_session_pb2.Table]  # type: ignore[assignment]
-    """Cancels a table whose match has not started (matchmaking's saga compensation). Service only."""
+    """Cancels a table whose match has not started (matchmaking's saga compensation). Matchmaking
+    and tournaments only.
+    """
     Subscribe: _aio.UnaryStreamMultiCallable[_game_session_pb2.SubscribeRequest, _game_session_pb2.TableEvent]  # type: ignore[assignment]
     """Streams the table's events for the caller: a snapshot first (when `after_seq` is 0) or the
     events after `after_seq` (when it is positive), then live events, with no gap and no duplicate.
@@ -251,7 +255,9 @@ class GameSessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _game_session_pb2.CancelTableRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_game_session_pb2.Table, _abc.Awaitable[_game_session_pb2.Table]]:
-        """Cancels a table whose match has not started (matchmaking's saga compensation). Service only."""
+        """Cancels a table whose match has not started (matchmaking's saga compensation). Matchmaking
+        and tournaments only.
+        """
 
     @_abc_1.abstractmethod
     def Subscribe(

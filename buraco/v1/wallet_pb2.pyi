@@ -5,7 +5,8 @@ The wallet service: a double-entry ledger of chips.
 
 Callers: gateways (players read their own account and statement), matchmaking and tournaments
 (hold bets and buy-ins), game sessions (settle and void matches), admins (grants, corrections).
-Only service and admin identities move chips.
+Only admins and the services that make each call move chips (docs/contracts.md, "Who may call
+what"): any other caller gets PERMISSION_DENIED.
 
 Accounts are named `accounts/{account}` where the id says the kind:
 `player-{player}`, `house`, `treasury`, `match-{match_id}` (a match's escrow) and

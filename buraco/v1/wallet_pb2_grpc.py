@@ -118,8 +118,8 @@ class WalletServiceServicer:
 
     def HoldBets(self, request, context):
         """Holds every player's stake in the match's (or tournament's) escrow: all or none. A player
-        who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Service or
-        admin. A pot takes further holds while it is open (tournament registrations), at most one
+        who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Matchmaking,
+        tournaments or an admin. A pot takes further holds while it is open (tournament registrations), at most one
         live hold per player, at most 4 for a match.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -129,7 +129,8 @@ class WalletServiceServicer:
     def Settle(self, request, context):
         """Pays the escrow out: to the winners less the house cut (matches), or by the prize
         structure less the house cut (tournaments). Posts every live hold of the pot, closes it.
-        The cut is rounded down to whole chips; docs/wallet.md states every rounding rule.
+        The cut is rounded down to whole chips; docs/wallet.md states every rounding rule. Game
+        sessions, tournaments or an admin.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -138,7 +139,8 @@ class WalletServiceServicer:
     def Void(self, request, context):
         """Returns the stakes (annulment, cancelled match or tournament), except those of penalised
         players, whose stakes go to the others (README, "Wallet"). With `players`, releases only
-        those players' holds and leaves the pot open (a tournament unregistration).
+        those players' holds and leaves the pot open (a tournament unregistration). Game sessions,
+        matchmaking, tournaments or an admin.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -146,14 +148,14 @@ class WalletServiceServicer:
 
     def ExpireHolds(self, request, context):
         """Expires pending holds past their expiry time now, instead of waiting for the sweeper.
-        Service or admin.
+        Any service, or an admin.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Grant(self, request, context):
-        """Credits a player from the treasury (grants, daily bonus). Service or admin.
+        """Credits a player from the treasury (grants, daily bonus). Admin only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -5,7 +5,8 @@ The wallet service: a double-entry ledger of chips.
 
 Callers: gateways (players read their own account and statement), matchmaking and tournaments
 (hold bets and buy-ins), game sessions (settle and void matches), admins (grants, corrections).
-Only service and admin identities move chips.
+Only admins and the services that make each call move chips (docs/contracts.md, "Who may call
+what"): any other caller gets PERMISSION_DENIED.
 
 Accounts are named `accounts/{account}` where the id says the kind:
 `player-{player}`, `house`, `treasury`, `match-{match_id}` (a match's escrow) and
@@ -60,26 +61,28 @@ class WalletServiceStub:
     """An account's statement, newest first. Players may read their own only."""
     HoldBets: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.HoldBetsRequest, _wallet_pb2.HoldBetsResponse]
     """Holds every player's stake in the match's (or tournament's) escrow: all or none. A player
-    who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Service or
-    admin. A pot takes further holds while it is open (tournament registrations), at most one
+    who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Matchmaking,
+    tournaments or an admin. A pot takes further holds while it is open (tournament registrations), at most one
     live hold per player, at most 4 for a match.
     """
     Settle: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.SettleRequest, _wallet_pb2.SettleResponse]
     """Pays the escrow out: to the winners less the house cut (matches), or by the prize
     structure less the house cut (tournaments). Posts every live hold of the pot, closes it.
-    The cut is rounded down to whole chips; docs/wallet.md states every rounding rule.
+    The cut is rounded down to whole chips; docs/wallet.md states every rounding rule. Game
+    sessions, tournaments or an admin.
     """
     Void: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.VoidRequest, _wallet_pb2.VoidResponse]
     """Returns the stakes (annulment, cancelled match or tournament), except those of penalised
     players, whose stakes go to the others (README, "Wallet"). With `players`, releases only
-    those players' holds and leaves the pot open (a tournament unregistration).
+    those players' holds and leaves the pot open (a tournament unregistration). Game sessions,
+    matchmaking, tournaments or an admin.
     """
     ExpireHolds: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.ExpireHoldsRequest, _wallet_pb2.ExpireHoldsResponse]
     """Expires pending holds past their expiry time now, instead of waiting for the sweeper.
-    Service or admin.
+    Any service, or an admin.
     """
     Grant: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.GrantRequest, _wallet_pb2.Transfer]
-    """Credits a player from the treasury (grants, daily bonus). Service or admin."""
+    """Credits a player from the treasury (grants, daily bonus). Admin only."""
     AdminCorrection: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.AdminCorrectionRequest, _wallet_pb2.Transfer]
     """A correcting transfer between an account and the treasury. Admin only; records who and why."""
     EraseLoadTestRun: _grpc.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]
@@ -111,26 +114,28 @@ class WalletServiceAsyncStub(WalletServiceStub):
     """An account's statement, newest first. Players may read their own only."""
     HoldBets: _aio.UnaryUnaryMultiCallable[_wallet_pb2.HoldBetsRequest, _wallet_pb2.HoldBetsResponse]  # type: ignore[assignment]
     """Holds every player's stake in the match's (or tournament's) escrow: all or none. A player
-    who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Service or
-    admin. A pot takes further holds while it is open (tournament registrations), at most one
+    who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Matchmaking,
+    tournaments or an admin. A pot takes further holds while it is open (tournament registrations), at most one
     live hold per player, at most 4 for a match.
     """
     Settle: _aio.UnaryUnaryMultiCallable[_wallet_pb2.SettleRequest, _wallet_pb2.SettleResponse]  # type: ignore[assignment]
     """Pays the escrow out: to the winners less the house cut (matches), or by the prize
     structure less the house cut (tournaments). Posts every live hold of the pot, closes it.
-    The cut is rounded down to whole chips; docs/wallet.md states every rounding rule.
+    The cut is rounded down to whole chips; docs/wallet.md states every rounding rule. Game
+    sessions, tournaments or an admin.
     """
     Void: _aio.UnaryUnaryMultiCallable[_wallet_pb2.VoidRequest, _wallet_pb2.VoidResponse]  # type: ignore[assignment]
     """Returns the stakes (annulment, cancelled match or tournament), except those of penalised
     players, whose stakes go to the others (README, "Wallet"). With `players`, releases only
-    those players' holds and leaves the pot open (a tournament unregistration).
+    those players' holds and leaves the pot open (a tournament unregistration). Game sessions,
+    matchmaking, tournaments or an admin.
     """
     ExpireHolds: _aio.UnaryUnaryMultiCallable[_wallet_pb2.ExpireHoldsRequest, _wallet_pb2.ExpireHoldsResponse]  # type: ignore[assignment]
     """Expires pending holds past their expiry time now, instead of waiting for the sweeper.
-    Service or admin.
+    Any service, or an admin.
     """
     Grant: _aio.UnaryUnaryMultiCallable[_wallet_pb2.GrantRequest, _wallet_pb2.Transfer]  # type: ignore[assignment]
-    """Credits a player from the treasury (grants, daily bonus). Service or admin."""
+    """Credits a player from the treasury (grants, daily bonus). Admin only."""
     AdminCorrection: _aio.UnaryUnaryMultiCallable[_wallet_pb2.AdminCorrectionRequest, _wallet_pb2.Transfer]  # type: ignore[assignment]
     """A correcting transfer between an account and the treasury. Admin only; records who and why."""
     EraseLoadTestRun: _aio.UnaryUnaryMultiCallable[_common_pb2.EraseLoadTestRunRequest, _common_pb2.EraseLoadTestRunResponse]  # type: ignore[assignment]
@@ -183,8 +188,8 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.HoldBetsResponse, _abc.Awaitable[_wallet_pb2.HoldBetsResponse]]:
         """Holds every player's stake in the match's (or tournament's) escrow: all or none. A player
-        who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Service or
-        admin. A pot takes further holds while it is open (tournament registrations), at most one
+        who cannot cover the stake fails the call with FAILED_PRECONDITION naming them. Matchmaking,
+        tournaments or an admin. A pot takes further holds while it is open (tournament registrations), at most one
         live hold per player, at most 4 for a match.
         """
 
@@ -196,7 +201,8 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_wallet_pb2.SettleResponse, _abc.Awaitable[_wallet_pb2.SettleResponse]]:
         """Pays the escrow out: to the winners less the house cut (matches), or by the prize
         structure less the house cut (tournaments). Posts every live hold of the pot, closes it.
-        The cut is rounded down to whole chips; docs/wallet.md states every rounding rule.
+        The cut is rounded down to whole chips; docs/wallet.md states every rounding rule. Game
+        sessions, tournaments or an admin.
         """
 
     @_abc_1.abstractmethod
@@ -207,7 +213,8 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_wallet_pb2.VoidResponse, _abc.Awaitable[_wallet_pb2.VoidResponse]]:
         """Returns the stakes (annulment, cancelled match or tournament), except those of penalised
         players, whose stakes go to the others (README, "Wallet"). With `players`, releases only
-        those players' holds and leaves the pot open (a tournament unregistration).
+        those players' holds and leaves the pot open (a tournament unregistration). Game sessions,
+        matchmaking, tournaments or an admin.
         """
 
     @_abc_1.abstractmethod
@@ -217,7 +224,7 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.ExpireHoldsResponse, _abc.Awaitable[_wallet_pb2.ExpireHoldsResponse]]:
         """Expires pending holds past their expiry time now, instead of waiting for the sweeper.
-        Service or admin.
+        Any service, or an admin.
         """
 
     @_abc_1.abstractmethod
@@ -226,7 +233,7 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _wallet_pb2.GrantRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.Transfer, _abc.Awaitable[_wallet_pb2.Transfer]]:
-        """Credits a player from the treasury (grants, daily bonus). Service or admin."""
+        """Credits a player from the treasury (grants, daily bonus). Admin only."""
 
     @_abc_1.abstractmethod
     def AdminCorrection(
