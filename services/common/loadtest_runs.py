@@ -13,7 +13,8 @@ import re
 from collections.abc import Iterable, Sequence
 
 from buraco.v1 import common_pb2
-from services.common.validation import require
+from services.common.auth import Identity, Kind, current_identity
+from services.common.validation import request_id, require
 
 RUN_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{2,39}")
 
@@ -27,6 +28,15 @@ def run_id(value: str, field: str = "run_id") -> str:
         "must be 3 to 40 characters of [a-z0-9-], starting with a letter or a digit",
     )
     return value
+
+
+def admitted(request: common_pb2.EraseLoadTestRunRequest) -> tuple[Identity, str]:
+    """The admin asking for an erasure and its checked run id: PERMISSION_DENIED for anyone but
+    an admin, INVALID_ARGUMENT for a missing request id or a run id outside RUN_ID_PATTERN."""
+    identity = current_identity()
+    identity.require_kind(Kind.ADMIN)
+    request_id(request.request_id)
+    return identity, run_id(request.run_id)
 
 
 def like_prefix(run: str) -> str:

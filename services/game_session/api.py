@@ -341,10 +341,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
     async def EraseLoadTestRun(
         self, request: common_pb2.EraseLoadTestRunRequest, context: Context
     ) -> common_pb2.EraseLoadTestRunResponse:
-        identity = current_identity()
-        identity.require_kind(Kind.ADMIN)
-        check.request_id(request.request_id)
-        run = loadtest_runs.run_id(request.run_id)
+        identity, run = loadtest_runs.admitted(request)
         if request.dry_run:  # a read: on one snapshot, nothing stored
             async with self.deps.db.read() as session:
                 found = await erasure.erase_run(session, run, dry_run=True)

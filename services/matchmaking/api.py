@@ -266,10 +266,7 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
     async def EraseLoadTestRun(
         self, request: common_pb2.EraseLoadTestRunRequest, context: Context
     ) -> common_pb2.EraseLoadTestRunResponse:
-        identity = current_identity()
-        identity.require_kind(Kind.ADMIN)
-        check.request_id(request.request_id)
-        run = loadtest_runs.run_id(request.run_id)
+        identity, run = loadtest_runs.admitted(request)
         return await self.erasure.erase(identity.principal, request, run)
 
 

@@ -24,7 +24,7 @@ from buraco.v1 import common_pb2, ranking_pb2, ranking_pb2_grpc
 from engine.rules import PRESETS
 from services.common import loadtest_runs
 from services.common import validation as check
-from services.common.auth import ANY_SERVICE, Callers, Kind, allow, current_identity
+from services.common.auth import ANY_SERVICE, Callers, allow, current_identity
 from services.common.db import Database, LazyPool
 from services.common.errors import InvalidArgumentError
 from services.common.idempotency import IdempotencyStore, request_hash
@@ -508,10 +508,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
     async def EraseLoadTestRun(
         self, request: common_pb2.EraseLoadTestRunRequest, context: Context
     ) -> common_pb2.EraseLoadTestRunResponse:
-        identity = current_identity()
-        identity.require_kind(Kind.ADMIN)
-        check.request_id(request.request_id)
-        run = loadtest_runs.run_id(request.run_id)
+        identity, run = loadtest_runs.admitted(request)
         dry_run = request.dry_run
 
         async def work(session: Any) -> common_pb2.EraseLoadTestRunResponse:
