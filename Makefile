@@ -148,7 +148,7 @@ bench-tournament: venv ## tournaments: Swiss pairing, standings, prize shares an
 clean: ## remove the virtual environment, local databases, dev keys and native builds
 	rm -rf $(VENV) var build
 
-.PHONY: loadtest loadtest-smoke
+.PHONY: loadtest loadtest-smoke loadtest-cleanup
 
 # `make loadtest` drives simulated players against a suite that is running (`make run`, or the
 # addresses in LOADTEST_ARGS: --targets); docs/performance.md lists every knob.
@@ -157,6 +157,9 @@ LOADTEST_ARGS ?= --players 20 --ramp 5 --duration 30 --think-time 0.05 --fail-if
 
 loadtest: venv ## load test a running suite (make run): LOADTEST_ARGS='--players 40 ...'; reports in var/loadtest
 	$(PY) -m loadtest --out var/loadtest $(LOADTEST_ARGS)
+
+loadtest-cleanup: venv ## erase a load-test run: CLEANUP_ARGS='--run-id RUN [--dry-run] ...' (python -m loadtest cleanup)
+	$(PY) -m loadtest cleanup $(CLEANUP_ARGS)
 
 loadtest-smoke: venv ## start the suite, run the load test at a tiny size, stop it (CI)
 	$(PY) -m loadtest.smoke
