@@ -346,10 +346,19 @@ class Recorder:
         self.slow_calls = 0
 
     async def record(self, call: Call) -> Message:
-        call.future = asyncio.get_running_loop().create_future()
-        self._queue.append(call)
+        (future,) = self.submit(call)
+        return await future
+
+    def submit(self, *calls: Call) -> list[asyncio.Future[Message]]:
+        """Queue `calls`, in their order, before any batch is formed from them (so that the calls of
+        one RecordMatches fill batches together rather than the first few going alone); each one's
+        answer (or error) comes in its future."""
+        loop = asyncio.get_running_loop()
+        for call in calls:
+            call.future = loop.create_future()
+            self._queue.append(call)
         self._dispatch()
-        return await call.future
+        return [call.future for call in calls if call.future is not None]
 
     async def close(self) -> None:
         while self._tasks:
