@@ -77,10 +77,13 @@ CALLERS = Callers("RankingService", {
 })
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _timestamp(moment: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(moment)
-    return stamp
+    """`Timestamp.FromDatetime` (a naive time read as UTC), computed in a few integer operations."""
+    delta = (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)) - _EPOCH
+    return Timestamp(seconds=delta.days * 86400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
 def _instant(stamp: Timestamp, field: str) -> datetime:
@@ -123,7 +126,7 @@ def _address(value: str, field: str) -> str | None:
 
 
 def _rating(view: ratings.RatingView) -> ranking_pb2.Rating:
-    rating = ranking_pb2.Rating(
+    return ranking_pb2.Rating(
         player=f"players/{view.player}",
         preset=view.preset,
         players=view.players,
@@ -132,10 +135,8 @@ def _rating(view: ratings.RatingView) -> ranking_pb2.Rating:
         ordinal=view.ordinal,
         matches=view.matches,
         match_id=view.match_id,
+        update_time=None if view.updated_at is None else _timestamp(view.updated_at),
     )
-    if view.updated_at is not None:
-        rating.update_time.CopyFrom(_timestamp(view.updated_at))
-    return rating
 
 
 def _recorded(recorded: matches.MatchRecorded) -> ranking_pb2.RecordMatchResponse:
