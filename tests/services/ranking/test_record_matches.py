@@ -128,6 +128,8 @@ async def test_the_call_is_refused_whole_only_for_its_caller_and_its_size(
         cases = [
             (ranking_pb2.RecordMatchesRequest(records=[duel("p1")]), bearer(minter.mint(Kind.PLAYER, "alice")),
              grpc.StatusCode.PERMISSION_DENIED, ""),
+            (ranking_pb2.RecordMatchesRequest(records=[duel("p1")]), bearer(minter.mint(Kind.SERVICE, "matchmaking")),
+             grpc.StatusCode.PERMISSION_DENIED, ""),
             (ranking_pb2.RecordMatchesRequest(), service, grpc.StatusCode.INVALID_ARGUMENT,
              "records: at least one record"),
             (ranking_pb2.RecordMatchesRequest(records=[duel(f"p{i}") for i in range(MAX_RECORDS + 1)]), service,
