@@ -21,13 +21,19 @@ Prints one figure per line as ``bench: NAME VALUE UNIT``:
    gRPC against the service in a process of its own (``served.py``, which counts the SQL round
    trips and statements it sends): matches per second, p50/p99, the server process's CPU per match
    (client excluded) and the matches per second one core would serve, PostgreSQL's CPU per match,
-   with GetPlayer calls per second (and CPU per call) in the same run as the baseline. Ranks are
-   checked against the plain count.
+   with GetPlayer calls per second (and CPU per call) in the same run as the baseline; then the same
+   kind of matches through RecordMatches, 50 records per call (as the game-session outbox sends
+   them) and 4 calls at once (``record_matches_*``: matches per second, each call's p50/p99, server
+   and PostgreSQL CPU per match, SQL per match, and an open-loop p50/p99 in calls of a tenth of the
+   paced rate). Ranks are checked against the plain count. ``interleave.py`` runs this benchmark of
+   a baseline checkout and of this one alternately and prints the ratios.
 
 Options: ``--players N`` (default 1,000,000), ``--selfplay N`` matches (default 1,600),
 ``--record N`` matches (default 1,500), ``--seed S`` of the self-play (default 6),
 ``--postgres URL`` (default BURACO_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test),
-``--skip-selfplay``, ``--skip-database``, ``--skip-reads`` (at scale, RecordMatch only).
+``--skip-selfplay``, ``--skip-database``, ``--skip-reads`` (at scale, RecordMatch only),
+``--paced R`` (the open-loop rate, default 50/s), ``--batch-records N`` and ``--batch-callers N``
+(RecordMatches: records per call, default 50; calls at once, default 4).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ def main() -> None:
     parser.add_argument("--skip-database", action="store_true")
     parser.add_argument("--skip-reads", action="store_true", help="at scale, only RecordMatch (no leaderboard reads)")
     parser.add_argument("--paced", type=float, default=50.0, help="RecordMatch's open-loop rate, matches/s")
+    parser.add_argument("--batch-records", type=int, default=50, help="records per RecordMatches call")
+    parser.add_argument("--batch-callers", type=int, default=4, help="RecordMatches calls at once")
     args = parser.parse_args()
     if not args.skip_selfplay:
         if not heuristic_available():
@@ -30,7 +32,8 @@ def main() -> None:
         bench_accuracy(args.selfplay, args.seed)
     if not args.skip_database:
         asyncio.run(bench_database(
-            args.postgres, args.players, args.record, reads=not args.skip_reads, paced_rate=args.paced
+            args.postgres, args.players, args.record, reads=not args.skip_reads, paced_rate=args.paced,
+            batch_records=args.batch_records, batch_callers=args.batch_callers,
         ))
 
 

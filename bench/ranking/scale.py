@@ -458,7 +458,7 @@ def cpu_of(pids: list[int]) -> float:
 
 async def bench_recording(
     url: str, schema: str, ids: list[str], count: int, now: datetime, *, paced_rate: float = 50.0,
-    paced_count: int = 500
+    paced_count: int = 500, batch_records: int = 50, batch_callers: int = 4
 ) -> None:
     """RecordMatch of 4-player matches through gRPC against the service in its own process, 16
     callers; GetPlayer in the same process and run as the baseline. Printed: the rates, RecordMatch
@@ -529,6 +529,8 @@ async def bench_recording(
                 concurrency,
             )
             emit("record_match_replayed_per_s", min(300, count) / again, "matches/s", 1)
+            await bench_batches(served, stub, metadata, backends, ids, count, now, paced_rate=paced_rate,
+                                paced_count=paced_count, records=batch_records, callers=batch_callers)
     finally:
         served.process.send_signal(signal.SIGTERM)
         await asyncio.get_running_loop().run_in_executor(None, served.process.wait)
@@ -543,6 +545,53 @@ async def bench_recording(
         await db.dispose()
 
 
+async def bench_batches(
+    served: Served, stub: Any, metadata: Any, backends: list[int], ids: list[str], count: int, now: datetime, *,
+    paced_rate: float, paced_count: int, records: int, callers: int
+) -> None:
+    """The same kind of matches through RecordMatches, `records` per call (as the game-session
+    outbox delivers them), `callers` calls at once: matches per second, each call's p50/p99, the
+    server's CPU per match and the matches per second one core of it would serve, PostgreSQL's CPU
+    per match, SQL per match; then `paced_count` matches at `paced_rate` per second in calls of
+    `paced_rate / 10` records started every 100 ms (open loop): each call's p50/p99 from its start."""
+    requests = record_requests(ids[::3], count, now, "batch")
+    calls = [
+        ranking_pb2.RecordMatchesRequest(records=requests[start:start + records])
+        for start in range(0, len(requests), records)
+    ]
+
+    async def call(request: ranking_pb2.RecordMatchesRequest) -> None:
+        reply = await stub.RecordMatches(request, metadata=metadata, timeout=60)
+        assert all(result.HasField("recorded") for result in reply.results), reply
+
+    before = await served.sql_counts()
+    cpu, database_cpu = served.cpu_seconds(), cpu_of(backends)
+    elapsed, latencies = await drain([functools.partial(call, r) for r in calls], callers)
+    server_cpu = (served.cpu_seconds() - cpu) / count
+    database_cpu = (cpu_of(backends) - database_cpu) / count
+    after = await served.sql_counts()
+    emit("record_matches_4p_records_per_call", records, "records", 0)
+    emit("record_matches_4p_per_s", count / elapsed, "matches/s", 1)
+    emit("record_matches_4p_call_p50", statistics.median(latencies), "ms", 1)
+    emit("record_matches_4p_call_p99", percentile(latencies, 0.99), "ms", 1)
+    emit("record_matches_4p_server_cpu_per_match", server_cpu * 1000, "ms")
+    emit("record_matches_4p_per_core_s", 1 / server_cpu, "matches/s", 0)
+    emit("record_matches_4p_postgres_cpu_per_match", database_cpu * 1000, "ms")
+    for name in ("round_trips", "statements"):
+        emit(f"record_matches_4p_sql_{name}_per_match", (after.get(name, 0) - before.get(name, 0)) / count, name)
+    per_call = max(1, round(paced_rate / 10))
+    steady = record_requests(ids[2::3], paced_count, now, "batch-paced")
+    steady_calls = [
+        ranking_pb2.RecordMatchesRequest(records=steady[start:start + per_call])
+        for start in range(0, len(steady), per_call)
+    ]
+    steady_ms = await paced([functools.partial(call, r) for r in steady_calls], paced_rate / per_call)
+    emit("record_matches_4p_paced_rate", paced_rate, "matches/s", 0)
+    emit("record_matches_4p_paced_records_per_call", per_call, "records", 0)
+    emit("record_matches_4p_paced_p50", statistics.median(steady_ms), "ms", 1)
+    emit("record_matches_4p_paced_p99", percentile(steady_ms, 0.99), "ms", 1)
+
+
 def replace_id(request: ranking_pb2.RecordMatchRequest) -> ranking_pb2.RecordMatchRequest:
     """The same match under another request id: an outbox redelivery, answered from the match row."""
     copy = ranking_pb2.RecordMatchRequest()
@@ -552,7 +601,8 @@ def replace_id(request: ranking_pb2.RecordMatchRequest) -> ranking_pb2.RecordMat
 
 
 async def bench_database(
-    url: str, players: int, record: int, *, reads: bool = True, paced_rate: float = 50.0
+    url: str, players: int, record: int, *, reads: bool = True, paced_rate: float = 50.0, batch_records: int = 50,
+    batch_callers: int = 4
 ) -> None:
     schema = f"bench_ranking_{os.getpid()}"
     dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
@@ -566,7 +616,8 @@ async def bench_database(
         emit("load_seconds", time.perf_counter() - started, "s", 1)
         if reads:
             await bench_reads(db, dsn, schema, ids)
-        await bench_recording(url, schema, ids, record, now, paced_rate=paced_rate)
+        await bench_recording(url, schema, ids, record, now, paced_rate=paced_rate, batch_records=batch_records,
+                              batch_callers=batch_callers)
     finally:
         await db.dispose()
         connection = await asyncpg.connect(dsn)

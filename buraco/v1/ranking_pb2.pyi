@@ -186,6 +186,108 @@ class RecordMatchResponse(_message.Message):
 Global___RecordMatchResponse: _TypeAlias = RecordMatchResponse  # noqa: Y015
 
 @_typing.final
+class RecordMatchesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordMatchRequest]:
+        """REQUIRED. 1 to 100 records, each a whole RecordMatch request (its own `request_id`)."""
+
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[Global___RecordMatchRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordMatchesRequest: _TypeAlias = RecordMatchesRequest  # noqa: Y015
+
+@_typing.final
+class RecordMatchesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Result(_message.Message):
+        """What became of one record."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        RECORDED_FIELD_NUMBER: _builtins.int
+        ERROR_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def recorded(self) -> Global___RecordMatchResponse:
+            """The record's RecordMatch answer (for a record recorded before: the first answer)."""
+
+        @_builtins.property
+        def error(self) -> Global___RecordMatchError:
+            """The record was refused: the status its RecordMatch call would have ended with."""
+
+        def __init__(
+            self,
+            *,
+            recorded: Global___RecordMatchResponse | None = ...,
+            error: Global___RecordMatchError | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "recorded", b"recorded", "result", b"result"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "recorded", b"recorded", "result", b"result"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["recorded", "error"]  # noqa: Y015
+        _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordMatchesResponse.Result]:
+        """One per record, in the request's order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___RecordMatchesResponse.Result] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordMatchesResponse: _TypeAlias = RecordMatchesResponse  # noqa: Y015
+
+@_typing.final
+class RecordMatchError(_message.Message):
+    """Why one record of a RecordMatches call was refused: what the RecordMatch call would have returned."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    """OUTPUT_ONLY. The gRPC status code (google.rpc.Code), e.g. 6 ALREADY_EXISTS."""
+    message: _builtins.str
+    """OUTPUT_ONLY. The status message, for people; an INVALID_ARGUMENT message starts with the field's
+    path within the record (`participants[1].seat: ...`), as RecordMatch's does.
+    """
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordMatchError: _TypeAlias = RecordMatchError  # noqa: Y015
+
+@_typing.final
 class GetPlayerRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -41,6 +41,11 @@ class RankingServiceStub:
                 request_serializer=buraco_dot_v1_dot_ranking__pb2.RecordMatchRequest.SerializeToString,
                 response_deserializer=buraco_dot_v1_dot_ranking__pb2.RecordMatchResponse.FromString,
                 _registered_method=True)
+        self.RecordMatches = channel.unary_unary(
+                '/buraco.v1.RankingService/RecordMatches',
+                request_serializer=buraco_dot_v1_dot_ranking__pb2.RecordMatchesRequest.SerializeToString,
+                response_deserializer=buraco_dot_v1_dot_ranking__pb2.RecordMatchesResponse.FromString,
+                _registered_method=True)
         self.GetPlayer = channel.unary_unary(
                 '/buraco.v1.RankingService/GetPlayer',
                 request_serializer=buraco_dot_v1_dot_ranking__pb2.GetPlayerRequest.SerializeToString,
@@ -96,6 +101,20 @@ class RankingServiceServicer:
         """Records a finished match, once per match id: a second call returns the first answer; the same
         match id with other content is ALREADY_EXISTS. Service only (the game-session service).
         The XP rules, levels, ratings and what is stored of addresses: docs/ranking.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordMatches(self, request, context):
+        """Records several finished matches in one call (the game-session service's outbox delivers the
+        records it has due this way). Each record is recorded exactly as a RecordMatch call with that
+        request would be, in the request's order: its own request_id is its idempotency key, its match
+        id is recorded once, and it gets its own result, the RecordMatch answer or the status that call
+        would have ended with (ALREADY_EXISTS, INVALID_ARGUMENT, ...), whatever happens to the other
+        records. The call itself fails only for what concerns it as a whole: the caller (the
+        game-session service only, as for RecordMatch), and `records` (INVALID_ARGUMENT). A retry of
+        the whole call, or of any of its records alone, is answered as RecordMatch answers retries.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -177,6 +196,11 @@ def add_RankingServiceServicer_to_server(servicer, server):
                     request_deserializer=buraco_dot_v1_dot_ranking__pb2.RecordMatchRequest.FromString,
                     response_serializer=buraco_dot_v1_dot_ranking__pb2.RecordMatchResponse.SerializeToString,
             ),
+            'RecordMatches': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordMatches,
+                    request_deserializer=buraco_dot_v1_dot_ranking__pb2.RecordMatchesRequest.FromString,
+                    response_serializer=buraco_dot_v1_dot_ranking__pb2.RecordMatchesResponse.SerializeToString,
+            ),
             'GetPlayer': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPlayer,
                     request_deserializer=buraco_dot_v1_dot_ranking__pb2.GetPlayerRequest.FromString,
@@ -251,6 +275,33 @@ class RankingService:
             '/buraco.v1.RankingService/RecordMatch',
             buraco_dot_v1_dot_ranking__pb2.RecordMatchRequest.SerializeToString,
             buraco_dot_v1_dot_ranking__pb2.RecordMatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordMatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/buraco.v1.RankingService/RecordMatches',
+            buraco_dot_v1_dot_ranking__pb2.RecordMatchesRequest.SerializeToString,
+            buraco_dot_v1_dot_ranking__pb2.RecordMatchesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,16 @@ class RankingServiceStub:
     match id with other content is ALREADY_EXISTS. Service only (the game-session service).
     The XP rules, levels, ratings and what is stored of addresses: docs/ranking.md.
     """
+    RecordMatches: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.RecordMatchesRequest, _ranking_pb2.RecordMatchesResponse]
+    """Records several finished matches in one call (the game-session service's outbox delivers the
+    records it has due this way). Each record is recorded exactly as a RecordMatch call with that
+    request would be, in the request's order: its own request_id is its idempotency key, its match
+    id is recorded once, and it gets its own result, the RecordMatch answer or the status that call
+    would have ended with (ALREADY_EXISTS, INVALID_ARGUMENT, ...), whatever happens to the other
+    records. The call itself fails only for what concerns it as a whole: the caller (the
+    game-session service only, as for RecordMatch), and `records` (INVALID_ARGUMENT). A retry of
+    the whole call, or of any of its records alone, is answered as RecordMatch answers retries.
+    """
     GetPlayer: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.GetPlayerRequest, _ranking_pb2.PlayerProfile]
     """A player's profile: XP, level and statistics."""
     ListXpEvents: _grpc.UnaryUnaryMultiCallable[_ranking_pb2.ListXpEventsRequest, _ranking_pb2.ListXpEventsResponse]
@@ -78,6 +88,16 @@ class RankingServiceAsyncStub(RankingServiceStub):
     """Records a finished match, once per match id: a second call returns the first answer; the same
     match id with other content is ALREADY_EXISTS. Service only (the game-session service).
     The XP rules, levels, ratings and what is stored of addresses: docs/ranking.md.
+    """
+    RecordMatches: _aio.UnaryUnaryMultiCallable[_ranking_pb2.RecordMatchesRequest, _ranking_pb2.RecordMatchesResponse]  # type: ignore[assignment]
+    """Records several finished matches in one call (the game-session service's outbox delivers the
+    records it has due this way). Each record is recorded exactly as a RecordMatch call with that
+    request would be, in the request's order: its own request_id is its idempotency key, its match
+    id is recorded once, and it gets its own result, the RecordMatch answer or the status that call
+    would have ended with (ALREADY_EXISTS, INVALID_ARGUMENT, ...), whatever happens to the other
+    records. The call itself fails only for what concerns it as a whole: the caller (the
+    game-session service only, as for RecordMatch), and `records` (INVALID_ARGUMENT). A retry of
+    the whole call, or of any of its records alone, is answered as RecordMatch answers retries.
     """
     GetPlayer: _aio.UnaryUnaryMultiCallable[_ranking_pb2.GetPlayerRequest, _ranking_pb2.PlayerProfile]  # type: ignore[assignment]
     """A player's profile: XP, level and statistics."""
@@ -117,6 +137,22 @@ class RankingServiceServicer(metaclass=_abc_1.ABCMeta):
         """Records a finished match, once per match id: a second call returns the first answer; the same
         match id with other content is ALREADY_EXISTS. Service only (the game-session service).
         The XP rules, levels, ratings and what is stored of addresses: docs/ranking.md.
+        """
+
+    @_abc_1.abstractmethod
+    def RecordMatches(
+        self,
+        request: _ranking_pb2.RecordMatchesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_ranking_pb2.RecordMatchesResponse, _abc.Awaitable[_ranking_pb2.RecordMatchesResponse]]:
+        """Records several finished matches in one call (the game-session service's outbox delivers the
+        records it has due this way). Each record is recorded exactly as a RecordMatch call with that
+        request would be, in the request's order: its own request_id is its idempotency key, its match
+        id is recorded once, and it gets its own result, the RecordMatch answer or the status that call
+        would have ended with (ALREADY_EXISTS, INVALID_ARGUMENT, ...), whatever happens to the other
+        records. The call itself fails only for what concerns it as a whole: the caller (the
+        game-session service only, as for RecordMatch), and `records` (INVALID_ARGUMENT). A retry of
+        the whole call, or of any of its records alone, is answered as RecordMatch answers retries.
         """
 
     @_abc_1.abstractmethod

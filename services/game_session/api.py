@@ -29,7 +29,7 @@ from services.game_session import settings as settings_module
 from services.game_session.actor import RequestKey, TableActor
 from services.game_session.clock import Clock, RealClock
 from services.game_session.log import Entry
-from services.game_session.outbox import Call, Deliverer, grpc_calls
+from services.game_session.outbox import BatchCall, Call, Deliverer, grpc_batch_calls, grpc_calls
 from services.game_session.ownership import Ownership
 from services.game_session.settings import GameSessionSettings
 from services.game_session.streaming import Streams
@@ -61,6 +61,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         *,
         clock: Clock | None = None,
         calls: dict[str, Call] | None = None,
+        batch_calls: dict[str, BatchCall] | None = None,
     ) -> None:
         self.deps = deps
         self.settings = settings or GameSessionSettings()
@@ -69,9 +70,11 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
         #: unless BURACO_GAME_SESSION_ADVERTISE_ADDRESS says otherwise)
         self._bound = ""
         self.tables = Ownership(deps.db, self.settings, self.clock, deps.registry, address=self._address)
+        if calls is None:  # the real services (tests give theirs)
+            calls, batch_calls = grpc_calls(deps.clients), grpc_batch_calls(deps.clients)
         self.deliverer = Deliverer(
-            deps.db, calls if calls is not None else grpc_calls(deps.clients), self.settings, self.clock, deps.registry,
-            owner_id=self.tables.owner_id, address=lambda: self.tables.address,
+            deps.db, calls, self.settings, self.clock, deps.registry,
+            owner_id=self.tables.owner_id, address=lambda: self.tables.address, batches=batch_calls,
         )
         self.tables.on_outbox = self.deliverer.wake
         self.idempotency = IdempotencyStore(

@@ -9,6 +9,12 @@ request, failed precondition, ...) marks the row failed for a person to look at
 (`buraco_outbox_failed`). A crash between the call and the mark only means the call is made again,
 and the target answers a repeated request id with its first answer: delivered exactly once.
 
+Ranking's rows go together: the RecordMatch rows due in a round are delivered in calls of
+RecordMatches (up to `RECORDS_PER_CALL` rows each, in row order), and each row is marked by its own
+record's result exactly as its own RecordMatch call would have marked it (the request ids are the
+rows' own, so a batch repeated after a crash is answered record by record). A ranking that does not
+serve RecordMatches yet (UNIMPLEMENTED: it is older than this replica) gets the rows one by one.
+
 A claim holds a row for `CLAIM_MS` and names its replica (`claimed_by`): a row claimed by a
 replica that is gone (its heartbeat ran out, or another process now serves its address, as after
 a restart) is taken at once rather than when the claim runs out, so a crash right after a match
@@ -20,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -43,6 +50,21 @@ log = logging.getLogger("buraco.game_session.outbox")
 
 #: Calls a row may hold, and how each is made.
 Call = Callable[[bytes], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A call's (or one record's) failure status."""
+
+    code: grpc.StatusCode
+    details: str
+
+
+#: Targets whose rows can go several in one call: the rows' requests -> each one's refusal (None:
+#: delivered), in order; an exception fails the whole call (every row alike).
+BatchCall = Callable[[Sequence[bytes]], Awaitable[list[Refusal | None]]]
+#: Rows per batched call (the ranking's RecordMatches takes up to 100 records).
+RECORDS_PER_CALL = 50
 #: buckets of the delivery delay, in seconds (the settlement SLO reads the 30 s one)
 DELAY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 TARGETS = ("wallet.Settle", "wallet.Void", "ranking.RecordMatch", "tournament.ReportMatchResult")
@@ -157,6 +179,26 @@ def grpc_calls(clients: Clients, timeout: float = 10.0) -> dict[str, Call]:
             "tournament.ReportMatchResult": report}
 
 
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def grpc_batch_calls(clients: Clients, timeout: float = 10.0) -> dict[str, BatchCall]:
+    async def record_many(requests: Sequence[bytes]) -> list[Refusal | None]:
+        batch = ranking_pb2.RecordMatchesRequest()
+        for data in requests:
+            batch.records.add().MergeFromString(data)
+        reply = await clients.ranking.RecordMatches(batch, timeout=timeout)
+        if len(reply.results) != len(requests):
+            raise RuntimeError(f"RecordMatches answered {len(reply.results)} results for {len(requests)} records")
+        return [
+            None if result.HasField("recorded")
+            else Refusal(_CODES.get(result.error.code, grpc.StatusCode.UNKNOWN), result.error.message)
+            for result in reply.results
+        ]
+
+    return {"ranking.RecordMatch": record_many}
+
+
 class Deliverer:
     def __init__(
         self,
@@ -168,9 +210,11 @@ class Deliverer:
         *,
         owner_id: str = "",
         address: Callable[[], str] = lambda: "",
+        batches: Mapping[str, BatchCall] | None = None,
     ) -> None:
         self.db = db
         self.calls = calls
+        self.batches: Mapping[str, BatchCall] = batches or {}
         #: this replica (its claims), and its address (a claimant at it before it is gone)
         self.owner_id = owner_id
         self._address = address
@@ -248,48 +292,106 @@ class Deliverer:
                 )
             ).all()
         delivered = 0
-        for row in rows:
-            # claim the row, so that another replica's deliverer leaves it alone meanwhile
-            async with self.db.write() as session:
-                claimed = await session.execute(
+        done: set[int] = set()
+        for row in rows:  # in row order; a batched target's due rows go when its first row comes
+            if row.id in done:
+                continue
+            if row.target in self.batches:
+                group = [r for r in rows if r.target == row.target and r.id not in done][:RECORDS_PER_CALL]
+                done.update(r.id for r in group)
+                delivered += await self._deliver_batch(row.target, group, now)
+            else:
+                delivered += await self._deliver_one(row, now)
+        return delivered
+
+    async def _claim(self, rows: Sequence[Any], now: int) -> list[Any]:
+        """Claim `rows` (one transaction), so that another replica's deliverer leaves them alone
+        meanwhile; the rows whose claim held (unchanged since they were read)."""
+        outbox = models.outbox
+        claimed = []
+        async with self.db.write() as session:
+            for row in rows:
+                result = await session.execute(
                     update(outbox)
                     .where(outbox.c.id == row.id, outbox.c.state == "pending",
                            outbox.c.next_attempt_ms == row.next_attempt_ms, outbox.c.claimed_by == row.claimed_by)
                     .values(next_attempt_ms=now + CLAIM_MS, claimed_by=self.owner_id)
                 )
-            if getattr(claimed, "rowcount", 0) != 1:
-                continue
-            call = self.calls.get(row.target)
+                if getattr(result, "rowcount", 0) == 1:
+                    claimed.append(row)
+        return claimed
+
+    async def _deliver_one(self, row: Any, now: int) -> int:
+        if not await self._claim([row], now):
+            return 0
+        outcome = await self._attempt(row)
+        await self._mark([(row, outcome)], now)
+        return int(outcome is None)
+
+    async def _attempt(self, row: Any) -> Refusal | Exception | None:
+        """One row's own call: None when delivered."""
+        call = self.calls.get(row.target)
+        try:
+            if call is None:
+                raise LookupError(f"no way to deliver {row.target}")
+            await call(row.request)
+        except grpc.aio.AioRpcError as error:
+            return Refusal(error.code(), error.details() or "")
+        except Exception as error:  # a bug or a missing target: keep it, retry later
+            return error
+        return None
+
+    async def _deliver_batch(self, target: str, rows: Sequence[Any], now: int) -> int:
+        claimed = await self._claim(rows, now)
+        if not claimed:
+            return 0
+        outcomes: list[Refusal | Exception | None]
+        try:
+            refusals = await self.batches[target]([row.request for row in claimed])
+            outcomes = list(refusals)
+        except grpc.aio.AioRpcError as error:
+            if error.code() is grpc.StatusCode.UNIMPLEMENTED and target in self.calls:
+                outcomes = [await self._attempt(row) for row in claimed]  # an older target: one by one
+            else:
+                outcomes = [Refusal(error.code(), error.details() or "")] * len(claimed)
+        except Exception as error:  # a bug: keep the rows, retry later
+            outcomes = [error] * len(claimed)
+        await self._mark(list(zip(claimed, outcomes, strict=True)), now)
+        return sum(outcome is None for outcome in outcomes)
+
+    async def _mark(self, outcomes: Sequence[tuple[Any, Refusal | Exception | None]], now: int) -> None:
+        """Each row delivered, kept for a retry (with backoff) or failed for good, by its call's outcome
+        (one transaction)."""
+        marks = []
+        for row, outcome in outcomes:
             state, error_text, next_ms = "delivered", "", now
-            try:
-                if call is None:
-                    raise LookupError(f"no way to deliver {row.target}")
-                await call(row.request)
-                delivered += 1
+            if outcome is None:
                 self.delay.labels("game_session", row.target).observe(max(0, self._now_ms() - row.created_ms) / 1000)
-            except grpc.aio.AioRpcError as error:
-                error_text = f"{error.code().name}: {error.details()}"[:500]
-                if error.code() in PERMANENT:
+            elif isinstance(outcome, Refusal):
+                error_text = f"{outcome.code.name}: {outcome.details}"[:500]
+                if outcome.code in PERMANENT:
                     state = "failed"
                 else:
                     state = "pending"
                     delay = min(self.settings.outbox_max_retry_seconds,
                                 self.settings.outbox_retry_seconds * 2 ** min(row.attempts, 20))
                     next_ms = self._now_ms() + int(delay * 1000)
-            except Exception as error:  # a bug or a missing target: keep it, retry later
-                error_text = repr(error)[:500]
+            else:
+                error_text = repr(outcome)[:500]
                 state = "pending"
                 next_ms = self._now_ms() + int(self.settings.outbox_max_retry_seconds * 1000)
             if state != "delivered":
                 log.warning("outbox delivery failed",
                             extra={"fields": {"id": row.id, "target": row.target, "state": state, "error": error_text}})
-            async with self.db.write() as session:
+            marks.append((row, state, error_text, next_ms))
+        outbox = models.outbox
+        async with self.db.write() as session:
+            for row, state, error_text, next_ms in marks:
                 await session.execute(
                     update(outbox).where(outbox.c.id == row.id).values(
                         state=state, attempts=row.attempts + 1, last_error=error_text, next_attempt_ms=next_ms
                     )
                 )
-        return delivered
 
     async def refresh_gauges(self) -> None:
         outbox = models.outbox

@@ -2,20 +2,22 @@
 domain modules: core, profiles, rating_store, leaderboards; build the reply; errors are mapped by
 the server pipeline).
 
-Who may call what: RecordMatch, the game-session service only, and BatchGetRatings, any service
-and admins (`CALLERS`, docs/contracts.md "Who may call what"); ListXpEvents, a player for
-themselves, services and admins for anyone; profiles, ratings, rating histories and leaderboards,
-any authenticated caller (they are public on the platform); EraseLoadTestRun, admins only.
+Who may call what: RecordMatch and RecordMatches, the game-session service only, and
+BatchGetRatings, any service and admins (`CALLERS`, docs/contracts.md "Who may call what");
+ListXpEvents, a player for themselves, services and admins for anyone; profiles, ratings, rating
+histories and leaderboards, any authenticated caller (they are public on the platform);
+EraseLoadTestRun, admins only.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -30,6 +32,7 @@ from services.common.errors import InvalidArgumentError
 from services.common.idempotency import IdempotencyStore, request_hash
 from services.common.server import Deps, Hooks
 from services.ranking import core, erasure, leaderboards, matches, models, profiles, rating_store, ratings
+from services.ranking.batches import Alone, record_matches
 from services.ranking.leaderboards import GLOBAL_SCOPE, XP_METRIC, Position
 from services.ranking.periods import Period, PeriodBounds, bounds, local_midnight
 from services.ranking.progress import Outcome
@@ -69,14 +72,18 @@ log = logging.getLogger(__name__)
 #: admins read them in batches. A new method is one line here.
 CALLERS = Callers("RankingService", {
     "RecordMatch": allow("game-session"),
+    "RecordMatches": allow("game-session"),
     "BatchGetRatings": allow(ANY_SERVICE, admins=True),
 })
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _timestamp(moment: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(moment)
-    return stamp
+    """`Timestamp.FromDatetime` (a naive time read as UTC), computed in a few integer operations."""
+    delta = (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)) - _EPOCH
+    return Timestamp(seconds=delta.days * 86400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
 def _instant(stamp: Timestamp, field: str) -> datetime:
@@ -119,7 +126,7 @@ def _address(value: str, field: str) -> str | None:
 
 
 def _rating(view: ratings.RatingView) -> ranking_pb2.Rating:
-    rating = ranking_pb2.Rating(
+    return ranking_pb2.Rating(
         player=f"players/{view.player}",
         preset=view.preset,
         players=view.players,
@@ -128,10 +135,8 @@ def _rating(view: ratings.RatingView) -> ranking_pb2.Rating:
         ordinal=view.ordinal,
         matches=view.matches,
         match_id=view.match_id,
+        update_time=None if view.updated_at is None else _timestamp(view.updated_at),
     )
-    if view.updated_at is not None:
-        rating.update_time.CopyFrom(_timestamp(view.updated_at))
-    return rating
 
 
 def _recorded(recorded: matches.MatchRecorded) -> ranking_pb2.RecordMatchResponse:
@@ -183,6 +188,21 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         self, request: ranking_pb2.RecordMatchRequest, context: Context
     ) -> ranking_pb2.RecordMatchResponse:
         identity = CALLERS.require("RecordMatch")
+        call, alone = self._recording(identity.principal, request)
+        if call is None or self.recorder is None:
+            return await alone()
+        return cast(ranking_pb2.RecordMatchResponse, await self.recorder.record(call))
+
+    async def RecordMatches(
+        self, request: ranking_pb2.RecordMatchesRequest, context: Context
+    ) -> ranking_pb2.RecordMatchesResponse:
+        identity = CALLERS.require("RecordMatches")
+        return await record_matches(functools.partial(self._recording, identity.principal), request, self.recorder)
+
+    def _recording(self, scope: str, request: ranking_pb2.RecordMatchRequest) -> tuple[Call | None, Alone]:
+        """A RecordMatch request of caller `scope`, checked (errors raised here): the recorder's call
+        (PostgreSQL; None on SQLite), and the reference path that records it alone (SQLite's, and
+        the recorder's for what its batches leave)."""
         check.request_id(request.request_id)
         now = self.clock()
         canonical, match = self._finished_match(request, now)
@@ -194,7 +214,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
             # The stored request hash is of the canonical request: no address reaches the database.
             return self.idempotency.run(
                 self.deps.db,
-                scope=identity.principal,
+                scope=scope,
                 method="RecordMatch",
                 request=canonical,
                 response_type=ranking_pb2.RecordMatchResponse,
@@ -202,13 +222,9 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
             )
 
         if self.recorder is None:
-            return await alone()
+            return None, alone
         # The match's content hash is the canonical request's hash (without its request id).
-        call = Call(identity.principal, request.request_id, match.content_hash, match, now, respond=_recorded,
-                    slow=alone)
-        answer = await self.recorder.record(call)
-        assert isinstance(answer, ranking_pb2.RecordMatchResponse)
-        return answer
+        return Call(scope, request.request_id, match.content_hash, match, now, respond=_recorded, slow=alone), alone
 
     def _finished_match(
         self, request: ranking_pb2.RecordMatchRequest, now: datetime

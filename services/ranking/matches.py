@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from services.ranking.progress import Outcome
 from services.ranking.ratings import RatingView
@@ -47,17 +48,19 @@ class FinishedMatch:
     #: SHA-256 of the request as the caller sent it (without request id and addresses).
     content_hash: str
 
-    @property
+    # What follows depends on the fields alone (the instance is frozen): each is computed once.
+
+    @cached_property
     def shared_address(self) -> bool:
         groups = [s.address_group for s in self.seats if s.address_group is not None]
         return len(groups) != len(set(groups))
 
-    @property
+    @cached_property
     def awards(self) -> bool:
         """XP, ratings and leaderboard points: competitive, not annulled, no shared address."""
         return self.competitive and not self.annulled and not self.shared_address
 
-    @property
+    @cached_property
     def winning_side(self) -> int | None:
         """The side that won, from the outcomes of the players who stayed; None if nobody did."""
         for seat in self.seats:
@@ -67,7 +70,7 @@ class FinishedMatch:
                 return 1 - seat.side
         return None
 
-    @property
+    @cached_property
     def rated(self) -> bool:
         """Ratings move only when the match awards, every seat was a human and a side won."""
         return self.awards and len(self.seats) == self.players and self.winning_side is not None

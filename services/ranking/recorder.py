@@ -42,7 +42,7 @@ import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -52,7 +52,7 @@ from services.common.db import LazyPool
 from services.ranking import leaderboards
 from services.ranking.leaderboards import BUCKET_WIDTH, GLOBAL_SCOPE, micros, rating_score
 from services.ranking.matches import FinishedMatch, MatchRecorded, PlayerAward
-from services.ranking.periods import SLOT_MICROSECONDS, Period, bounds
+from services.ranking.periods import SLOT_MICROSECONDS, Period, first_day
 from services.ranking.progress import Outcome, level_for, xp_for
 from services.ranking.rating_store import after_match
 from services.ranking.ratings import DEFAULT_MU, DEFAULT_SIGMA, RatingView
@@ -237,22 +237,24 @@ class Call:
 
 class _Boards:
     """The first local dates of the day, week, month and year a match's end time falls in, kept per
-    end time (forgotten past 4,096)."""
+    local date (forgotten past 4,096): a period's first date depends on nothing but the local date
+    of the instant (`periods.bounds`), and the matches of a day share it."""
 
     def __init__(self, zone: ZoneInfo) -> None:
         self.zone = zone
-        self._starts: dict[datetime, tuple[str, str, str, str]] = {}
+        self._starts: dict[date, tuple[str, str, str, str]] = {}
 
     def starts(self, end_time: datetime) -> tuple[str, str, str, str]:
-        found = self._starts.get(end_time)
+        day = end_time.astimezone(self.zone).date()
+        found = self._starts.get(day)
         if found is None:
             if len(self._starts) > 4096:
                 self._starts.clear()
-            day, week, month, year = (
-                bounds(period, end_time, self.zone).start_name
+            first, week, month, year = (
+                first_day(period, day).isoformat()
                 for period in (Period.DAILY, Period.WEEKLY, Period.MONTHLY, Period.YEARLY)
             )
-            found = self._starts[end_time] = (day, week, month, year)
+            found = self._starts[day] = (first, week, month, year)
         return found
 
 
@@ -346,10 +348,19 @@ class Recorder:
         self.slow_calls = 0
 
     async def record(self, call: Call) -> Message:
-        call.future = asyncio.get_running_loop().create_future()
-        self._queue.append(call)
+        (future,) = self.submit(call)
+        return await future
+
+    def submit(self, *calls: Call) -> list[asyncio.Future[Message]]:
+        """Queue `calls`, in their order, before any batch is formed from them (so that the calls of
+        one RecordMatches fill batches together rather than the first few going alone); each one's
+        answer (or error) comes in its future."""
+        loop = asyncio.get_running_loop()
+        for call in calls:
+            call.future = loop.create_future()
+            self._queue.append(call)
         self._dispatch()
-        return await call.future
+        return [call.future for call in calls if call.future is not None]
 
     async def close(self) -> None:
         while self._tasks:

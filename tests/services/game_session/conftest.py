@@ -1,12 +1,13 @@
 """Fixtures of the game-session tests: in-process servers on each database with a clock the tests
-move, bots without delay, a fixed deal seed, and fake wallet/ranking calls that record what the
-outbox delivers; a table started with its players' streams, and the error of a refused call."""
+move, bots without delay, a fixed deal seed, and fake wallet/ranking calls (ranking's batched, as
+the real ones are) that record what the outbox delivers; a table started with its players'
+streams, and the error of a refused call."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from services.common.auth import Kind
 from services.common.server import Server, ServiceSpec
 from services.game_session.api import GameSessionApi, serve
 from services.game_session.clock import FakeClock
+from services.game_session.outbox import Refusal
 from services.game_session.service import SPEC
 from services.game_session.settings import GameSessionSettings
 from tests.conftest import DatabaseTarget
@@ -39,11 +41,31 @@ SETTINGS = GameSessionSettings(
 
 @dataclass
 class Outbound:
-    """Fake wallet/ranking: records each delivered call; `fail` makes the next calls fail."""
+    """Fake wallet/ranking: records each delivered call (a batched call's records one by one, and
+    its size in `batches`); `fail` makes the next calls fail (a batched call as a whole), `refuse`
+    the next records of batched calls (None: recorded)."""
 
     calls: list[tuple[str, bytes]] = field(default_factory=list)
     fail: list[grpc.StatusCode] = field(default_factory=list)
+    refuse: list[grpc.StatusCode | None] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
     delivered: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def batch_handlers(self) -> dict[str, Any]:
+        async def record_many(requests: Sequence[bytes]) -> list[Refusal | None]:
+            if self.fail:
+                raise _RpcError(self.fail.pop(0))
+            self.batches.append(len(requests))
+            refusals: list[Refusal | None] = []
+            for data in requests:
+                code = self.refuse.pop(0) if self.refuse else None
+                if code is None:
+                    self.calls.append(("ranking.RecordMatch", data))
+                refusals.append(None if code is None else Refusal(code, f"fake {code.name}"))
+            self.delivered.set()
+            return refusals
+
+        return {"ranking.RecordMatch": record_many}
 
     def handlers(self) -> dict[str, Any]:
         def make(target: str) -> Any:
@@ -93,7 +115,8 @@ class Cluster:
         made: list[GameSessionApi] = []
 
         def register(server: grpc.aio.Server, deps: Any) -> GameSessionApi:
-            api = GameSessionApi(deps, settings, clock=self.clock, calls=self.outbound.handlers())
+            api = GameSessionApi(deps, settings, clock=self.clock, calls=self.outbound.handlers(),
+                                 batch_calls=self.outbound.batch_handlers())
             made.append(api)
             return serve(server, api)
 

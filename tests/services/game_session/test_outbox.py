@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
@@ -234,3 +235,117 @@ async def test_a_claim_of_a_replica_that_is_gone_is_taken_at_once(cluster: Clust
     assert rows["t-gone"].claimed_by == node.api.tables.owner_id
     assert rows["t-serving"].claimed_by == "serving"
     assert [target for target, _ in cluster.outbound.calls] == ["wallet.Void", "wallet.Void"]
+
+
+def _record_row(match_id: str, now: int) -> dict[str, Any]:
+    request = ranking_pb2.RecordMatchRequest(request_id=match_id, match_id=match_id).SerializeToString()
+    return dict(table_id=f"t-{match_id}", target="ranking.RecordMatch", request=request, state="pending", attempts=0,
+                next_attempt_ms=now, created_ms=now, last_error="", claimed_by="")
+
+
+async def _insert(node: Node, rows: list[dict[str, Any]]) -> None:
+    async with node.api.deps.db.transaction() as session:
+        for row in rows:
+            await session.execute(models.outbox.insert().values(**row))
+
+
+async def test_ranking_rows_go_together_each_marked_by_its_own_record(cluster: Cluster) -> None:
+    """The RecordMatch rows due go in one RecordMatches call, in row order, where a wallet row
+    between them goes alone; each row is then marked by its own record's result: delivered,
+    refused for good (a person's), or kept for a retry."""
+    node = await cluster.start()
+    await node.api.deliverer.stop()  # the test delivers
+    now = int(cluster.clock.now() * 1000)
+    void = wallet_pb2.VoidRequest(request_id="w", match_id="w").SerializeToString()
+    await _insert(node, [
+        _record_row("r1", now),
+        dict(table_id="t-w", target="wallet.Void", request=void, state="pending", attempts=0, next_attempt_ms=now,
+             created_ms=now, last_error="", claimed_by=""),
+        _record_row("r2", now), _record_row("r3", now), _record_row("r4", now),
+    ])
+    cluster.outbound.refuse = [None, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.UNAVAILABLE, None]
+    assert await node.api.deliverer.deliver_due() == 3
+    assert cluster.outbound.batches == [4]
+    delivered = [(target, ranking_pb2.RecordMatchRequest.FromString(data).match_id if target.startswith("ranking")
+                  else "w") for target, data in cluster.outbound.calls]
+    assert delivered == [("ranking.RecordMatch", "r1"), ("ranking.RecordMatch", "r4"), ("wallet.Void", "w")]
+    rows = {row.table_id: row for row in await _rows(node)}
+    assert {t: (r.state, r.attempts) for t, r in rows.items()} == {
+        "t-r1": ("delivered", 1), "t-w": ("delivered", 1), "t-r2": ("failed", 1), "t-r3": ("pending", 1),
+        "t-r4": ("delivered", 1)}
+    assert rows["t-r2"].last_error == "ALREADY_EXISTS: fake ALREADY_EXISTS"
+    assert rows["t-r3"].next_attempt_ms > now
+    # The row kept for a retry goes again once due, alone now.
+    cluster.clock.advance(60)
+    assert await node.api.deliverer.deliver_due() == 1
+    assert cluster.outbound.batches == [4, 1]
+    assert (await _rows(node))[3].state == "delivered"
+
+
+async def test_a_ranking_without_record_matches_gets_the_rows_one_by_one(cluster: Cluster) -> None:
+    """A ranking older than this replica answers RecordMatches with UNIMPLEMENTED: the same rows go
+    then as RecordMatch calls, each marked by its own; a batch that fails otherwise marks every row
+    of it alike (kept for a retry here)."""
+    node = await cluster.start()
+    await node.api.deliverer.stop()
+    now = int(cluster.clock.now() * 1000)
+    await _insert(node, [_record_row("u1", now), _record_row("u2", now)])
+    cluster.outbound.fail = [grpc.StatusCode.UNAVAILABLE]
+    assert await node.api.deliverer.deliver_due() == 0
+    assert [(r.state, r.last_error) for r in await _rows(node)] == [("pending", "UNAVAILABLE: fake UNAVAILABLE")] * 2
+    cluster.clock.advance(60)
+    cluster.outbound.fail = [grpc.StatusCode.UNIMPLEMENTED]
+    assert await node.api.deliverer.deliver_due() == 2
+    assert cluster.outbound.batches == []
+    assert [ranking_pb2.RecordMatchRequest.FromString(data).match_id for _, data in cluster.outbound.calls] == [
+        "u1", "u2"]
+    assert [(r.state, r.attempts) for r in await _rows(node)] == [("delivered", 2)] * 2
+
+
+async def test_the_real_ranking_records_the_rows_of_a_batched_call_each_once(
+    db_target: DatabaseTarget, tmp_path: Path
+) -> None:
+    """`grpc_batch_calls` against the real ranking: each row's record recorded, an invalid one
+    refused alone (INVALID_ARGUMENT, a person's); the same rows again (a redelivery after a crash)
+    answered record by record without recording anything twice."""
+    from services.game_session.outbox import PERMANENT, Refusal, grpc_batch_calls
+    from services.ranking.service import SPEC as RANKING
+
+    minter = dev_minter(tmp_path / "dev-keys")
+    token = bearer(minter.mint(Kind.SERVICE, "game-session"))
+    end = int(time.time()) - 60
+    owed = []
+    for index in range(3):
+        record = ranking_pb2.RecordMatchRequest(
+            request_id=f"b{index}", match_id=f"b{index}", end_time=Timestamp(seconds=end),
+            options=options(mode=common_pb2.TABLE_MODE_COMPETITIVE, players=2),
+            participants=[
+                ranking_pb2.RecordMatchRequest.Participant(player="players/alice", seat=0,
+                                                           outcome=common_pb2.OUTCOME_WON, score=900),
+                ranking_pb2.RecordMatchRequest.Participant(player="players/bob", seat=1 if index != 1 else 5,
+                                                           outcome=common_pb2.OUTCOME_LOST, score=300),
+            ],
+        )
+        owed.append(record.SerializeToString())
+    async with (
+        running(RANKING, make_config("ranking", tmp_path, database_url=db_target.url,
+                                     database_schema=db_target.schema)) as ranking_server,
+        grpc.aio.insecure_channel(ranking_server.address) as channel,
+    ):
+        stub = ranking_pb2_grpc.RankingServiceStub(channel)
+
+        class Ranking:  # what `Clients.ranking` does: the service's token on every call
+            async def RecordMatches(self, request: Any, timeout: float) -> Any:
+                return await stub.RecordMatches(request, metadata=token, timeout=timeout)
+
+        class Clients:
+            ranking = Ranking()
+
+        record_many = grpc_batch_calls(Clients())["ranking.RecordMatch"]  # type: ignore[arg-type]
+        for _ in range(2):
+            refusals = await record_many(owed)
+            assert refusals[0] is None and refusals[2] is None
+            assert isinstance(refusals[1], Refusal) and refusals[1].code in PERMANENT
+            assert refusals[1].details.startswith("participants[1].seat:")
+        profile = await stub.GetPlayer(ranking_pb2.GetPlayerRequest(name="players/alice"), metadata=token)
+        assert (profile.stats.matches, profile.xp) == (2, 40)  # two express wins, once each

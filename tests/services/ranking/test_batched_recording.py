@@ -1,5 +1,6 @@
-"""RecordMatch on PostgreSQL (services/ranking/recorder.py): batches of concurrent calls give, call
-for call and row for row, what the reference path (`core.record_match`, SQLite's) gives; and the
+"""RecordMatch on PostgreSQL (services/ranking/recorder.py): batches of concurrent calls, and the
+records of RecordMatches calls, give, call for call and row for row, what the reference path
+(`core.record_match`, SQLite's, one RecordMatch call after the other) gives; and the
 recorder's scheduling: no two calls sharing a player, match or request key in one batch or in two
 at once, their order kept, at most `in_flight` batches, a failed batch's calls run again alone."""
 
@@ -135,6 +136,16 @@ async def _outcome(stub: Any, request: ranking_pb2.RecordMatchRequest,
         return error.code()
 
 
+async def _outcomes(stub: Any, requests: list[ranking_pb2.RecordMatchRequest], metadata: Any) -> list[Any]:
+    """The requests as the records of one RecordMatches call: each one's answer or status code."""
+    reply = await stub.RecordMatches(ranking_pb2.RecordMatchesRequest(records=requests), metadata=metadata, timeout=30)
+    return [
+        result.recorded if result.HasField("recorded")
+        else next(code for code in grpc.StatusCode if code.value[0] == result.error.code)
+        for result in reply.results
+    ]
+
+
 async def test_batches_on_postgresql_record_what_the_reference_path_records(
     postgres_url: str, tmp_path: Path
 ) -> None:
@@ -173,9 +184,12 @@ async def test_batches_on_postgresql_record_what_the_reference_path_records(
             batched_stub = ranking_pb2_grpc.RankingServiceStub(batched_channel)
             reference_auth = bearer(dev_minter(reference_config.dev_keys_dir).mint(Kind.SERVICE, "game-session"))
             batched_auth = bearer(dev_minter(batched_config.dev_keys_dir).mint(Kind.SERVICE, "game-session"))
-            for wave in [*matches, again]:
+            for number, wave in enumerate([*matches, again]):
                 expected = [await _outcome(reference_stub, request, reference_auth) for request in wave]
-                got = await asyncio.gather(*(_outcome(batched_stub, request, batched_auth) for request in wave))
+                if number % 2 or wave is again:  # the wave as one RecordMatches call
+                    got = await _outcomes(batched_stub, wave, batched_auth)
+                else:  # the wave as concurrent RecordMatch calls
+                    got = await asyncio.gather(*(_outcome(batched_stub, request, batched_auth) for request in wave))
                 assert list(got) == expected
             assert any(isinstance(answer, grpc.StatusCode) for answer in got)  # the conflicts were refused
             assert await _dump(batched.db) == await _dump(reference.db)
@@ -263,6 +277,21 @@ async def test_calls_sharing_a_key_never_share_or_overlap_a_batch_and_keep_their
         assert position[earlier][0] < position[later][0]
     assert all(len(batch) <= 3 for batch in recorder.started)
     assert sorted(m for batch in recorder.started for m in batch) == [f"a{n}" for n in range(1, 8)]
+    assert slow == []
+
+
+async def test_calls_submitted_together_fill_batches_together_in_their_order() -> None:
+    """The records of one RecordMatches call are queued at once: an idle recorder makes full
+    batches of them (not a first few alone), and a record sharing a player with an earlier one of
+    the call waits for that one's batch to end."""
+    recorder = _Scripted(in_flight=3, batch_size=4)
+    recorder.release.set()
+    slow: list[str] = []
+    calls = [_call(duel(f"c{n}", f"x{n}", f"y{n}"), f"r{n}", slow) for n in range(1, 7)]
+    calls.insert(2, _call(duel("c-ann", "x1", "ann"), "r-ann", slow))  # shares x1 with c1
+    answers = [_response(a) for a in await asyncio.gather(*recorder.submit(*calls))]
+    assert recorder.started == [["c1", "c2", "c3", "c4"], ["c5", "c6"], ["c-ann"]]
+    assert [a.results[0].player for a in answers] == [call.match.match_id for call in calls]
     assert slow == []
 
 
