@@ -80,8 +80,9 @@ from services.wallet.service import WalletService
 from services.wallet.settings import WalletSettings
 
 BET = 10
-#: Players of the burst per client connection (10,000 calls at once over one HTTP/2 connection
-#: are not what a server meets, and grpc's server closes such a connection).
+#: Players of the burst per client connection, as players come through several gateways. (The
+#: server takes any number of calls on one connection; what bounds a burst is the queue of calls
+#: it has not taken up yet, `Config.max_pending_calls`, whatever the connections.)
 PLAYERS_PER_CHANNEL = 250
 TARGETS = (0, 1005, 1505, 3005)
 BETS = (10, 100, 1000)
@@ -285,6 +286,11 @@ def _config(service: str, workdir: Path, database: tuple[str, str | None]) -> Co
         rate_limit_burst=1_000_000,
         service_rate_limit_per_second=1e6,
         max_streams_per_caller=64,
+        # The burst's players call without deadlines and all at once: the whole burst waits in the
+        # queue of calls the service has not taken up yet, for as long as the service needs to
+        # reach them (a call that waited longer than this would be cancelled by grpc, CANCELLED).
+        max_pending_calls=1_000_000,
+        max_pending_seconds=3600,
         shutdown_grace_seconds=2.0,
         log_level="WARNING",
     )

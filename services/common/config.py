@@ -482,6 +482,21 @@ MAX_CONNECTION_AGE_GRACE_SECONDS = Setting(
     "30",
     "how long calls and streams may run on a connection after its GOAWAY (streams then resume)",
 )
+MAX_PENDING_CALLS = Setting(
+    "BURACO_GRPC_MAX_PENDING_CALLS",
+    Whole(1, 1_000_000),
+    "10000",
+    "calls received but not yet taken up by the service (it takes them one at a time, between its "
+    "other work: a burst waits here); grpc cancels any call beyond it (CANCELLED, never seen by the "
+    "service). Each waiting call holds memory (docs/operations.md, \"Bursts of calls\")",
+)
+MAX_PENDING_SECONDS = Setting(
+    "BURACO_GRPC_MAX_PENDING_SECONDS",
+    Whole(1, 86400),
+    "30",
+    "how long a received call may wait to be taken up by the service before grpc cancels it "
+    "(CANCELLED); callers' deadlines end it sooner",
+)
 IDEMPOTENCY_RETENTION_HOURS = Setting(
     "BURACO_IDEMPOTENCY_RETENTION_HOURS",
     Number(0.01, 24 * 365),
@@ -544,6 +559,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     SHUTDOWN_GRACE_SECONDS,
     MAX_CONNECTION_AGE_SECONDS,
     MAX_CONNECTION_AGE_GRACE_SECONDS,
+    MAX_PENDING_CALLS,
+    MAX_PENDING_SECONDS,
     IDEMPOTENCY_RETENTION_HOURS,
     TRACING_ENABLED,
     *ADDRESSES.values(),
@@ -591,6 +608,8 @@ class Config:
     shutdown_grace_seconds: float = SHUTDOWN_GRACE_SECONDS.parsed_default()
     max_connection_age_seconds: float = MAX_CONNECTION_AGE_SECONDS.parsed_default()
     max_connection_age_grace_seconds: float = MAX_CONNECTION_AGE_GRACE_SECONDS.parsed_default()
+    max_pending_calls: int = MAX_PENDING_CALLS.parsed_default()
+    max_pending_seconds: int = MAX_PENDING_SECONDS.parsed_default()
     idempotency_retention_hours: float = IDEMPOTENCY_RETENTION_HOURS.parsed_default()
     addresses: Mapping[str, str] = field(default_factory=dict)
 
@@ -673,6 +692,8 @@ def load(service: str, env: Mapping[str, str] | None = None) -> Config:
         shutdown_grace_seconds=read(SHUTDOWN_GRACE_SECONDS),
         max_connection_age_seconds=read(MAX_CONNECTION_AGE_SECONDS),
         max_connection_age_grace_seconds=read(MAX_CONNECTION_AGE_GRACE_SECONDS),
+        max_pending_calls=read(MAX_PENDING_CALLS),
+        max_pending_seconds=read(MAX_PENDING_SECONDS),
         idempotency_retention_hours=read(IDEMPOTENCY_RETENTION_HOURS),
         addresses={name: read(setting) for name, setting in ADDRESSES.items()},
     )

@@ -367,6 +367,16 @@ def server_options(config: Config) -> list[tuple[str, Any]]:
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", SEND_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0),
+        # grpc.aio takes up received calls one at a time, each when the event loop comes round to
+        # it, so a burst (a gateway's many players on one connection, or many callers at once)
+        # waits in grpc's queue of calls not yet taken up. grpc bounds that queue itself (by
+        # default from 1,000 calls it cancels new ones at random, all from 3,000, and any that
+        # waited 30 s) with CANCELLED, which callers cannot tell from their own cancellation and
+        # which the service never sees or logs. The bound is the service's setting instead: one
+        # limit, no random drops below it.
+        ("grpc.server.max_pending_requests", config.max_pending_calls),
+        ("grpc.server.max_pending_requests_hard_limit", config.max_pending_calls),
+        ("grpc.server_max_unrequested_time_in_server", config.max_pending_seconds),
     ]
     if config.max_connection_age_seconds > 0:
         # Callers balance over the DNS records of a headless Service; recycling connections makes

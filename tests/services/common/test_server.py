@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -313,6 +314,38 @@ async def test_rate_limit_per_caller(tmp_path: Path) -> None:
         assert "retry-after-ms" in dict(pairs(info.value.trailing_metadata()))
         # another caller has its own bucket
         assert (await harness.get("tournaments/t", harness.token(name="bob"))).display_name == "players/bob"
+
+
+async def test_a_burst_of_calls_on_one_connection_is_served_whole(tmp_path: Path) -> None:
+    """A gateway multiplexes many players over one connection: a burst of calls larger than grpc's
+    own default queue of calls not yet taken up by the service (1,000, then dropping at random up to
+    3,000) must all be served, none cancelled by grpc before the service sees it."""
+    burst = 3000
+    config = make_config("tournament", tmp_path, rate_limit_burst=burst)
+    async with running(probe_spec([]), config) as server, grpc.aio.insecure_channel(server.address) as ch:
+        harness = Harness(server, Probe.__new__(Probe), dev_minter(config.dev_keys_dir), ch)
+        token = harness.token()
+
+        async def call(n: int) -> str:
+            try:
+                request = tournament_pb2.GetTournamentRequest(name=f"tournaments/t{n}")
+                return (await harness.stub.GetTournament(request, metadata=token, timeout=120)).name
+            except grpc.aio.AioRpcError as error:
+                return error.code().name
+
+        answers = await asyncio.gather(*(call(n) for n in range(burst)))
+    refused = Counter(answer for answer in answers if not answer.startswith("tournaments/"))
+    assert refused == Counter()
+    assert sorted(answers) == sorted(f"tournaments/t{n}" for n in range(burst))
+
+
+def test_the_queue_of_calls_not_yet_taken_up_is_configured(tmp_path: Path) -> None:
+    from services.common.server import server_options
+
+    options = dict(server_options(make_config("wallet", tmp_path, max_pending_calls=12_000, max_pending_seconds=45)))
+    assert options["grpc.server.max_pending_requests"] == 12_000
+    assert options["grpc.server.max_pending_requests_hard_limit"] == 12_000
+    assert options["grpc.server_max_unrequested_time_in_server"] == 45
 
 
 async def test_open_streams_per_caller_are_bounded(tmp_path: Path) -> None:
