@@ -28,6 +28,7 @@ from services.ranking.service import SPEC
 from tests.conftest import DatabaseTarget
 from tests.services.harness import bearer, dev_minter, make_config, running
 from tests.services.ranking.conftest import NOW, ZONE, duel, match, seat
+from tests.services.ranking.rows import dump, nonzero
 
 PRESETS = ("aberto", "fechado")
 
@@ -98,34 +99,16 @@ def waves(rng: random.Random, count: int, now: datetime) -> list[list[ranking_pb
 
 
 async def _dump(db: Database) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row the recording writes, without the columns that hold the recording's own clock."""
-    aware = models.aware
+    """Every row the recording writes but count rows at zero (they add nothing to a rank), without
+    the columns that hold the recording's own clock, and the stored answers."""
+    rows = nonzero(await dump(db))
+    keys = models.idempotency_keys.c
     async with db.transaction() as session:
-        p, x, r, h = models.players.c, models.xp_events.c, models.ratings.c, models.rating_history.c
-        e, c, m = models.board_entries.c, models.board_counts.c, models.matches.c
-        tables = {
-            "players": select(p.player, p.xp, p.level, p.matches, p.wins, p.losses, p.abandonments, p.canastras,
-                              p.score_sum, p.xp_events),
-            "xp_events": select(x.player, x.seq, x.match_id, x.xp_gained, x.xp_total, x.level, x.level_up, x.time),
-            "ratings": select(r.player, r.preset, r.players, r.mu, r.sigma, r.matches, r.updated_at),
-            "history": select(h.player, h.preset, h.players, h.seq, h.match_id, h.mu, h.sigma, h.time),
-            "entries": select(e.board, e.player, e.order_score, e.achieved_us),
-            "counts": select(c.board, c.level, c.key, c.slot, c.count).where(c.count != 0),
-            "matches": select(m.match_id, m.content_hash, m.preset, m.players, m.express, m.competitive, m.annulled,
-                              m.shared_address, m.rated, m.end_time, m.result),
-        }
-        dump = {}
-        for name, query in tables.items():
-            rows = (await session.execute(query)).all()
-            dump[name] = sorted(
-                tuple(aware(v) if isinstance(v, datetime) else v for v in row) for row in rows
-            )
-        keys = models.idempotency_keys.c
-        dump["answers"] = sorted(
+        rows["answers"] = sorted(
             tuple(row) for row in (await session.execute(
                 select(keys.scope, keys.request_id, keys.method, keys.request_hash, keys.response))).all()
         )
-    return dump
+    return rows
 
 
 async def _outcome(stub: Any, request: ranking_pb2.RecordMatchRequest,
