@@ -10,7 +10,7 @@ index; `is_run_player` then keeps only the exact form: run `lt1`'s prefix `lt1-%
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from buraco.v1 import common_pb2
 from services.common.auth import Identity, Kind, current_identity
@@ -49,11 +49,6 @@ def is_run_player(run: str, player: str) -> bool:
     prefix = f"{run}-"
     rest = player[len(prefix) :]
     return player.startswith(prefix) and rest.isdigit() and rest.isascii()
-
-
-def all_run_players(run: str, players: Iterable[str]) -> bool:
-    """Whether every one of `players` is a run player (True for none)."""
-    return all(is_run_player(run, p) for p in players)
 
 
 def response(run: str, dry_run: bool, counts: Sequence[tuple[str, int]]) -> common_pb2.EraseLoadTestRunResponse:
