@@ -14,9 +14,7 @@ never skips them silently.
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.services.harness import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "var" / "screenshots"
@@ -78,25 +78,6 @@ def chromium() -> None:
             _missing(f"{path} is missing (apt-get install chromium chromium-driver)")
 
 
-def _free_block(size: int) -> int:
-    """The first of `size` consecutive free TCP ports on localhost."""
-    for _ in range(200):
-        base = random.randrange(20_000, 60_000 - size)
-        probes = []
-        try:
-            for port in range(base, base + size):
-                probe = socket.socket()
-                probes.append(probe)
-                probe.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for probe in probes:
-                probe.close()
-    raise RuntimeError(f"no {size} consecutive free ports")
-
-
 @dataclass
 class LocalSuite:
     """`python -m services.local`, running."""
@@ -113,7 +94,7 @@ class LocalSuite:
 @pytest.fixture(scope="session")
 def local_suite(chromium: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSuite]:
     var = tmp_path_factory.mktemp("webvar")
-    base = _free_block(12)  # 5 services, 6 metrics ports, the gateway
+    base = free_ports(12)  # 5 services, 6 metrics ports, the gateway
     grpc_base, metrics_base, gateway_port = base, base + 5, base + 11
     env = {key: value for key, value in os.environ.items() if key not in DROPPED_ENV}
     env.update(SUITE_ENV)

@@ -45,12 +45,54 @@ def make_config(service: str, tmp_path: Path, **overrides: Any) -> Config:
     return replace(base, **overrides)
 
 
+def _unassigned_ports() -> range:
+    """Ports the kernel never hands out by itself: those below its ephemeral range (which it draws
+    from for `bind(("", 0))` and for every outgoing connection's local port, PostgreSQL's included)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(max(1024, low - 12000), low)
+
+
+_PORTS = _unassigned_ports()
+#: the next candidate: spread by process id, so that two test runs at once start far apart
+_next_port = _PORTS.start + (os.getpid() * 97) % len(_PORTS)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (for a process that must know its port
-    before it starts: a fixed address to restart at, or a pooler's configuration)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a process that must know its port
+    before it starts (a fixed address to restart at, the suite's addresses, a pooler's
+    configuration)."""
+    return free_ports(1)
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free TCP ports on 127.0.0.1 (`make run`'s layout).
+
+    A port the kernel chose for `bind(0)` would be free only until the kernel handed it out again
+    (to another process's outgoing connection, say) before the process that was given it bound it:
+    these come from below the kernel's ephemeral range instead, and one test run never hands out
+    the same port twice."""
+    global _next_port
+    for _ in range(len(_PORTS)):
+        base = _next_port
+        _next_port = base + count
+        if _next_port >= _PORTS.stop:
+            base, _next_port = _PORTS.start, _PORTS.start + count
+        probes: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise RuntimeError(f"no {count} consecutive free ports in {_PORTS}")
 
 
 def dev_minter(keys_dir: Path, audience: str = "buraco") -> Minter:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,34 +13,11 @@ from pathlib import Path
 
 from buraco.v1 import wallet_pb2
 from services.common.config import DEFAULT_PORTS
-from tests.services.harness import ROOT, health_status
-
-
-def _free_block(size: int) -> int:
-    """A base port with `size` consecutive free ports (checked by binding them)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + size >= 65535:
-            continue
-        sockets = []
-        try:
-            for port in range(base, base + size):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no block of free ports")
+from tests.services.harness import ROOT, free_ports, health_status
 
 
 def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path: Path) -> None:
-    base, metrics, gateway = _free_block(5), _free_block(6), _free_block(1)
+    base, metrics, gateway = free_ports(5), free_ports(6), free_ports(1)
     env = {key: value for key, value in os.environ.items() if not key.startswith("BURACO_")}
     process = subprocess.Popen(
         [

@@ -31,7 +31,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ from services.common.db import Database
 from services.game_session import models as session_models
 from services.wallet.service import run_audit
 from tests.conftest import POSTGRES_URL
-from tests.services.harness import ServiceProcess, bearer, dev_minter, service_process
+from tests.services.harness import ServiceProcess, bearer, dev_minter, free_port, service_process
 
 pytestmark = pytest.mark.slow
 
@@ -84,25 +83,6 @@ SESSION_ENV = {
 #: Snapshot fields that legitimately differ across a restart: the turn timer starts again (the
 #: players were not to blame) and connections are counted anew.
 RESTARTED_FIELDS = {"turnDeadline", "connected"}
-
-
-def restart_port() -> int:
-    """A free port below the kernel's ephemeral range: while the process is down between a kill
-    and its restart, no outgoing connection of this machine can be given it as its own port."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(max(1024, low - 12000), low)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port below the ephemeral range")
 
 
 def without(payload: Any, fields: set[str]) -> Any:
@@ -243,7 +223,7 @@ class Session:
     def __init__(self, stack: contextlib.ExitStack, tmp_path: Path, env: dict[str, str]) -> None:
         self.stack = stack
         self.tmp_path = tmp_path
-        self.port = restart_port()
+        self.port = free_port()  # below the ephemeral range: no connection takes it while down
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**env, "BURACO_HOST": "127.0.0.1", "BURACO_PORT": str(self.port),
                     "BURACO_GAME_SESSION_ADVERTISE_ADDRESS": self.address}
