@@ -44,8 +44,11 @@ lint: venv ## ruff
 typecheck: venv ## mypy (strict)
 	$(BIN)/mypy engine services tests scripts loadtest bench
 
-unit: venv ## the test suite
-	$(PY) -m pytest -q
+# Test modules are spread over TEST_JOBS processes, each module's tests in one (they share
+# module- and session-wide fixtures: the browser tests' suite); TEST_JOBS=0 runs them in this one.
+TEST_JOBS ?= 2
+unit: venv ## the test suite (TEST_JOBS processes)
+	$(PY) -m pytest -q $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
 test: lint typecheck unit ## lint, type checks and every test
 
