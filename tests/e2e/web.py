@@ -201,7 +201,7 @@ async def play_until_over(player: WebPlayer, sub: str, table: str) -> TableFeed:
                 answer = await player.act(sub, method, {**request, "expectedSeq": hints["seq"]})
                 if answer["type"] == "result":
                     continue
-                assert answer["error"]["code"] in ("failed_precondition", "aborted"), answer
+                assert answer["error"]["code"] in ("failed_precondition", "aborted"), (answer, feed.ended)
             if feed.ended is None and feed.seq == seen:
                 await feed.changed.wait()
     return feed
