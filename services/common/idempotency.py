@@ -29,10 +29,11 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
-from sqlalchemy import Column, DateTime, LargeBinary, MetaData, String, Table, delete, select
+from sqlalchemy import Column, DateTime, LargeBinary, MetaData, String, Table, bindparam, delete, select
+from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -98,6 +99,18 @@ class IdempotencyStore:
         self.retention = retention
         self._clock = clock or (lambda: datetime.now(UTC))
         self._writes = writes
+        # Built once: every idempotent call runs them, and building a statement costs more CPU
+        # than running it.
+        key = (table.c.scope == bindparam("scope")) & (table.c.request_id == bindparam("request_id"))
+        self._lookup = select(table.c.method, table.c.request_hash, table.c.response, table.c.expires_at).where(key)
+        self._forget = delete(table).where(key)
+        self._insert = table.insert()
+
+    async def lookup(self, session: Any, scope: str, request_id: str) -> Row[Any] | None:
+        """The stored answer's row (method, request_hash, response, expires_at), expired or not."""
+        result = await session.execute(self._lookup, {"scope": scope, "request_id": request_id})
+        row: Row[Any] | None = result.first()
+        return row
 
     def window(self) -> tuple[datetime, datetime]:
         """(now, when an answer stored now expires): for a service that stores a key itself, in a
@@ -114,22 +127,11 @@ class IdempotencyStore:
         digest: str,
         response_type: type[R],
     ) -> R | None:
-        row = (
-            await session.execute(
-                select(
-                    self.table.c.method,
-                    self.table.c.request_hash,
-                    self.table.c.response,
-                    self.table.c.expires_at,
-                ).where(self.table.c.scope == scope, self.table.c.request_id == request_id)
-            )
-        ).first()
+        row = await self.lookup(session, scope, request_id)
         if row is None:
             return None
         if _aware(row.expires_at) <= self._clock():
-            await session.execute(
-                delete(self.table).where(self.table.c.scope == scope, self.table.c.request_id == request_id)
-            )
+            await session.execute(self._forget, {"scope": scope, "request_id": request_id})
             return None
         if row.method != method or row.request_hash != digest:
             raise AlreadyExistsError(
@@ -160,17 +162,11 @@ class IdempotencyStore:
                     return stored
                 response = await work(session)
                 now = self._clock()
-                await session.execute(
-                    self.table.insert().values(
-                        scope=scope,
-                        request_id=request_id,
-                        method=method,
-                        request_hash=digest,
-                        response=response.SerializeToString(deterministic=True),
-                        created_at=now,
-                        expires_at=now + self.retention,
-                    )
-                )
+                await session.execute(self._insert, {
+                    "scope": scope, "request_id": request_id, "method": method, "request_hash": digest,
+                    "response": response.SerializeToString(deterministic=True),
+                    "created_at": now, "expires_at": now + self.retention,
+                })
                 return response
         except IntegrityError:
             # A concurrent call with the same key committed first: answer as it did.
