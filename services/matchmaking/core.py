@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from buraco.v1 import common_pb2, matchmaking_pb2
@@ -162,15 +161,8 @@ class Core:
     async def prior_answer(self, scope: str, method: str, request: Message, response_type: type[R]) -> R | None:
         """The stored answer of a retried call, read before calling other services, so a retry
         answers as the first call did even when eligibility has changed since."""
-        table = self.idempotency.table
         async with self.db.read_connection() as session:
-            row = (
-                await session.execute(
-                    select(table.c.method, table.c.request_hash, table.c.response, table.c.expires_at).where(
-                        table.c.scope == scope, table.c.request_id == getattr(request, "request_id", "")
-                    )
-                )
-            ).first()
+            row = await self.idempotency.lookup(session, scope, getattr(request, "request_id", ""))
         if row is None or aware(row.expires_at) <= self.clock():
             return None
         if row.method != method or row.request_hash != request_hash(method, request):

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -47,6 +47,46 @@ FETCH_CHUNK = 500
 #: How long a replica reuses a kind of ticket's mean recent wait (an hour's mean, for an estimate)
 #: rather than reading it again for every view.
 MEAN_WAIT_TTL = timedelta(seconds=5)
+
+
+
+def _position_statements() -> tuple[Any, Any, Any]:
+    """The statements of a ticket's place and its bucket's mean wait, built once: building a
+    statement costs more CPU than running it (each ticket's creation and views run them)."""
+    t = models.tickets
+    bucket = and_(
+        t.c.preset == bindparam("preset"),
+        t.c.seats == bindparam("seats"),
+        t.c.length == bindparam("length"),
+        t.c.target_points == bindparam("target_points"),
+        t.c.mode == bindparam("mode"),
+        t.c.bet_chips == bindparam("bet_chips"),
+    )
+    queued_at: Any = bindparam("queued_at")
+    ticket_id: Any = bindparam("id")
+    earlier = or_(t.c.queued_at < queued_at, and_(t.c.queued_at == queued_at, t.c.id < ticket_id))
+    searching = and_(t.c.state == "searching", bucket)
+    # requeued tickets (front) come first, then by time queued, then by id
+    ahead_of_front = select(func.count()).where(searching, t.c.front.is_(True), earlier)
+    ahead_of_back = select(func.count()).where(searching, or_(t.c.front.is_(True), and_(t.c.front.is_(False), earlier)))
+    mean_wait = select(func.avg(t.c.wait_seconds)).where(
+        bucket, t.c.wait_seconds.is_not(None), t.c.update_time > bindparam("since")
+    )
+    return ahead_of_front, ahead_of_back, mean_wait
+
+
+_AHEAD_OF_FRONT, _AHEAD_OF_BACK, _MEAN_WAIT = _position_statements()
+_TICKET = select(models.tickets).where(models.tickets.c.id == bindparam("ticket_id"))
+_LIVE_TICKETS = select(models.queue_members).where(
+    models.queue_members.c.player.in_(bindparam("players", expanding=True)))
+_RECENT_OPPONENTS = select(models.recent).where(models.recent.c.player.in_(bindparam("players", expanding=True)))
+_QUEUE = insert(models.queue_members)
+_NEW_TICKET = insert(models.tickets)
+
+
+def _bucket_params(row: Any) -> dict[str, Any]:
+    return {"preset": row.preset, "seats": row.seats, "length": row.length,
+            "target_points": row.target_points, "mode": row.mode, "bet_chips": row.bet_chips}
 
 
 class TicketRows:
@@ -113,7 +153,7 @@ class Tickets:
     # -- views and streams ------------------------------------------------------------------------
 
     async def _ticket_row(self, session: Executor, ticket_id: str, viewer: Viewer) -> Any:
-        row = (await session.execute(select(models.tickets).where(models.tickets.c.id == ticket_id))).first()
+        row = (await session.execute(_TICKET, {"ticket_id": ticket_id})).first()
         if row is None or not (viewer.privileged or viewer.player in row.players):
             raise TicketNotFoundError(f"tickets/{ticket_id} not found")
         return row
@@ -130,37 +170,17 @@ class Tickets:
             cached = None
         if position is not None and cached is not None:
             return position, cached[1]
-        t = models.tickets
-        bucket = and_(
-            t.c.preset == row.preset,
-            t.c.seats == row.seats,
-            t.c.length == row.length,
-            t.c.target_points == row.target_points,
-            t.c.mode == row.mode,
-            t.c.bet_chips == row.bet_chips,
-        )
+        params = _bucket_params(row)
         async with contextlib.AsyncExitStack() as stack:
             if session is None:
                 session = await stack.enter_async_context(self.db.read_connection())
             if position is None:
-                later_same_front = or_(
-                    t.c.queued_at < row.queued_at, and_(t.c.queued_at == row.queued_at, t.c.id < row.id)
-                )
-                ahead = and_(t.c.front == row.front, later_same_front)
-                if not row.front:
-                    ahead = or_(t.c.front.is_(True), ahead)
-                count = await session.execute(select(func.count()).where(t.c.state == "searching", bucket, ahead))
+                ahead = _AHEAD_OF_FRONT if row.front else _AHEAD_OF_BACK
+                count = await session.execute(ahead, {**params, "queued_at": row.queued_at, "id": row.id})
                 position = int(count.scalar_one()) + 1
             if cached is not None:
                 return position, cached[1]
-            since = now - WAIT_HISTORY
-            mean = (
-                await session.execute(
-                    select(func.avg(t.c.wait_seconds)).where(
-                        bucket, t.c.wait_seconds.is_not(None), t.c.update_time > since
-                    )
-                )
-            ).scalar_one()
+            mean = (await session.execute(_MEAN_WAIT, {**params, "since": now - WAIT_HISTORY})).scalar_one()
         mean_wait = None if mean is None else float(mean)
         self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
         return position, mean_wait
@@ -303,18 +323,14 @@ class Tickets:
                 party = await party_row(session, party_id, Viewer(player))
                 if party.state != "open" or list(party.members) != players:
                     raise StateError(f"parties/{party_id} changed; queue again")
-            live = (
-                await session.execute(select(models.queue_members).where(models.queue_members.c.player.in_(players)))
-            ).first()
+            live = (await session.execute(_LIVE_TICKETS, {"players": players})).first()
             if live is not None:
                 raise StateError(f"players/{live.player} already has a live ticket: tickets/{live.ticket_id}")
-            seen = await session.execute(select(models.recent).where(models.recent.c.player.in_(players)))
+            seen = await session.execute(_RECENT_OPPONENTS, {"players": players})
             met = sorted({other for row in seen for other in row.others} - set(players))
             try:
                 # No savepoint: a clash fails the call, and the whole transaction is rolled back.
-                await session.execute(
-                    insert(models.queue_members), [{"player": p, "ticket_id": ticket_id} for p in players]
-                )
+                await session.execute(_QUEUE, [{"player": p, "ticket_id": ticket_id} for p in players])
             except IntegrityError:
                 raise StateError("a player of this ticket was queued by another call just now") from None
             values: dict[str, Any] = dict(
@@ -345,7 +361,7 @@ class Tickets:
                 create_time=now,
                 update_time=now,
             )
-            await session.execute(insert(models.tickets).values(**values))
+            await session.execute(_NEW_TICKET, values)
             return await self.ticket_view(session, SimpleNamespace(**values), Viewer(player))
 
         reply = await self.core.once(scope, "CreateTicket", request, matchmaking_pb2.Ticket, work)
