@@ -49,7 +49,6 @@ FETCH_CHUNK = 500
 MEAN_WAIT_TTL = timedelta(seconds=5)
 
 
-
 def _position_statements() -> tuple[Any, Any, Any]:
     """The statements of a ticket's place and its bucket's mean wait, built once: building a
     statement costs more CPU than running it (each ticket's creation and views run them)."""

@@ -45,19 +45,24 @@ def make_config(service: str, tmp_path: Path, **overrides: Any) -> Config:
     return replace(base, **overrides)
 
 
-def _unassigned_ports() -> range:
-    """Ports the kernel never hands out by itself: those below its ephemeral range (which it draws
-    from for `bind(("", 0))` and for every outgoing connection's local port, PostgreSQL's included)."""
+def _test_ports() -> range:
+    """This test process's ports: some the kernel never hands out by itself (those below its
+    ephemeral range, which it draws from for `bind(("", 0))` and for every outgoing connection's
+    local port, PostgreSQL's included), a slice of them per pytest-xdist worker of the run."""
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    return range(max(1024, low - 12000), low)
+    ports = range(max(1024, low - 12000), low)
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % workers
+    size = len(ports) // workers
+    return range(ports.start + worker * size, ports.start + (worker + 1) * size)
 
 
-_PORTS = _unassigned_ports()
-#: the next candidate: spread by process id, so that two test runs at once start far apart
-_next_port = _PORTS.start + (os.getpid() * 97) % len(_PORTS)
+_PORTS = _test_ports()
+#: the next candidate: spread by process id, so that two test runs at once likely start far apart
+_next_port = _PORTS.start + (os.getpid() * 2654435761) % len(_PORTS)
 
 
 def free_port() -> int:
