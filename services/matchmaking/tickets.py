@@ -233,15 +233,20 @@ class Tickets:
         REFRESH_SECONDS (its window, position and estimated wait move with time)."""
         # (NOT_FOUND ends the stream before it sends anything.) The rows come from `_rows`: the
         # streams woken together (a pass's proposals, a saga's tickets) are read together.
+        # A refresh with no wake-up reuses the row: every change to it wakes the stream, this
+        # replica's at once and another's through `poll_watched` (the version it reads).
         key = f"ticket:{ticket_id}"
         sent = b""
+        row: Any = None
+        woken = True
         self._watchers[ticket_id] = self._watchers.get(ticket_id, 0) + 1
         try:
             while True:
                 event = self.core.notifier.event(key)
-                row = await self._rows.read(ticket_id)
-                if row is None or not (viewer.privileged or viewer.player in row.players):
-                    raise TicketNotFoundError(f"tickets/{ticket_id} not found")
+                if woken:
+                    row = await self._rows.read(ticket_id)
+                    if row is None or not (viewer.privileged or viewer.player in row.players):
+                        raise TicketNotFoundError(f"tickets/{ticket_id} not found")
                 view = await self.ticket_view(None, row, viewer)
                 self._watched_versions[ticket_id] = row.version
                 data = view.SerializeToString(deterministic=True)
@@ -250,9 +255,11 @@ class Tickets:
                     yield view
                 if row.state not in LIVE_TICKET:
                     return
+                woken = False
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(REFRESH_SECONDS):
                         await event.wait()
+                        woken = True
         finally:
             left = self._watchers.pop(ticket_id, 1) - 1
             if left > 0:
