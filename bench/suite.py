@@ -14,6 +14,9 @@ Prints one figure per line as ``bench: NAME VALUE UNIT``, per level: the RPC cal
 worst p99 over every RPC (and which RPC it is, on a ``worst:`` line; every RPC's on ``rpc:`` lines;
 a stream's is the time to its first message), the errors, the journeys
 completed, each process's CPU share in cores (every service, PostgreSQL's processes, the driver);
+the services' own measure of the same calls (bench/service_latency.py: on ``service:`` lines, each
+unary call's and move's p99 as a histogram bucket bound and its share over the ``--p99-ms`` bound;
+the worst of each, and the worst event loop lag, as figures);
 and last ``journey_players_within_p99`` (the largest level with every RPC's p99 under ``--p99-ms``
 and no error; 0 when none).
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,9 +40,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import service_latency
 from bench.game_sessions import create_schema, engine_place
 from loadtest.smoke import JOURNEY_SERVICES, LocalSuite
 from loadtest.sweep import ALL, Level, level_of, process_meters, suite_processes
+from services.local import PROCESSES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,6 +96,8 @@ def run_level(args: argparse.Namespace, players: int, workdir: Path, schema: str
                                   capture_output=True, text=True, check=False)
         wall = time.monotonic() - started
         shares = {name: (meter() - before[name]) / wall for name, meter in meters.items()}
+        metrics_ports = {name: args.metrics_base + PROCESSES.index(name) for name in JOURNEY_SERVICES}
+        measured = service_latency.scrape(metrics_ports)
     finally:
         suite.stop()
     path = out / "report.json"
@@ -109,6 +117,7 @@ def run_level(args: argparse.Namespace, players: int, workdir: Path, schema: str
         if row["kind"] == "rpc" and row["p99_ms"] is not None:
             print(f"rpc: {prefix} {row['name']} calls {row['calls']} p50 {row['p50_ms']:.1f} ms "
                   f"p99 {row['p99_ms']:.1f} ms", flush=True)
+    report_service_side(prefix, measured, args.p99_ms)
     report(f"{prefix}_errors", float(document["summary"]["rpc_errors"]), "calls")
     for row in document["rows"]:
         if row["errors"]:
@@ -122,6 +131,27 @@ def run_level(args: argparse.Namespace, players: int, workdir: Path, schema: str
     if finished.returncode != 0:
         sys.stderr.write(finished.stdout[-1500:])
     return level
+
+
+def report_service_side(prefix: str, measured: list[service_latency.Histogram], p99_ms: float) -> None:
+    """The services' own view of the same calls (bench/service_latency.py): each unary call's and
+    move's p99 as the bucket bound it falls under and its share of calls over the bound (at the
+    first bucket bound from `p99_ms` up), on `service:` lines; the worst of each as figures, and
+    the worst event loop's p99 lag."""
+    calls = service_latency.calls(measured)
+    bounds = sorted({bound for h in calls for bound in h.buckets})
+    bound = next((b for b in bounds if b >= p99_ms / 1000), math.inf)
+    worst_p99, worst_share = 0.0, 0.0
+    for histogram in sorted(calls, key=lambda h: (h.service, h.name)):
+        p99 = histogram.quantile_bound(0.99)
+        share = histogram.share_over(bound) if math.isfinite(bound) else 0.0
+        worst_p99, worst_share = max(worst_p99, p99), max(worst_share, share)
+        print(f"service: {prefix} {histogram.name} calls {histogram.count:.0f} p99 under {p99 * 1000:g} ms "
+              f"over {bound * 1000:g} ms {share * 100:.2f} %", flush=True)
+    report(f"{prefix}_service_worst_p99_bound", worst_p99 * 1000, "ms")
+    report(f"{prefix}_service_worst_share_over_bound", worst_share * 100, "%")
+    lag = max((h.quantile_bound(0.99) for h in service_latency.loops(measured)), default=math.nan)
+    report(f"{prefix}_service_loop_lag_worst_p99_bound", lag * 1000, "ms")
 
 
 async def make_schema(url: str, drop: str | None = None) -> str:

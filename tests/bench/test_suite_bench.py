@@ -3,14 +3,13 @@ four players through the whole journey, every figure printed, the suite stopped.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from tests.bench.figures import check_figures
-from tests.services.harness import ROOT
+from tests.services.harness import ROOT, free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -26,35 +25,17 @@ PER_LEVEL = {
     "journey_4_cpu_ranking": "cores",
     "journey_4_cpu_driver": "cores",
     "journey_4_driver_cpu_per_call": "us",
+    "journey_4_service_worst_p99_bound": "ms",
+    "journey_4_service_worst_share_over_bound": "%",
+    "journey_4_service_loop_lag_worst_p99_bound": "ms",
     "journey_players_within_p99": "players",
 }
 
 
-def free_range(count: int) -> int:
-    """The first of `count` consecutive ports on 127.0.0.1 that nothing listens on now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count > 65535:
-            continue
-        probes = [socket.socket() for _ in range(count)]
-        try:
-            for offset, extra in enumerate(probes):
-                extra.bind(("127.0.0.1", base + offset))
-            return base
-        except OSError:
-            continue
-        finally:
-            for extra in probes:
-                extra.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
-
-
 def test_the_bench_prints_every_figure() -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "bench.suite", "--smoke", "--port-base", str(free_range(5)),
-         "--metrics-base", str(free_range(6))],
+        [sys.executable, "-m", "bench.suite", "--smoke", "--port-base", str(free_ports(5)),
+         "--metrics-base", str(free_ports(6))],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -65,5 +46,13 @@ def test_the_bench_prints_every_figure() -> None:
     cpu = {name: figures[f"journey_4_cpu_{name}"] for name in ("matchmaking", "game_session", "wallet", "driver")}
     assert all(share > 0 for share in cpu.values()), cpu
     assert cpu["game_session"] > cpu["wallet"]
+    # the services' own histograms: every move and unary call seen, streams (a lifetime) left out
+    service_lines = [line.split() for line in run.stdout.splitlines() if line.startswith("service: journey_4 ")]
+    methods = {line[2] for line in service_lines}
+    assert "/buraco.v1.GameSessionService/Play/Discard" in methods, methods
+    assert "/buraco.v1.MatchmakingService/CreateTicket" in methods, methods
+    assert not {"/buraco.v1.GameSessionService/Play", "/buraco.v1.MatchmakingService/WatchTicket"} & methods
+    assert figures["journey_4_service_worst_p99_bound"] > 0
+    assert 0 <= figures["journey_4_service_worst_share_over_bound"] <= 100
     within = figures["journey_players_within_p99"]
     assert within == (4 if figures["journey_4_worst_p99"] < 100 else 0)
