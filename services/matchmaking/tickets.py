@@ -81,6 +81,15 @@ _LIVE_TICKETS = select(models.queue_members).where(
 _RECENT_OPPONENTS = select(models.recent).where(models.recent.c.player.in_(bindparam("players", expanding=True)))
 _QUEUE = insert(models.queue_members)
 _NEW_TICKET = insert(models.tickets)
+_CONFIRM = (
+    update(models.tickets)
+    .where(models.tickets.c.id == bindparam("ticket_id"))
+    .values(confirmed=bindparam("now_confirmed"), version=bindparam("new_version"), update_time=bindparam("now"))
+)
+_SAGA_FOR_UPDATE = select(models.sagas).where(models.sagas.c.id == bindparam("saga_id")).with_for_update()
+_OTHER_TICKETS = select(models.tickets.c.players, models.tickets.c.confirmed).where(
+    models.tickets.c.id.in_(bindparam("tickets", expanding=True)), models.tickets.c.id != bindparam("ticket_id")
+)
 
 
 def _bucket_params(row: Any) -> dict[str, Any]:
@@ -437,20 +446,11 @@ class Tickets:
                 [viewer.player] if viewer.player is not None and viewer.player in row.players else list(row.players)
             )
             confirmed = sorted(set(row.confirmed) | set(confirming))
-            await session.execute(
-                update(models.tickets)
-                .where(models.tickets.c.id == ticket_id)
-                .values(confirmed=confirmed, version=row.version + 1, update_time=now)
-            )
-            saga = (
-                await session.execute(select(models.sagas).where(models.sagas.c.id == row.saga_id).with_for_update())
-            ).one()
+            change = {"ticket_id": ticket_id, "now_confirmed": confirmed, "new_version": row.version + 1, "now": now}
+            await session.execute(_CONFIRM, change)
+            saga = (await session.execute(_SAGA_FOR_UPDATE, {"saga_id": row.saga_id})).one()
             others = (
-                await session.execute(
-                    select(models.tickets.c.players, models.tickets.c.confirmed).where(
-                        models.tickets.c.id.in_(saga.tickets), models.tickets.c.id != ticket_id
-                    )
-                )
+                await session.execute(_OTHER_TICKETS, {"tickets": list(saga.tickets), "ticket_id": ticket_id})
             ).all()
             everyone = set(row.players) <= set(confirmed) and all(set(p) <= set(c) for p, c in others)
             if everyone and saga.state == "confirming":
