@@ -263,3 +263,30 @@ async def test_a_copy_dropped_during_its_write_is_loaded_after_the_write(
     assert retried == drawn
     for stream in streams.values():
         await stream.close()
+
+
+async def test_a_stream_waiting_on_a_load_when_the_replica_stops_is_told_to_resume_elsewhere(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graceful stop cancels the loads under way: a stream that waits on one must end with
+    UNAVAILABLE ("reconnect and resume", which clients retry), never CANCELLED (which they take as
+    the end)."""
+    a = await cluster.start()
+    streams = await _dealt(cluster, a, "stopping")
+    last = streams["alice"].last_seq
+    a.api.tables.release_on_stop = False  # a crash: its lease runs out
+    await cluster.stop(a)
+    for stream in streams.values():
+        await stream.close()
+    b = await cluster.start()
+    cluster.clock.advance(6)
+
+    held = HeldLoads(monkeypatch)
+    resumed = subscribe(cluster.stub(b), cluster.token(Kind.PLAYER, "alice"), "tables/stopping", after_seq=last)
+    await held.entered.wait()  # the stream's join is loading the table (taking it over)
+    await b.server.stop(5.0)
+    await b.channel.close(None)
+    cluster.nodes.remove(b)
+    async with asyncio.timeout(30):
+        await resumed.task
+    assert resumed.error is not None and resumed.error.code() == grpc.StatusCode.UNAVAILABLE, resumed.error
+    held.release()
