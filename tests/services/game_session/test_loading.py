@@ -284,9 +284,37 @@ async def test_a_stream_waiting_on_a_load_when_the_replica_stops_is_told_to_resu
     resumed = subscribe(cluster.stub(b), cluster.token(Kind.PLAYER, "alice"), "tables/stopping", after_seq=last)
     await held.entered.wait()  # the stream's join is loading the table (taking it over)
     await b.server.stop(5.0)
-    await b.channel.close(None)
-    cluster.nodes.remove(b)
     async with asyncio.timeout(30):
         await resumed.task
     assert resumed.error is not None and resumed.error.code() == grpc.StatusCode.UNAVAILABLE, resumed.error
     held.release()
+    await b.channel.close(None)
+    cluster.nodes.remove(b)
+
+
+async def test_a_play_join_waiting_on_a_load_when_the_replica_stops_is_told_to_resume_elsewhere(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for a `Play` stream's join (the gateway's stream for every browser)."""
+    a = await cluster.start()
+    streams = await _dealt(cluster, a, "stopping")
+    last = streams["alice"].last_seq
+    a.api.tables.release_on_stop = False  # a crash: its lease runs out
+    await cluster.stop(a)
+    for stream in streams.values():
+        await stream.close()
+    b = await cluster.start()
+    cluster.clock.advance(6)
+
+    held = HeldLoads(monkeypatch)
+    call = cluster.stub(b).Play(None, metadata=cluster.token(Kind.PLAYER, "alice"))
+    await call.write(game_session_pb2.PlayRequest(
+        join=game_session_pb2.SubscribeChangesRequest(table="tables/stopping", after_seq=last)))
+    await held.entered.wait()  # the join is loading the table (taking it over)
+    await b.server.stop(5.0)
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        async with asyncio.timeout(30):
+            await call.read()
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value
+    held.release()
+    await b.channel.close(None)
+    cluster.nodes.remove(b)
