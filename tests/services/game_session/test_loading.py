@@ -265,56 +265,55 @@ async def test_a_copy_dropped_during_its_write_is_loaded_after_the_write(
         await stream.close()
 
 
+
+async def _taking_over(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> tuple[Node, HeldLoads, int]:
+    """A dealt table whose replica crashed, a second replica to take it over, its loads held:
+    (that replica, the held loads, the last seq the players saw)."""
+    a = await cluster.start()
+    streams = await _dealt(cluster, a, "stopping")
+    last = streams["alice"].last_seq
+    a.api.tables.release_on_stop = False  # a crash: its lease runs out
+    await cluster.stop(a)
+    for stream in streams.values():
+        await stream.close()
+    b = await cluster.start()
+    cluster.clock.advance(6)
+    return b, HeldLoads(monkeypatch), last
+
+
+async def _forget(cluster: Cluster, node: Node) -> None:
+    await node.channel.close(None)
+    cluster.nodes.remove(node)
+
+
 async def test_a_stream_waiting_on_a_load_when_the_replica_stops_is_told_to_resume_elsewhere(
         cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """A graceful stop cancels the loads under way: a stream that waits on one must end with
     UNAVAILABLE ("reconnect and resume", which clients retry), never CANCELLED (which they take as
     the end)."""
-    a = await cluster.start()
-    streams = await _dealt(cluster, a, "stopping")
-    last = streams["alice"].last_seq
-    a.api.tables.release_on_stop = False  # a crash: its lease runs out
-    await cluster.stop(a)
-    for stream in streams.values():
-        await stream.close()
-    b = await cluster.start()
-    cluster.clock.advance(6)
-
-    held = HeldLoads(monkeypatch)
+    b, held, last = await _taking_over(cluster, monkeypatch)
     resumed = subscribe(cluster.stub(b), cluster.token(Kind.PLAYER, "alice"), "tables/stopping", after_seq=last)
     await held.entered.wait()  # the stream's join is loading the table (taking it over)
-    await b.server.stop(5.0)
+    await b.server.stop(5.0)  # graceful: the loads under way are cancelled
     async with asyncio.timeout(30):
         await resumed.task
     assert resumed.error is not None and resumed.error.code() == grpc.StatusCode.UNAVAILABLE, resumed.error
     held.release()
-    await b.channel.close(None)
-    cluster.nodes.remove(b)
+    await _forget(cluster, b)
 
 
 async def test_a_play_join_waiting_on_a_load_when_the_replica_stops_is_told_to_resume_elsewhere(
         cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same for a `Play` stream's join (the gateway's stream for every browser)."""
-    a = await cluster.start()
-    streams = await _dealt(cluster, a, "stopping")
-    last = streams["alice"].last_seq
-    a.api.tables.release_on_stop = False  # a crash: its lease runs out
-    await cluster.stop(a)
-    for stream in streams.values():
-        await stream.close()
-    b = await cluster.start()
-    cluster.clock.advance(6)
-
-    held = HeldLoads(monkeypatch)
+    b, held, last = await _taking_over(cluster, monkeypatch)
     call = cluster.stub(b).Play(None, metadata=cluster.token(Kind.PLAYER, "alice"))
     await call.write(game_session_pb2.PlayRequest(
         join=game_session_pb2.SubscribeChangesRequest(table="tables/stopping", after_seq=last)))
     await held.entered.wait()  # the join is loading the table (taking it over)
-    await b.server.stop(5.0)
+    await b.server.stop(5.0)  # graceful: the loads under way are cancelled
     with pytest.raises(grpc.aio.AioRpcError) as ended:
         async with asyncio.timeout(30):
             await call.read()
     assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value
     held.release()
-    await b.channel.close(None)
-    cluster.nodes.remove(b)
+    await _forget(cluster, b)
