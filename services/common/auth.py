@@ -30,6 +30,7 @@ switch the signer, then remove the old one.
 from __future__ import annotations
 
 import contextvars
+import fcntl
 import hashlib
 import json
 import logging
@@ -356,30 +357,36 @@ def load_private_key(path: Path) -> PrivateKey:
 
 
 def ensure_dev_keys(directory: Path) -> tuple[Path, Path]:
-    """Local mode's key pair (Ed25519), generated once into `directory`; (private, public) paths."""
+    """Local mode's key pair (Ed25519), generated once into `directory`; (private, public) paths.
+
+    Every local process calls this at start, `make run`'s all at once: one of them generates the
+    pair, under an exclusive lock on the directory's lock file, and the others wait for it and
+    take the same pair (two generating at once could leave one's public key beside the other's
+    private key, and tokens no process can verify)."""
     private_path, public_path = directory / DEV_PRIVATE_KEY, directory / DEV_PUBLIC_KEY
     if private_path.exists() and public_path.exists():
         return private_path, public_path
     directory.mkdir(parents=True, exist_ok=True)
-    key = ed25519.Ed25519PrivateKey.generate()
-    private_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    public_pem = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    # Several local processes may start at once: write aside, then rename into place.
-    suffix = f".{os.getpid()}.{uuid.uuid4().hex}"
-    tmp_private, tmp_public = Path(f"{private_path}{suffix}"), Path(f"{public_path}{suffix}")
-    tmp_private.write_bytes(private_pem)
-    tmp_private.chmod(0o600)
-    tmp_public.write_bytes(public_pem)
-    if private_path.exists() and public_path.exists():  # another process won the race
-        tmp_private.unlink()
-        tmp_public.unlink()
-        return private_path, public_path
-    tmp_public.replace(public_path)
-    tmp_private.replace(private_path)
+    with open(directory / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if private_path.exists() and public_path.exists():  # another process made them meanwhile
+            return private_path, public_path
+        key = ed25519.Ed25519PrivateKey.generate()
+        private_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        public_pem = key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        # Written aside, then renamed into place, the private key last: a process that finds
+        # both files (without the lock, above) finds the whole pair.
+        suffix = f".{os.getpid()}.{uuid.uuid4().hex}"
+        tmp_private, tmp_public = Path(f"{private_path}{suffix}"), Path(f"{public_path}{suffix}")
+        tmp_private.write_bytes(private_pem)
+        tmp_private.chmod(0o600)
+        tmp_public.write_bytes(public_pem)
+        tmp_public.replace(public_path)
+        tmp_private.replace(private_path)
     return private_path, public_path
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from services.common.auth import (
+    DEV_PRIVATE_KEY,
+    DEV_PUBLIC_KEY,
     Identity,
     Kind,
     Minter,
@@ -27,6 +32,7 @@ from services.common.auth import (
 )
 from services.common.config import Config, ConfigError
 from services.common.errors import PermissionDeniedError, UnauthenticatedError
+from tests.services.harness import ROOT
 
 
 @pytest.fixture
@@ -186,3 +192,21 @@ def test_verified_tokens_are_cached_until_they_expire(tmp_path: Path) -> None:
         verifier.verify(token)
     with pytest.raises(UnauthenticatedError, match="expired"):
         verifier.verify(token)  # and stays refused once out of the cache
+
+
+def test_processes_starting_at_once_share_one_dev_key_pair(tmp_path: Path) -> None:
+    """`make run` starts every service at once, each making sure the dev key pair exists: they all
+    end up with the same pair, whose public key is the private key's."""
+    directory = tmp_path / "keys"
+    script = ("import sys; from pathlib import Path; from services.common.auth import ensure_dev_keys; "
+              "p, q = ensure_dev_keys(Path(sys.argv[1])); print(p.read_text() + q.read_text())")
+    starting = [subprocess.Popen([sys.executable, "-c", script, str(directory)], cwd=ROOT, text=True,
+                                 stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                for _ in range(12)]
+    seen = {process.communicate(timeout=60)[0] for process in starting}
+    assert all(process.returncode == 0 for process in starting)
+    assert len(seen) == 1, "the processes saw different key pairs"
+    private = serialization.load_pem_private_key((directory / DEV_PRIVATE_KEY).read_bytes(), None)
+    public = (directory / DEV_PUBLIC_KEY).read_bytes()
+    assert private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo) == public
