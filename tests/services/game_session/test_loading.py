@@ -79,18 +79,24 @@ class HeldLoads:
         self._gate.set()
 
 
-async def test_a_request_during_a_takeover_load_joins_it(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+async def _taking_over(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch, table_id: str) -> tuple[Node, HeldLoads, dict[str, Stream]]:
+    """A dealt table whose replica crashed, a second replica to take it over, its loads held:
+    (that replica, the held loads, the players' streams as they were closed at the crash)."""
     a = await cluster.start()
-    streams = await _dealt(cluster, a, "race")
-    last = streams["alice"].last_seq
+    streams = await _dealt(cluster, a, table_id)
     a.api.tables.release_on_stop = False  # a crash: its lease runs out
     await cluster.stop(a)
     for stream in streams.values():
         await stream.close()
     b = await cluster.start()
     cluster.clock.advance(6)
+    return b, HeldLoads(monkeypatch), streams
 
-    held = HeldLoads(monkeypatch)
+
+async def test_a_request_during_a_takeover_load_joins_it(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    b, held, streams = await _taking_over(cluster, monkeypatch, "race")
+    last = streams["alice"].last_seq
     scan = asyncio.ensure_future(b.api.tables.renew_and_scan())  # takes the table over, loads it
     await held.entered.wait()
     # a player resumes her stream and another asks for a snapshot while the load is held
@@ -266,21 +272,6 @@ async def test_a_copy_dropped_during_its_write_is_loaded_after_the_write(
 
 
 
-async def _taking_over(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> tuple[Node, HeldLoads, int]:
-    """A dealt table whose replica crashed, a second replica to take it over, its loads held:
-    (that replica, the held loads, the last seq the players saw)."""
-    a = await cluster.start()
-    streams = await _dealt(cluster, a, "stopping")
-    last = streams["alice"].last_seq
-    a.api.tables.release_on_stop = False  # a crash: its lease runs out
-    await cluster.stop(a)
-    for stream in streams.values():
-        await stream.close()
-    b = await cluster.start()
-    cluster.clock.advance(6)
-    return b, HeldLoads(monkeypatch), last
-
-
 async def _forget(cluster: Cluster, node: Node) -> None:
     await node.channel.close(None)
     cluster.nodes.remove(node)
@@ -291,7 +282,8 @@ async def test_a_stream_waiting_on_a_load_when_the_replica_stops_is_told_to_resu
     """A graceful stop cancels the loads under way: a stream that waits on one must end with
     UNAVAILABLE ("reconnect and resume", which clients retry), never CANCELLED (which they take as
     the end)."""
-    b, held, last = await _taking_over(cluster, monkeypatch)
+    b, held, streams = await _taking_over(cluster, monkeypatch, "stopping")
+    last = streams["alice"].last_seq
     resumed = subscribe(cluster.stub(b), cluster.token(Kind.PLAYER, "alice"), "tables/stopping", after_seq=last)
     await held.entered.wait()  # the stream's join is loading the table (taking it over)
     await b.server.stop(5.0)  # graceful: the loads under way are cancelled
@@ -305,7 +297,8 @@ async def test_a_stream_waiting_on_a_load_when_the_replica_stops_is_told_to_resu
 async def test_a_play_join_waiting_on_a_load_when_the_replica_stops_is_told_to_resume_elsewhere(
         cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same for a `Play` stream's join (the gateway's stream for every browser)."""
-    b, held, last = await _taking_over(cluster, monkeypatch)
+    b, held, streams = await _taking_over(cluster, monkeypatch, "stopping")
+    last = streams["alice"].last_seq
     call = cluster.stub(b).Play(None, metadata=cluster.token(Kind.PLAYER, "alice"))
     await call.write(game_session_pb2.PlayRequest(
         join=game_session_pb2.SubscribeChangesRequest(table="tables/stopping", after_seq=last)))
