@@ -83,16 +83,8 @@ class Registrations:
     async def _answered(self, scope: str, method: str, request: Message, response_type: type[R]) -> R | None:
         """The stored answer of an earlier call with this request id, if any (ALREADY_EXISTS when
         the id was used for another request)."""
-        table = models.idempotency_keys
         async with self.db.transaction() as session:
-            row = (
-                await session.execute(
-                    select(table.c.method, table.c.request_hash, table.c.response, table.c.expires_at).where(
-                        table.c.scope == scope,
-                        table.c.request_id == request.request_id,  # type: ignore[attr-defined]
-                    )
-                )
-            ).first()
+            row = await self.idempotency.lookup(session, scope, request.request_id)  # type: ignore[attr-defined]
         if row is None or records.at(row.expires_at) <= self.clock():
             return None
         if row.method != method or row.request_hash != request_hash(method, request):
