@@ -184,8 +184,6 @@ def service_process(
         "PYTHONPATH": str(ROOT),
         **(env or {}),
     }
-    # the pair made before any process starts (processes started at once would each make sure of it)
-    ensure_dev_keys(Path(environment["BURACO_DEV_KEYS_DIR"]))
     process = subprocess.Popen(
         [sys.executable, "-m", f"services.{name}"],
         cwd=ROOT,
