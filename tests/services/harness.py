@@ -77,8 +77,8 @@ def free_ports(count: int) -> int:
 
     A port the kernel chose for `bind(0)` would be free only until the kernel handed it out again
     (to another process's outgoing connection, say) before the process that was given it bound it:
-    these come from below the kernel's ephemeral range instead, and one test run never hands out
-    the same port twice."""
+    these come from below the kernel's ephemeral range instead, in turn through this process's
+    slice of them, so a port is handed out again only after the whole slice has been."""
     global _next_port
     for _ in range(len(_PORTS)):
         base = _next_port
