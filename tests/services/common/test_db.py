@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.exc import DBAPIError
 
 from services.common.db import Database, LazyPool, asyncpg_connect, asyncpg_pool
@@ -320,4 +321,65 @@ async def test_asyncpg_pools_and_connections_use_the_schema_and_the_settings(db_
         await connection.close()
         await pool.close()
         await lazy.close()
+        await db.dispose()
+
+
+async def _backend_pid(db: Database) -> int:
+    async with db.read_connection() as connection:
+        return int((await connection.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+async def _terminate(postgres_url: str, pid: int) -> None:
+    """Ends backend `pid` from another connection and waits until it is gone."""
+    killer = Database(postgres_url, connections=1)
+    try:
+        async with killer.engine.connect() as connection:
+            await connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            for _ in range(500):
+                gone = (await connection.execute(
+                    text("SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid})).scalar_one()
+                await connection.rollback()
+                if gone:
+                    return
+                await asyncio.sleep(0.01)
+        raise AssertionError(f"backend {pid} was not terminated")
+    finally:
+        await killer.dispose()
+
+
+async def test_a_connection_idle_in_the_pool_is_pinged_and_replaced_when_the_server_dropped_it(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = Database(postgres_url, connections=1)
+    pings: list[int] = []
+    try:
+        first = await _backend_pid(db)
+        ping: Any = AsyncAdapt_asyncpg_connection.ping
+
+        def counted(self: Any) -> None:
+            pings.append(1)
+            ping(self)
+
+        monkeypatch.setattr(AsyncAdapt_asyncpg_connection, "ping", counted)
+        # used just now: handed out without a ping
+        monkeypatch.setattr("services.common.db.PING_AFTER_IDLE_SECONDS", 3600.0)
+        assert await _backend_pid(db) == first
+        assert pings == []
+        # idle past the limit (0 s here) and dropped by the server meanwhile: pinged, replaced
+        monkeypatch.setattr("services.common.db.PING_AFTER_IDLE_SECONDS", 0.0)
+        await _terminate(postgres_url, first)
+        second = await _backend_pid(db)
+        assert second != first
+        assert len(pings) == 1
+        async with db.write_connection() as connection:  # and writes work on it
+            assert (await connection.execute(text("SELECT pg_backend_pid()"))).scalar_one() == second
+        # used just now and dropped: the call fails, and the pool reconnects for the next one
+        monkeypatch.setattr("services.common.db.PING_AFTER_IDLE_SECONDS", 3600.0)
+        pinged = len(pings)
+        await _terminate(postgres_url, second)
+        with pytest.raises(DBAPIError):
+            await _backend_pid(db)
+        assert await _backend_pid(db) not in (first, second)
+        assert len(pings) == pinged
+    finally:
         await db.dispose()
