@@ -297,36 +297,50 @@ def _config(service: str, workdir: Path, database: tuple[str, str | None]) -> Co
 
 
 class SqlCounter:
-    """Counts what this process asks of its databases. Statements: every cursor execution through
-    SQLAlchemy (savepoints included; an executemany is one) and every query of a raw asyncpg pool
-    (the wallet's hot path), BEGIN and COMMIT excepted. Transactions: SQLAlchemy's BEGINs and the
-    raw pools' BEGINs. On PostgreSQL each statement is a round trip, and each transaction adds two
-    (its BEGIN and its end)."""
+    """Counts the round trips this process makes to its databases. Statements: every cursor
+    execution through SQLAlchemy (savepoints included; an executemany is one) and every query of a
+    raw asyncpg pool (the wallet's hot path). Transactions: the BEGINs sent (SQLAlchemy's and the
+    raw pools'; a connection in autocommit sends none), ends: their COMMITs and ROLLBACKs, pings:
+    the liveness checks of pooled connections (services.common.db). On PostgreSQL each of these is
+    a round trip."""
 
     def __init__(self) -> None:
         self.statements = 0
         self.transactions = 0
+        self.ends = 0
+        self.pings = 0
 
     def _statement(self, *_: Any) -> None:
         self.statements += 1
 
-    def _transaction(self, *_: Any) -> None:
-        self.transactions += 1
-
-    def _raw_query(self, record: Any) -> None:
-        verb = record.query.lstrip()[:8].upper()
+    def _control(self, verb: str) -> bool:
+        """Counts a BEGIN, COMMIT or ROLLBACK; whether `verb` was one."""
         if verb.startswith(("BEGIN", "START")):
             self.transactions += 1
-        elif not verb.startswith(("COMMIT", "ROLLBACK")):
+        elif verb.startswith(("COMMIT", "ROLLBACK")):
+            self.ends += 1
+        else:
+            return False
+        return True
+
+    def _raw_query(self, record: Any) -> None:
+        if not self._control(record.query.lstrip()[:8].upper()):
             self.statements += 1
+
+    def _engine_query(self, record: Any) -> None:
+        # SQLAlchemy's statements run as prepared statements, which asyncpg does not log (the
+        # cursor event counts them): what it logs are transactions' ends and pings (";").
+        query = record.query.strip()
+        if not self._control(query[:8].upper()) and query == ";":
+            self.pings += 1
 
     def install(self) -> None:
         from sqlalchemy import event
         from sqlalchemy.engine import Engine
 
         event.listen(Engine, "before_cursor_execute", self._statement)
-        event.listen(Engine, "begin", self._transaction)
         create_pool = asyncpg.create_pool
+        connect = asyncpg.connect
 
         def counted_pool(*args: Any, **kwargs: Any) -> Any:
             init = kwargs.pop("init", None)
@@ -338,10 +352,17 @@ class SqlCounter:
 
             return create_pool(*args, init=counting, **kwargs)
 
+        async def counted_connect(*args: Any, **kwargs: Any) -> Any:  # SQLAlchemy's connections
+            connection = await connect(*args, **kwargs)
+            connection.add_query_logger(self._engine_query)
+            return connection
+
         asyncpg.create_pool = counted_pool
+        asyncpg.connect = counted_connect
 
     def snapshot(self) -> dict[str, int]:
-        return {"statements": self.statements, "transactions": self.transactions}
+        return {"statements": self.statements, "transactions": self.transactions, "ends": self.ends,
+                "pings": self.pings}
 
 
 async def create_schema(kind: str, postgres_url: str) -> str | None:
@@ -521,6 +542,12 @@ class Usage:
     cpu: float
     statements: int
     transactions: int
+    ends: int
+    pings: int
+
+    @property
+    def round_trips(self) -> int:
+        return self.statements + self.transactions + self.ends + self.pings
 
 
 class Served:
@@ -552,7 +579,8 @@ class Served:
         self.process.stdin.write("stats\n")
         self.process.stdin.flush()
         counts = await self._line()
-        return Usage(cpu_seconds(self.process.pid), counts["statements"], counts["transactions"])
+        return Usage(cpu_seconds(self.process.pid), counts["statements"], counts["transactions"], counts["ends"],
+                     counts["pings"])
 
     async def stop(self) -> None:
         if self.process.stdin is not None:
@@ -640,9 +668,12 @@ def report_usage(label: str, tickets: int, elapsed: float, before: tuple[Usage, 
     transactions = (mm1.transactions - mm0.transactions) / tickets
     report(f"{label}_matchmaking_statements_per_ticket", statements, "statements")
     report(f"{label}_matchmaking_transactions_per_ticket", transactions, "transactions")
-    report(f"{label}_matchmaking_round_trips_per_ticket", statements + 2 * transactions, "round_trips")
+    report(f"{label}_matchmaking_pings_per_ticket", (mm1.pings - mm0.pings) / tickets, "pings")
+    report(f"{label}_matchmaking_round_trips_per_ticket", (mm1.round_trips - mm0.round_trips) / tickets, "round_trips")
     report(f"{label}_other_services_statements_per_ticket", (other1.statements - other0.statements) / tickets,
            "statements")
+    report(f"{label}_other_services_round_trips_per_ticket", (other1.round_trips - other0.round_trips) / tickets,
+           "round_trips")
     report(f"{label}_matchmaking_cpu_per_ticket", 1000 * cpu / tickets, "ms")
     report(f"{label}_other_services_cpu_per_ticket", 1000 * (other1.cpu - other0.cpu) / tickets, "ms")
     report(f"{label}_matchmaking_cpu", 100 * cpu / elapsed, "%_of_a_core")

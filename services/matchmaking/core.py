@@ -161,7 +161,7 @@ class Core:
     async def prior_answer(self, scope: str, method: str, request: Message, response_type: type[R]) -> R | None:
         """The stored answer of a retried call, read before calling other services, so a retry
         answers as the first call did even when eligibility has changed since."""
-        async with self.db.read_connection() as session:
+        async with self.db.read_each() as session:
             row = await self.idempotency.lookup(session, scope, getattr(request, "request_id", ""))
         if row is None or aware(row.expires_at) <= self.clock():
             return None

@@ -123,7 +123,7 @@ class TicketRows:
             names = list(batch)
             try:
                 rows: dict[str, Any] = {}
-                async with self.db.read_connection() as connection:
+                async with self.db.read_each() as connection:
                     for start in range(0, len(names), FETCH_CHUNK):
                         chunk = names[start : start + FETCH_CHUNK]
                         rows.update(
@@ -284,7 +284,7 @@ class Tickets:
         changed: list[str] = []
         names = list(watched)
         for start in range(0, len(names), 500):
-            async with self.db.read_connection() as session:
+            async with self.db.read_each() as session:
                 rows = await session.execute(select(t.c.id, t.c.version).where(t.c.id.in_(names[start : start + 500])))
                 changed += [row.id for row in rows if row.version != watched[row.id]]
         self.core.notifier.changed(*(f"ticket:{ticket_id}" for ticket_id in changed))
@@ -307,7 +307,7 @@ class Tickets:
         return sum(ratings.get(p, 0.0) for p in players) / len(players)
 
     async def _party_members(self, party_id: str, player: str) -> list[str]:
-        async with self.db.read_connection() as session:
+        async with self.db.read_each() as session:
             party = await party_row(session, party_id, Viewer(player))
         if party.leader != player:
             raise NotAllowedError(f"only the party's leader (players/{party.leader}) queues it")
