@@ -383,3 +383,20 @@ async def test_a_connection_idle_in_the_pool_is_pinged_and_replaced_when_the_ser
         assert len(pings) == pinged
     finally:
         await db.dispose()
+
+
+async def test_read_each_reads_committed_rows_each_statement_on_its_own(database: Database) -> None:
+    await _scratch(database)
+    async with database.write_connection() as writer:
+        await writer.execute(text("INSERT INTO scratch VALUES (1, 1)"))
+    async with database.read_each() as reader:
+        assert (await reader.execute(text("SELECT count(*) FROM scratch"))).scalar_one() == 1
+        if database.dialect == "postgresql":  # autocommit: no transaction spans two statements
+            first = (await reader.execute(text("SELECT now()"))).scalar_one()
+            await reader.execute(text("SELECT pg_sleep(0.01)"))
+            assert (await reader.execute(text("SELECT now()"))).scalar_one() > first
+    async with database.read_connection() as reader:  # the pool's connection is back in transactions
+        if database.dialect == "postgresql":
+            first = (await reader.execute(text("SELECT now()"))).scalar_one()
+            await reader.execute(text("SELECT pg_sleep(0.01)"))
+            assert (await reader.execute(text("SELECT now()"))).scalar_one() == first
