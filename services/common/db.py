@@ -8,8 +8,9 @@
     await db.dispose()
 
 `write_connection()` and `read_connection()` are the same transactions as Core connections, for
-hot paths that use no ORM session; `read_each()` is a Core connection whose statements each read
-on their own (autocommit on PostgreSQL: a one-statement read in one round trip).
+hot paths that use no ORM session; `read_each()` and `write_each()` are Core connections for
+one-statement reads and writes, each statement on its own (autocommit on PostgreSQL: one round
+trip, no BEGIN and no end).
 
 Writes (`Database.write`). SQLite has one writer: a write transaction takes the process's one
 writer for its database file (an asyncio lock, so writers queue in the process rather than spin
@@ -384,6 +385,23 @@ class Database:
                 yield connection
         except PoolTimeoutError:
             raise UnavailableError(BUSY_READ) from None
+
+    @asynccontextmanager
+    async def write_each(self) -> AsyncIterator[AsyncConnection]:
+        """A Core connection for one write statement, which commits on its own: in autocommit on
+        PostgreSQL (the statement's round trip alone, no BEGIN or COMMIT; a statement is atomic by
+        itself), `write_connection()` on SQLite (the process's one writer). Only for a single
+        statement: on PostgreSQL two statements would commit separately."""
+        if self.dialect == "sqlite":
+            async with self.write_connection() as connection:
+                yield connection
+            return
+        try:
+            async with self._write_turn(), self.engine.connect() as connection:
+                await connection.execution_options(isolation_level="AUTOCOMMIT")
+                yield connection
+        except PoolTimeoutError:
+            raise UnavailableError(BUSY_WRITE) from None
 
     def _write_turn(self) -> AbstractAsyncContextManager[object]:
         """What a write waits for: the process's one writer (SQLite), a connection (PostgreSQL)."""

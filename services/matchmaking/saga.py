@@ -235,7 +235,7 @@ class Sagas:
     async def due_rows(self, limit: int = 100) -> list[Any]:
         """The rows of the sagas due now, the most overdue first (one query for a pass)."""
         s = models.sagas
-        async with self.db.read_connection() as session:
+        async with self.db.read_each() as session:
             rows = await session.execute(
                 select(s)
                 .where(s.c.state.in_(ACTIVE), s.c.next_attempt_at <= self.clock())
@@ -245,7 +245,7 @@ class Sagas:
             return list(rows)
 
     async def _load(self, saga_id: str) -> Any:
-        async with self.db.read_connection() as session:
+        async with self.db.read_each() as session:
             return (await session.execute(select(models.sagas).where(models.sagas.c.id == saga_id))).one()
 
     async def _set(self, saga: Any, expected: str, **values: Any) -> Any | None:
@@ -253,7 +253,7 @@ class Sagas:
         its row as written, or None when someone else moved it first."""
         s = models.sagas
         values.setdefault("update_time", self.clock())
-        async with self.db.write_connection() as session:
+        async with self.db.write_each() as session:  # one conditional statement: atomic alone
             result = await session.execute(update(s).where(s.c.id == saga.id, s.c.state == expected).values(**values))
         return moved(saga, values) if getattr(result, "rowcount", 0) == 1 else None
 

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import matchmaking_pb2
 from services.common.db import Database
+from services.common.idempotency import request_hash
 from services.matchmaking import models
 from services.matchmaking.core import Core, Executor, Preferences, Viewer, aware, new_id, preferences_of, timestamp
 from services.matchmaking.errors import DependencyUnavailableError, NotAllowedError, StateError, TicketNotFoundError
@@ -90,6 +91,22 @@ _SAGA_FOR_UPDATE = select(models.sagas).where(models.sagas.c.id == bindparam("sa
 _OTHER_TICKETS = select(models.tickets.c.players, models.tickets.c.confirmed).where(
     models.tickets.c.id.in_(bindparam("tickets", expanding=True)), models.tickets.c.id != bindparam("ticket_id")
 )
+
+
+def _create_at_once() -> Any:
+    """A lone player's new ticket in one statement (PostgreSQL): its queue membership (the key
+    refuses a second live ticket), the ticket, and the call's answer under its idempotency key
+    (the key refuses a concurrent call's second answer), as data-modifying CTEs; a statement is
+    atomic by itself, so it needs no transaction. Parameters: the ticket's columns as `t_<name>`,
+    the key's as `k_<name>`."""
+    t, q, k = models.tickets, models.queue_members, models.idempotency_keys
+    queued = insert(q).values(player=bindparam("t_owner"), ticket_id=bindparam("t_id")).returning(q.c.player).cte("q")
+    ticket = insert(t).values({c.name: bindparam(f"t_{c.name}", type_=c.type) for c in t.c}).returning(t.c.id).cte("n")
+    key = insert(k).values({c.name: bindparam(f"k_{c.name}", type_=c.type) for c in k.c}).returning(k.c.scope).cte("k")
+    return select(*(select(func.count()).select_from(part).scalar_subquery() for part in (queued, ticket, key)))
+
+
+_CREATE_AT_ONCE = _create_at_once()
 
 
 def _bucket_params(row: Any) -> dict[str, Any]:
@@ -323,7 +340,7 @@ class Tickets:
         preferences: Preferences,
         party_id: str | None,
     ) -> matchmaking_pb2.Ticket:
-        stored = await self.core.prior_answer(scope, "CreateTicket", request, matchmaking_pb2.Ticket)
+        stored, key_used = await self.core.prior(scope, "CreateTicket", request, matchmaking_pb2.Ticket)
         if stored is not None:
             return stored
         players = await self._party_members(party_id, player) if party_id else [player]
@@ -331,57 +348,105 @@ class Tickets:
             await self.core.check_eligible(players, preferences.bet_chips)
         rating = await self._rating(players, preferences)
         ticket_id = new_id()
+        if self.db.dialect == "postgresql" and not party_id and not key_used:
+            reply = await self._create_at_once(scope, player, request, preferences, rating, ticket_id)
+            self.core.wake()
+            return reply
 
-        async def work(session: AsyncSession) -> matchmaking_pb2.Ticket:
-            now = self.clock()
-            if party_id:  # the party may have changed while the other services answered
-                party = await party_row(session, party_id, Viewer(player))
-                if party.state != "open" or list(party.members) != players:
-                    raise StateError(f"parties/{party_id} changed; queue again")
-            live = (await session.execute(_LIVE_TICKETS, {"players": players})).first()
-            if live is not None:
-                raise StateError(f"players/{live.player} already has a live ticket: tickets/{live.ticket_id}")
-            seen = await session.execute(_RECENT_OPPONENTS, {"players": players})
-            met = sorted({other for row in seen for other in row.others} - set(players))
-            try:
-                # No savepoint: a clash fails the call, and the whole transaction is rolled back.
-                await session.execute(_QUEUE, [{"player": p, "ticket_id": ticket_id} for p in players])
-            except IntegrityError:
-                raise StateError("a player of this ticket was queued by another call just now") from None
-            values: dict[str, Any] = dict(
-                id=ticket_id,
-                owner=player,
-                players=players,
-                party=party_id,
-                preset=preferences.preset,
-                seats=preferences.seats,
-                length=preferences.length,
-                target_points=preferences.target_points,
-                mode=preferences.mode,
-                bet_chips=preferences.bet_chips,
-                rating=rating,
-                state="searching",
-                front=False,
-                queued_at=now,
-                recent=met,
-                saga_id=None,
-                confirmed=[],
-                seat_of={},
-                confirm_deadline=None,
-                game_table="",
-                game_address="",
-                failure_reason="",
-                wait_seconds=None,
-                version=1,
-                create_time=now,
-                update_time=now,
-            )
-            await session.execute(_NEW_TICKET, values)
-            return await self.ticket_view(session, SimpleNamespace(**values), Viewer(player))
-
-        reply = await self.core.once(scope, "CreateTicket", request, matchmaking_pb2.Ticket, work)
+        reply = await self.core.once(
+            scope, "CreateTicket", request, matchmaking_pb2.Ticket,
+            lambda session: self._create_in(session, ticket_id, player, players, party_id, preferences, rating))
         self.core.wake()
         return reply
+
+    async def _create_in(self, session: Executor, ticket_id: str, player: str, players: list[str],
+                         party_id: str | None, preferences: Preferences, rating: float) -> matchmaking_pb2.Ticket:
+        """The ticket written in the idempotent call's transaction (`session`)."""
+        if party_id:  # the party may have changed while the other services answered
+            party = await party_row(session, party_id, Viewer(player))
+            if party.state != "open" or list(party.members) != players:
+                raise StateError(f"parties/{party_id} changed; queue again")
+        live = (await session.execute(_LIVE_TICKETS, {"players": players})).first()
+        if live is not None:
+            raise StateError(f"players/{live.player} already has a live ticket: tickets/{live.ticket_id}")
+        values = await self._new_ticket(session, ticket_id, player, players, party_id, preferences, rating)
+        try:
+            # No savepoint: a clash fails the call, and the whole transaction is rolled back.
+            await session.execute(_QUEUE, [{"player": p, "ticket_id": ticket_id} for p in players])
+        except IntegrityError:
+            raise StateError("a player of this ticket was queued by another call just now") from None
+        await session.execute(_NEW_TICKET, values)
+        return await self.ticket_view(session, SimpleNamespace(**values), Viewer(player))
+
+    async def _new_ticket(self, session: Executor, ticket_id: str, player: str, players: list[str],
+                          party_id: str | None, preferences: Preferences, rating: float) -> dict[str, Any]:
+        """A new searching ticket's row, with the players its players met in their last match."""
+        now = self.clock()
+        seen = await session.execute(_RECENT_OPPONENTS, {"players": players})
+        met = sorted({other for row in seen for other in row.others} - set(players))
+        return dict(
+            id=ticket_id,
+            owner=player,
+            players=players,
+            party=party_id,
+            preset=preferences.preset,
+            seats=preferences.seats,
+            length=preferences.length,
+            target_points=preferences.target_points,
+            mode=preferences.mode,
+            bet_chips=preferences.bet_chips,
+            rating=rating,
+            state="searching",
+            front=False,
+            queued_at=now,
+            recent=met,
+            saga_id=None,
+            confirmed=[],
+            seat_of={},
+            confirm_deadline=None,
+            game_table="",
+            game_address="",
+            failure_reason="",
+            wait_seconds=None,
+            version=1,
+            create_time=now,
+            update_time=now,
+        )
+
+    async def _create_at_once(self, scope: str, player: str, request: matchmaking_pb2.CreateTicketRequest,
+                              preferences: Preferences, rating: float, ticket_id: str) -> matchmaking_pb2.Ticket:
+        """A lone player's ticket on PostgreSQL when nothing is stored under the call's key: the
+        reads (recent opponents, the place in the queue) in autocommit, then the queue membership,
+        the ticket and the answer in one statement (`_CREATE_AT_ONCE`). A clash on a key (the
+        player has a live ticket, or a concurrent call with this request id stored its answer
+        first) writes nothing, and is answered as the transactional path answers it."""
+        async with self.db.read_each() as reader:
+            values = await self._new_ticket(reader, ticket_id, player, [player], None, preferences, rating)
+            view = await self.ticket_view(reader, SimpleNamespace(**values), Viewer(player))
+        now, expires = self.core.idempotency.window()
+        key = {"scope": scope, "request_id": request.request_id, "method": "CreateTicket",
+               "request_hash": request_hash("CreateTicket", request),
+               "response": view.SerializeToString(deterministic=True), "created_at": now, "expires_at": expires}
+        try:
+            async with self.db.write_each() as writer:
+                await writer.execute(_CREATE_AT_ONCE, {
+                    **{f"t_{name}": value for name, value in values.items()},
+                    **{f"k_{name}": value for name, value in key.items()},
+                })
+        except IntegrityError:
+            stored, _ = await self.core.prior(scope, "CreateTicket", request, matchmaking_pb2.Ticket)
+            if stored is not None:
+                return stored  # the concurrent call's answer
+            async with self.db.read_each() as reader:
+                live = (await reader.execute(_LIVE_TICKETS, {"players": [player]})).first()
+            if live is not None:
+                raise StateError(f"players/{live.player} already has a live ticket: tickets/{live.ticket_id}") from None
+            # the key's answer expired or belongs to another request, or the live ticket ended since:
+            # the transactional path says which
+            return await self.core.once(
+                scope, "CreateTicket", request, matchmaking_pb2.Ticket,
+                lambda session: self._create_in(session, ticket_id, player, [player], None, preferences, rating))
+        return view
 
     async def cancel_ticket(
         self, scope: str, request: matchmaking_pb2.CancelTicketRequest, ticket_id: str, viewer: Viewer

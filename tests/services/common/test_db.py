@@ -400,3 +400,17 @@ async def test_read_each_reads_committed_rows_each_statement_on_its_own(database
             first = (await reader.execute(text("SELECT now()"))).scalar_one()
             await reader.execute(text("SELECT pg_sleep(0.01)"))
             assert (await reader.execute(text("SELECT now()"))).scalar_one() == first
+
+
+async def test_write_each_commits_its_statement(database: Database) -> None:
+    await _scratch(database)
+    async with database.write_each() as writer:
+        await writer.execute(text("INSERT INTO scratch VALUES (1, 1)"))
+        if database.dialect == "postgresql":  # committed by itself, before the block ends
+            async with database.read_connection() as reader:
+                assert (await reader.execute(text("SELECT count(*) FROM scratch"))).scalar_one() == 1
+    with pytest.raises(DBAPIError):
+        async with database.write_each() as writer:
+            await writer.execute(text("INSERT INTO scratch VALUES (2, NULL)"))  # NOT NULL: nothing written
+    async with database.read_connection() as reader:
+        assert (await reader.execute(text("SELECT batch FROM scratch"))).scalars().all() == [1]

@@ -3,6 +3,7 @@ rating windows, parties, idempotent retries, bad input, restarts."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,26 @@ async def test_retries_are_idempotent(service: Service) -> None:
     assert await service.ticket("ana", request_id="r1") == first
     code, _ = await code_of(service.ticket("ana", request_id="r1", preset="fechado"))
     assert code == grpc.StatusCode.ALREADY_EXISTS
+
+
+async def test_concurrent_first_calls_make_one_ticket(service: Service) -> None:
+    # The same call sent twice at once: both get the one ticket it made.
+    first, again = await asyncio.gather(*(service.ticket("ana", request_id="r1") for _ in range(2)))
+    assert first == again
+    # Two calls of one player at once: one ticket, the other call told the player has it.
+    outcomes = await asyncio.gather(
+        *(service.ticket("bia", request_id=f"b{i}") for i in range(2)), return_exceptions=True)
+    made = [outcome for outcome in outcomes if isinstance(outcome, Ticket)]
+    refused = [outcome for outcome in outcomes if not isinstance(outcome, Ticket)]
+    assert len(made) == 1 and len(refused) == 1
+    assert isinstance(refused[0], grpc.aio.AioRpcError)
+    assert refused[0].code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"live ticket: {made[0].name}" in (refused[0].details() or "")
+    # The refused call stored no answer: retried once the ticket is cancelled, it queues.
+    cancel = matchmaking_pb2.CancelTicketRequest(name=made[0].name, request_id="c1")
+    await service.stub.CancelTicket(cancel, metadata=service.player("bia"))
+    retried = await service.ticket("bia", request_id=f"b{outcomes.index(refused[0])}")
+    assert retried.state == Ticket.STATE_SEARCHING and retried.name != made[0].name
 
 
 async def _rest(stream: Any) -> AsyncIterator[Ticket]:
