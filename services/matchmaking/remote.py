@@ -19,7 +19,7 @@ from google.protobuf.duration_pb2 import Duration
 from buraco.v1 import common_pb2, game_session_pb2, wallet_pb2
 from services.client.calls import classified
 from services.client.channels import Clients
-from services.client.ratings import batch_ratings
+from services.client.ratings import CoalescedRatings
 from services.client.redirects import Owners
 from services.client.tables import TABLE_STATES, Tables
 from services.matchmaking.ports import Account, GameTable, Refused, SeatSpec
@@ -38,6 +38,8 @@ class GrpcPlatform:
         self.clients = clients
         self.timeout = timeout
         self.tables = Tables(Owners(clients), timeout)
+        #: Concurrent tickets' ratings read together (a burst of CreateTicket calls).
+        self._ratings = CoalescedRatings(lambda: clients.ranking, timeout)
 
     async def _call(self, service: str, call: Callable[[], Awaitable[T]]) -> T:
         return await classified(service, call)
@@ -80,7 +82,7 @@ class GrpcPlatform:
     # -- ranking ----------------------------------------------------------------------------------
 
     async def ratings(self, players: Sequence[str], preset: str, seats: int) -> dict[str, float]:
-        return await batch_ratings(self.clients.ranking, players, preset, seats, self.timeout)
+        return await self._ratings.ratings(players, preset, seats)
 
     # -- game sessions ----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ a trailer read as text, and ratings read in batches."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -62,3 +63,54 @@ async def test_ratings_are_read_in_batches(monkeypatch: pytest.MonkeyPatch) -> N
     assert ranking.batches == [2, 2, 1]
     with pytest.raises(Refused, match="INVALID_RESPONSE"):
         await ratings.batch_ratings(Ranking(short=True), ["a", "bb"], "aberto", 2, 5)  # type: ignore[arg-type]
+
+
+class SlowRanking(Ranking):
+    """A Ranking whose calls wait until released, recording each call's players and preset."""
+
+    def __init__(self, failing: bool = False) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.calls: list[tuple[str, list[str]]] = []
+        self.failing = failing
+
+    async def BatchGetRatings(self, request: ranking_pb2.BatchGetRatingsRequest, timeout: float) -> Any:
+        self.calls.append((request.preset, list(request.player_names)))
+        await self.release.wait()
+        if self.failing:
+            raise Failed(grpc.StatusCode.UNAVAILABLE)
+        return await super().BatchGetRatings(request, timeout)
+
+
+async def test_concurrent_callers_ratings_are_read_together() -> None:
+    ranking: Any = SlowRanking()
+    reads = ratings.CoalescedRatings(lambda: ranking, 5)
+    first = asyncio.create_task(reads.ratings(["a"], "aberto", 2))  # read at once, alone
+    while not ranking.calls:
+        await asyncio.sleep(0)
+    # asked while that read is under way: read together next, one call per preset and table size
+    later = [asyncio.create_task(reads.ratings(players, preset, 2))
+             for players, preset in ((["bb", "a"], "aberto"), (["ccc"], "aberto"), (["dddd"], "fechado"))]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert ranking.calls == [("aberto", ["players/a"])]
+    ranking.release.set()
+    assert await first == {"a": 9}
+    assert [await task for task in later] == [{"bb": 10, "a": 9}, {"ccc": 11}, {"dddd": 12}]
+    assert sorted(ranking.calls) == [("aberto", ["players/a"]), ("aberto", ["players/bb", "players/a", "players/ccc"]),
+                                     ("fechado", ["players/dddd"])]
+
+
+async def test_a_failed_read_fails_every_caller_it_was_reading_for() -> None:
+    ranking: Any = SlowRanking(failing=True)
+    reads = ratings.CoalescedRatings(lambda: ranking, 5)
+    tasks = [asyncio.create_task(reads.ratings([p], "aberto", 2)) for p in ("a", "b")]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert ranking.calls == [("aberto", ["players/a", "players/b"])]  # one read for both
+    ranking.release.set()
+    for task in tasks:
+        with pytest.raises(Unreachable):
+            await task
+    ranking.failing = False  # and the next read goes through
+    assert await reads.ratings(["c"], "aberto", 2) == {"c": 9}
