@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
-from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -107,6 +107,46 @@ def _create_at_once() -> Any:
 
 
 _CREATE_AT_ONCE = _create_at_once()
+
+
+def _confirm_at_once() -> Any:
+    """A confirmation in one statement (PostgreSQL): the ticket's confirmed players and version
+    written if it is still proposed at the version read (`t_id`, `t_version`, `t_confirmed`,
+    `t_new_version`, `t_now`), and the call's answer stored under its idempotency key (`k_<name>`)
+    only if the ticket was written. Returns (tickets written, answers stored): (1, 1) or (0, 0)."""
+    t, k = models.tickets, models.idempotency_keys
+    written = (
+        update(t)
+        .where(t.c.id == bindparam("t_id"), t.c.version == bindparam("t_version"), t.c.state == "proposed")
+        .values(confirmed=bindparam("t_confirmed", type_=t.c.confirmed.type), version=bindparam("t_new_version"),
+                update_time=bindparam("t_now"))
+        .returning(t.c.id)
+        .cte("u")
+    )
+    answer = select(*(bindparam(f"k_{c.name}", type_=c.type) for c in k.c)).select_from(written)
+    key = insert(k).from_select([c.name for c in k.c], answer).returning(k.c.scope).cte("k")
+    return select(*(select(func.count()).select_from(part).scalar_subquery() for part in (written, key)))
+
+
+_CONFIRM_AT_ONCE = _confirm_at_once()
+
+#: The quick-match saga `saga` moved on once every player of every one of its tickets has
+#: confirmed (PostgreSQL): what `confirmed_values` writes, as one conditional statement. Run after
+#: a confirmation committed, on a snapshot taken after it: of two last confirmations landing at
+#: once, the later one's statement sees both (the other's finds the saga moved, or moves it
+#: first). Returns the saga's id when it moved it.
+_START_IF_ALL_CONFIRMED = text("""
+    UPDATE matchmaking_sagas AS s
+       SET state = CASE WHEN s.bet_chips > 0 THEN 'holding' ELSE 'creating' END,
+           held = s.bet_chips > 0, table_requested = s.bet_chips <= 0,
+           deadline = :deadline, next_attempt_at = :now, attempts = 0, update_time = :now
+     WHERE s.id = :saga AND s.state = 'confirming'
+       AND NOT EXISTS (
+           SELECT 1 FROM matchmaking_tickets AS t
+            WHERE t.id IN (SELECT json_array_elements_text(s.tickets))
+              AND NOT (t.confirmed::jsonb @> t.players::jsonb))
+ RETURNING s.id
+""")
 
 
 def _bucket_params(row: Any) -> dict[str, Any]:
@@ -497,20 +537,90 @@ class Tickets:
     async def confirm_ticket(
         self, scope: str, request: matchmaking_pb2.ConfirmTicketRequest, ticket_id: str, viewer: Viewer
     ) -> matchmaking_pb2.Ticket:
+        if self.db.dialect == "postgresql":
+            stored, key_used = await self.core.prior(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
+            if stored is not None:
+                # A retry: the first call may have stopped between its confirmation and the start.
+                if stored.state == Ticket.STATE_PROPOSED and stored.assignment.match_id:
+                    await self._start_if_all_confirmed(stored.assignment.match_id)
+                return stored
+            if not key_used:
+                confirmed = await self._confirm_at_once(scope, request, ticket_id, viewer)
+                if confirmed is not None:
+                    return confirmed
+        return await self._confirm_in_transaction(scope, request, ticket_id, viewer)
+
+    async def _confirm_at_once(
+        self, scope: str, request: matchmaking_pb2.ConfirmTicketRequest, ticket_id: str, viewer: Viewer
+    ) -> matchmaking_pb2.Ticket | None:
+        """A confirmation on PostgreSQL when nothing is stored under the call's key: the ticket
+        read in autocommit, checked as `_confirm_in_transaction` checks it, then written with the
+        answer in one statement if it is still at the version read (`_CONFIRM_AT_ONCE`), then the
+        saga moved on if every player has now confirmed (`_START_IF_ALL_CONFIRMED`). None when the
+        ticket changed since it was read: the transactional path answers then."""
+        async with self.db.read_each() as reader:
+            row = await self._ticket_row(reader, ticket_id, viewer)
+        now = self.clock()
+        confirmed = self._confirmation(row, ticket_id, viewer, now)
+        written = SimpleNamespace(
+            **{**row._asdict(), "confirmed": confirmed, "version": row.version + 1, "update_time": now}
+        )
+        view = await self.ticket_view(None, written, viewer)
+        stored_at, expires = self.core.idempotency.window()
+        key = {"scope": scope, "request_id": request.request_id, "method": "ConfirmTicket",
+               "request_hash": request_hash("ConfirmTicket", request),
+               "response": view.SerializeToString(deterministic=True), "created_at": stored_at, "expires_at": expires}
+        try:
+            async with self.db.write_each() as writer:
+                tickets, _ = (await writer.execute(_CONFIRM_AT_ONCE, {
+                    "t_id": ticket_id, "t_version": row.version, "t_confirmed": confirmed,
+                    "t_new_version": row.version + 1, "t_now": now,
+                    **{f"k_{name}": value for name, value in key.items()},
+                })).one()
+        except IntegrityError:
+            stored, _ = await self.core.prior(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
+            if stored is None:
+                raise
+            return stored  # a concurrent call with this request id answered first
+        if tickets != 1:
+            return None
+        self.core.notifier.changed(f"ticket:{ticket_id}")
+        if set(row.players) <= set(confirmed):
+            await self._start_if_all_confirmed(row.saga_id)
+        return view
+
+    async def _start_if_all_confirmed(self, saga_id: str) -> None:
+        """The saga moved on if every player of its tickets has confirmed (PostgreSQL); the matching
+        loop's next pass then holds the bets."""
+        now = self.clock()
+        async with self.db.write_each() as writer:
+            moved = (await writer.execute(_START_IF_ALL_CONFIRMED, {
+                "saga": saga_id, "now": now, "deadline": now + timedelta(seconds=self.settings.start_seconds),
+            })).first()
+        if moved is not None:
+            self.core.wake()
+
+    def _confirmation(self, row: Any, ticket_id: str, viewer: Viewer, now: datetime) -> list[str]:
+        """The ticket's confirmed players once the viewer has confirmed (a player for themself; a
+        service or admin for every player of the ticket); StateError if it cannot be confirmed."""
+        if row.state != "proposed":
+            raise StateError(f"tickets/{ticket_id} is {row.state}: only a proposed match is confirmed")
+        if row.confirm_deadline is not None and aware(row.confirm_deadline) < now:
+            raise StateError(f"tickets/{ticket_id}: the time to confirm has passed")
+        confirming: list[str] = (
+            [viewer.player] if viewer.player is not None and viewer.player in row.players else list(row.players)
+        )
+        return sorted(set(row.confirmed) | set(confirming))
+
+    async def _confirm_in_transaction(
+        self, scope: str, request: matchmaking_pb2.ConfirmTicketRequest, ticket_id: str, viewer: Viewer
+    ) -> matchmaking_pb2.Ticket:
         complete: list[bool] = []
 
         async def work(session: AsyncSession) -> matchmaking_pb2.Ticket:
             row = await self._ticket_row(session, ticket_id, viewer)
-            if row.state != "proposed":
-                raise StateError(f"tickets/{ticket_id} is {row.state}: only a proposed match is confirmed")
             now = self.clock()
-            if row.confirm_deadline is not None and aware(row.confirm_deadline) < now:
-                raise StateError(f"tickets/{ticket_id}: the time to confirm has passed")
-            # A player confirms for themself; a service or admin for every player of the ticket.
-            confirming: list[str] = (
-                [viewer.player] if viewer.player is not None and viewer.player in row.players else list(row.players)
-            )
-            confirmed = sorted(set(row.confirmed) | set(confirming))
+            confirmed = self._confirmation(row, ticket_id, viewer, now)
             change = {"ticket_id": ticket_id, "now_confirmed": confirmed, "new_version": row.version + 1, "now": now}
             await session.execute(_CONFIRM, change)
             saga = (await session.execute(_SAGA_FOR_UPDATE, {"saga_id": row.saga_id})).one()

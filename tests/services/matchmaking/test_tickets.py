@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
+from sqlalchemy import update as sql_update
 
 from buraco.v1 import common_pb2, matchmaking_pb2
+from services.matchmaking import models
 from tests.conftest import DatabaseTarget
 from tests.services.matchmaking.support import Platform_, Service, code_of, matchmaking_service
 
@@ -186,6 +189,38 @@ async def test_concurrent_first_calls_make_one_ticket(service: Service) -> None:
     await service.stub.CancelTicket(cancel, metadata=service.player("bia"))
     retried = await service.ticket("bia", request_id=f"b{outcomes.index(refused[0])}")
     assert retried.state == Ticket.STATE_SEARCHING and retried.name != made[0].name
+
+
+async def test_the_last_two_confirmations_at_once_start_the_match(service: Service) -> None:
+    for round_ in range(3):
+        first = await service.ticket("ana", request_id=f"a{round_}")
+        second = await service.ticket("bia", request_id=f"b{round_}")
+        await service.settle()
+        a, b = await service.get(first, "ana"), await service.get(second, "bia")
+        assert a.state == b.state == Ticket.STATE_PROPOSED
+        await asyncio.gather(service.confirm(a, "ana"), service.confirm(b, "bia"))
+        await service.settle()  # the clock stands still: nothing waits for the confirmation deadline
+        a, b = await service.get(first, "ana"), await service.get(second, "bia")
+        assert a.state == b.state == Ticket.STATE_MATCHED  # and the players may queue again
+
+
+@pytest.mark.parametrize("db_target", ["postgresql"], indirect=True)  # SQLite confirms in one transaction
+async def test_a_retried_confirmation_starts_the_match_its_first_call_did_not(service: Service) -> None:
+    first = await service.ticket("ana")
+    second = await service.ticket("bia")
+    await service.settle()
+    a, b = await service.get(first, "ana"), await service.get(second, "bia")
+    await service.confirm(a, "ana")
+    await service.confirm(b, "bia")
+    # As if the last call had stopped between its confirmation and the start's move.
+    async with service.running.core.db.write() as session:
+        await session.execute(
+            sql_update(models.sagas)
+            .where(models.sagas.c.id == a.assignment.match_id)
+            .values(state="confirming", next_attempt_at=models.sagas.c.confirm_deadline))
+    await service.confirm(b, "bia")  # the retry answers as the first call, and moves the start on
+    await service.settle()
+    assert (await service.get(first, "ana")).state == Ticket.STATE_MATCHED
 
 
 async def _rest(stream: Any) -> AsyncIterator[Ticket]:
