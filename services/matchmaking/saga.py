@@ -27,6 +27,7 @@ A step that fails transiently is retried with backoff (same request ids) until t
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -34,7 +35,7 @@ from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import common_pb2
@@ -48,6 +49,37 @@ log = logging.getLogger("buraco.matchmaking")
 
 ACTIVE = ("confirming", "holding", "creating", "notifying", "compensating")
 _STAKE = re.compile(r"stakes\[(\d+)\]")
+
+
+#: A quick match's start made known in one statement (PostgreSQL), the whole of it only if the saga
+#: was still notifying: the saga started, its tickets MATCHED with the table's name and address,
+#: their queue memberships ended, and each player's recent opponents replaced (the rematch rule;
+#: `others` one JSON list per player). Returns 1 when it started the saga, 0 when someone else had.
+_NOTIFY_AT_ONCE = text("""
+    WITH s AS (
+        UPDATE matchmaking_sagas SET state = 'started', update_time = :now
+         WHERE id = :saga AND state = 'notifying'
+     RETURNING id
+    ), t AS (
+        UPDATE matchmaking_tickets
+           SET state = 'matched', game_table = :game_table, game_address = :game_address,
+               version = version + 1, update_time = :now
+         WHERE id = ANY(CAST(:tickets AS text[])) AND EXISTS (SELECT 1 FROM s)
+     RETURNING id
+    ), q AS (
+        DELETE FROM matchmaking_queue_members
+         WHERE ticket_id = ANY(CAST(:tickets AS text[])) AND EXISTS (SELECT 1 FROM s)
+     RETURNING player
+    ), r AS (
+        INSERT INTO matchmaking_recent (player, others, update_time)
+        SELECT x.player, CAST(x.others AS json), :now
+          FROM unnest(CAST(:players AS text[]), CAST(:others AS text[])) AS x(player, others)
+         WHERE EXISTS (SELECT 1 FROM s)
+        ON CONFLICT (player) DO UPDATE SET others = excluded.others, update_time = excluded.update_time
+     RETURNING player
+    )
+    SELECT count(*) FROM s
+""")  # PostgreSQL runs every data-modifying statement of a WITH to its end, read by the query or not
 
 
 def table_id_of(saga_id: str) -> str:
@@ -375,6 +407,18 @@ class Sagas:
         now = self.clock()
         t = models.tickets
         players = [seat["player"] for seat in saga.seats if seat["player"]]
+        if self.db.dialect == "postgresql" and not saga.lobby_table:
+            async with self.db.write_each() as writer:
+                started = (await writer.execute(_NOTIFY_AT_ONCE, {
+                    "saga": saga.id, "now": now, "tickets": list(saga.tickets), "game_table": saga.game_table,
+                    "game_address": saga.game_address, "players": players,
+                    "others": [json.dumps([o for o in players if o != p]) for p in players],
+                })).scalar_one()
+            if started != 1:
+                return None
+            self.metrics.started.inc()
+            self._changed(saga)
+            return moved(saga, {"state": "started", "update_time": now})
         async with self.db.write_connection() as session:
             started = await session.execute(
                 update(models.sagas)

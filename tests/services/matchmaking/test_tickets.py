@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
+from sqlalchemy import select
 from sqlalchemy import update as sql_update
 
 from buraco.v1 import common_pb2, matchmaking_pb2
@@ -305,3 +306,27 @@ async def test_positions_follow_the_queue_as_the_passes_read_it(service: Service
     )
     await service.settle()
     assert [(await service.get(ticket)).position for ticket in tickets[1:]] == [1, 2]
+
+
+async def test_a_started_match_replaces_each_players_recent_opponents(service: Service) -> None:
+    async def recent() -> dict[str, list[str]]:
+        async with service.running.core.db.read() as session:
+            return {row.player: list(row.others) for row in await session.execute(select(models.recent))}
+
+    async def match(one: str, other: str, round_: int) -> None:
+        tickets = [await service.ticket(p, request_id=f"{p}{round_}") for p in (one, other)]
+        await service.settle()
+        await service.confirm_all(*[await service.get(t, p) for t, p in zip(tickets, (one, other), strict=True)])
+        assert {(await service.get(t, p)).state for t, p in zip(tickets, (one, other), strict=True)} == {
+            Ticket.STATE_MATCHED}
+
+    await match("ana", "bia", 1)
+    assert await recent() == {"ana": ["bia"], "bia": ["ana"]}
+    await match("ana", "cid", 2)
+    assert await recent() == {"ana": ["cid"], "bia": ["ana"], "cid": ["ana"]}
+    # a new ticket carries its player's recent opponents (the matcher avoids a rematch with them)
+    ticket = await service.ticket("ana", request_id="ana3")
+    async with service.running.core.db.read() as session:
+        row = (await session.execute(select(models.tickets.c.recent).where(
+            models.tickets.c.id == ticket.name.removeprefix("tickets/")))).one()
+    assert list(row.recent) == ["cid"]
