@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
-from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, text, update
+from sqlalchemy import and_, bindparam, delete, func, insert, literal, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -109,6 +109,22 @@ def _create_at_once() -> Any:
 _CREATE_AT_ONCE = _create_at_once()
 
 
+def _create_reads() -> Any:
+    """What a lone player's new ticket reads first, in one statement (PostgreSQL): the answer stored
+    under the call's idempotency key, if any (`scope`, `request_id`; its columns NULL when none),
+    how many tickets are ahead of a new one at the back of its bucket (`_AHEAD_OF_BACK`'s
+    parameters) and the player's recent opponents (`player`; NULL when none)."""
+    k, r = models.idempotency_keys, models.recent
+    one = select(literal(1).label("one")).subquery("one")
+    stored = one.outerjoin(k, and_(k.c.scope == bindparam("scope"), k.c.request_id == bindparam("request_id")))
+    recent = select(r.c.others).where(r.c.player == bindparam("player")).scalar_subquery()
+    return select(k.c.method, k.c.request_hash, k.c.response, k.c.expires_at,
+                  _AHEAD_OF_BACK.scalar_subquery().label("ahead"), recent.label("recent")).select_from(stored)
+
+
+_CREATE_READS = _create_reads()
+
+
 def _confirm_at_once() -> Any:
     """A confirmation in one statement (PostgreSQL): the ticket's confirmed players and version
     written if it is still proposed at the version read (`t_id`, `t_version`, `t_confirmed`,
@@ -129,6 +145,23 @@ def _confirm_at_once() -> Any:
 
 
 _CONFIRM_AT_ONCE = _confirm_at_once()
+
+
+def _confirm_reads() -> Any:
+    """What a confirmation reads first, in one statement (PostgreSQL): the ticket's row (`ticket_id`;
+    NULLs when there is none) and the answer stored under the call's key, if any (`scope`,
+    `request_id`; as `k_method`, `k_request_hash`, `k_response`, `k_expires_at`)."""
+    t, k = models.tickets, models.idempotency_keys
+    one = select(literal(1).label("one")).subquery("one")
+    joined = one.outerjoin(t, t.c.id == bindparam("ticket_id")).outerjoin(
+        k, and_(k.c.scope == bindparam("scope"), k.c.request_id == bindparam("request_id")))
+    stored = [k.c.method.label("k_method"), k.c.request_hash.label("k_request_hash"),
+              k.c.response.label("k_response"), k.c.expires_at.label("k_expires_at")]
+    return select(*t.c, *stored).select_from(joined)
+
+
+_CONFIRM_READS = _confirm_reads()
+_TICKET_COLUMNS = tuple(c.name for c in models.tickets.c)
 
 #: The quick-match saga `saga` moved on once every player of every one of its tickets has
 #: confirmed (PostgreSQL): what `confirmed_values` writes, as one conditional statement. Run after
@@ -223,13 +256,14 @@ class Tickets:
             raise TicketNotFoundError(f"tickets/{ticket_id} not found")
         return row
 
-    async def _position(self, session: Executor | None, row: Any) -> tuple[int, float | None]:
+    async def _position(self, session: Executor | None, row: Any, known: int | None = None) -> tuple[int, float | None]:
         """The ticket's place in its bucket (1 is next) and the mean recent wait there. The place
-        is the matching loop's (`Core.queue_position`) when it has the ticket at this version, else
-        counted in `session` (or a read of its own); the mean is reused for MEAN_WAIT_TTL."""
+        is `known` when given, else the matching loop's (`Core.queue_position`) when it has the
+        ticket at this version, else counted in `session` (or a read of its own); the mean is
+        reused for MEAN_WAIT_TTL."""
         now = self.clock()
         key = preferences_of(row).key
-        position = self.core.queue_position(row.id, row.version)
+        position = known if known is not None else self.core.queue_position(row.id, row.version)
         cached = self._mean_waits.get(key)
         if cached is not None and cached[0] <= now:
             cached = None
@@ -237,8 +271,8 @@ class Tickets:
             return position, cached[1]
         params = _bucket_params(row)
         async with contextlib.AsyncExitStack() as stack:
-            if session is None:
-                session = await stack.enter_async_context(self.db.read_connection())
+            if session is None:  # the count and the mean are estimates: no snapshot in common needed
+                session = await stack.enter_async_context(self.db.read_each())
             if position is None:
                 ahead = _AHEAD_OF_FRONT if row.front else _AHEAD_OF_BACK
                 count = await session.execute(ahead, {**params, "queued_at": row.queued_at, "id": row.id})
@@ -250,9 +284,10 @@ class Tickets:
         self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
         return position, mean_wait
 
-    async def ticket_view(self, session: Executor | None, row: Any, viewer: Viewer) -> matchmaking_pb2.Ticket:
-        """The ticket's view from its row; a searching ticket's position is read in `session`
-        (or, without one, in a read of its own)."""
+    async def ticket_view(self, session: Executor | None, row: Any, viewer: Viewer,
+                          position: int | None = None) -> matchmaking_pb2.Ticket:
+        """The ticket's view from its row; a searching ticket's position is `position` when given,
+        else read in `session` (or, without one, in a read of its own)."""
         now = self.clock()
         out = matchmaking_pb2.Ticket(
             name=f"tickets/{row.id}",
@@ -269,7 +304,7 @@ class Tickets:
             half = self.settings.windows.half_width(waited)
             out.rating_low = row.rating - half
             out.rating_high = row.rating + half
-            position, mean_wait = await self._position(session, row)
+            position, mean_wait = await self._position(session, row, position)
             out.position = position
             windows = self.settings.windows
             expected = mean_wait if mean_wait is not None else windows.open_seconds or windows.step_seconds
@@ -380,7 +415,12 @@ class Tickets:
         preferences: Preferences,
         party_id: str | None,
     ) -> matchmaking_pb2.Ticket:
-        stored, key_used = await self.core.prior(scope, "CreateTicket", request, matchmaking_pb2.Ticket)
+        if self.db.dialect == "postgresql" and not party_id:
+            made = await self._create_at_once(scope, player, request, preferences)
+            if made is not None:
+                self.core.wake()
+                return made
+        stored = await self.core.prior_answer(scope, "CreateTicket", request, matchmaking_pb2.Ticket)
         if stored is not None:
             return stored
         players = await self._party_members(party_id, player) if party_id else [player]
@@ -388,10 +428,6 @@ class Tickets:
             await self.core.check_eligible(players, preferences.bet_chips)
         rating = await self._rating(players, preferences)
         ticket_id = new_id()
-        if self.db.dialect == "postgresql" and not party_id and not key_used:
-            reply = await self._create_at_once(scope, player, request, preferences, rating, ticket_id)
-            self.core.wake()
-            return reply
 
         reply = await self.core.once(
             scope, "CreateTicket", request, matchmaking_pb2.Ticket,
@@ -421,9 +457,14 @@ class Tickets:
     async def _new_ticket(self, session: Executor, ticket_id: str, player: str, players: list[str],
                           party_id: str | None, preferences: Preferences, rating: float) -> dict[str, Any]:
         """A new searching ticket's row, with the players its players met in their last match."""
-        now = self.clock()
         seen = await session.execute(_RECENT_OPPONENTS, {"players": players})
-        met = sorted({other for row in seen for other in row.others} - set(players))
+        others = [other for row in seen for other in row.others]
+        return self._ticket_values(ticket_id, player, players, party_id, preferences, rating, others)
+
+    def _ticket_values(self, ticket_id: str, player: str, players: list[str], party_id: str | None,
+                       preferences: Preferences, rating: float, met: list[str]) -> dict[str, Any]:
+        """A new searching ticket's row; `met`: the players its players met in their last match."""
+        now = self.clock()
         return dict(
             id=ticket_id,
             owner=player,
@@ -439,7 +480,7 @@ class Tickets:
             state="searching",
             front=False,
             queued_at=now,
-            recent=met,
+            recent=sorted(set(met) - set(players)),
             saga_id=None,
             confirmed=[],
             seat_of={},
@@ -454,19 +495,37 @@ class Tickets:
         )
 
     async def _create_at_once(self, scope: str, player: str, request: matchmaking_pb2.CreateTicketRequest,
-                              preferences: Preferences, rating: float, ticket_id: str) -> matchmaking_pb2.Ticket:
-        """A lone player's ticket on PostgreSQL when nothing is stored under the call's key: the
-        reads (recent opponents, the place in the queue) in autocommit, then the queue membership,
-        the ticket and the answer in one statement (`_CREATE_AT_ONCE`). A clash on a key (the
-        player has a live ticket, or a concurrent call with this request id stored its answer
-        first) writes nothing, and is answered as the transactional path answers it."""
+                              preferences: Preferences) -> matchmaking_pb2.Ticket | None:
+        """A lone player's ticket on PostgreSQL in two statements: what it reads (`_CREATE_READS`:
+        an answer stored under the call's key, its place in the queue, the player's recent
+        opponents), then, after the other services' checks, the queue membership, the ticket and
+        the answer (`_CREATE_AT_ONCE`). The stored answer of a retry is answered as it is; None
+        when something else is stored under the key (an expired answer, another request's): the
+        transactional path answers then. A clash on a key (the player has a live ticket, or a
+        concurrent call with this request id stored its answer first) writes nothing, and is
+        answered as the transactional path answers it."""
+        now = self.clock()
+        ticket_id = new_id()
+        prefs = preferences
         async with self.db.read_each() as reader:
-            values = await self._new_ticket(reader, ticket_id, player, [player], None, preferences, rating)
-            view = await self.ticket_view(reader, SimpleNamespace(**values), Viewer(player))
-        now, expires = self.core.idempotency.window()
-        key = {"scope": scope, "request_id": request.request_id, "method": "CreateTicket",
-               "request_hash": request_hash("CreateTicket", request),
-               "response": view.SerializeToString(deterministic=True), "created_at": now, "expires_at": expires}
+            found = (await reader.execute(_CREATE_READS, {
+                "scope": scope, "request_id": request.request_id, "player": player, "queued_at": now, "id": ticket_id,
+                "preset": prefs.preset, "seats": prefs.seats, "length": prefs.length,
+                "target_points": prefs.target_points, "mode": prefs.mode, "bet_chips": prefs.bet_chips,
+            })).one()
+        digest = request_hash("CreateTicket", request)
+        if found.method is not None:
+            if found.method == "CreateTicket" and found.request_hash == digest and aware(found.expires_at) > now:
+                return matchmaking_pb2.Ticket.FromString(found.response)
+            return None
+        if preferences.competitive:
+            await self.core.check_eligible([player], preferences.bet_chips)
+        rating = await self._rating([player], preferences)
+        values = self._ticket_values(ticket_id, player, [player], None, preferences, rating, found.recent or [])
+        view = await self.ticket_view(None, SimpleNamespace(**values), Viewer(player), position=found.ahead + 1)
+        stored_at, expires = self.core.idempotency.window()
+        key = {"scope": scope, "request_id": request.request_id, "method": "CreateTicket", "request_hash": digest,
+               "response": view.SerializeToString(deterministic=True), "created_at": stored_at, "expires_at": expires}
         try:
             async with self.db.write_each() as writer:
                 await writer.execute(_CREATE_AT_ONCE, {
@@ -538,33 +597,40 @@ class Tickets:
         self, scope: str, request: matchmaking_pb2.ConfirmTicketRequest, ticket_id: str, viewer: Viewer
     ) -> matchmaking_pb2.Ticket:
         if self.db.dialect == "postgresql":
-            stored, key_used = await self.core.prior(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
-            if stored is not None:
-                # A retry: the first call may have stopped between its confirmation and the start.
-                if stored.state == Ticket.STATE_PROPOSED and stored.assignment.match_id:
-                    await self._start_if_all_confirmed(stored.assignment.match_id)
-                return stored
-            if not key_used:
-                confirmed = await self._confirm_at_once(scope, request, ticket_id, viewer)
-                if confirmed is not None:
-                    return confirmed
+            confirmed = await self._confirm_at_once(scope, request, ticket_id, viewer)
+            if confirmed is not None:
+                return confirmed
         return await self._confirm_in_transaction(scope, request, ticket_id, viewer)
 
     async def _confirm_at_once(
         self, scope: str, request: matchmaking_pb2.ConfirmTicketRequest, ticket_id: str, viewer: Viewer
     ) -> matchmaking_pb2.Ticket | None:
-        """A confirmation on PostgreSQL when nothing is stored under the call's key: the ticket
-        read in autocommit, checked as `_confirm_in_transaction` checks it, then written with the
-        answer in one statement if it is still at the version read (`_CONFIRM_AT_ONCE`), then the
-        saga moved on if every player has now confirmed (`_START_IF_ALL_CONFIRMED`). None when the
-        ticket changed since it was read: the transactional path answers then."""
-        async with self.db.read_each() as reader:
-            row = await self._ticket_row(reader, ticket_id, viewer)
+        """A confirmation on PostgreSQL: the ticket and any answer stored under the call's key read
+        in one statement (`_CONFIRM_READS`), the ticket checked as `_confirm_in_transaction`
+        checks it, then written with the answer in one statement if it is still at the version read
+        (`_CONFIRM_AT_ONCE`), then the saga moved on if every player has now confirmed
+        (`_START_IF_ALL_CONFIRMED`). The stored answer of a retry is answered as it is, the start
+        checked again (the first call may have stopped before it). None when something else is
+        stored under the key, or the ticket changed since it was read: the transactional path
+        answers then."""
         now = self.clock()
+        async with self.db.read_each() as reader:
+            found = (await reader.execute(_CONFIRM_READS, {
+                "ticket_id": ticket_id, "scope": scope, "request_id": request.request_id})).one()
+        if found.k_method is not None:
+            if (found.k_method != "ConfirmTicket" or found.k_request_hash != request_hash("ConfirmTicket", request)
+                    or aware(found.k_expires_at) <= now):
+                return None
+            stored = matchmaking_pb2.Ticket.FromString(found.k_response)
+            if stored.state == Ticket.STATE_PROPOSED and stored.assignment.match_id:
+                await self._start_if_all_confirmed(stored.assignment.match_id)
+            return stored
+        if found.id is None or not (viewer.privileged or viewer.player in found.players):
+            raise TicketNotFoundError(f"tickets/{ticket_id} not found")
+        row = SimpleNamespace(**{name: getattr(found, name) for name in _TICKET_COLUMNS})
         confirmed = self._confirmation(row, ticket_id, viewer, now)
         written = SimpleNamespace(
-            **{**row._asdict(), "confirmed": confirmed, "version": row.version + 1, "update_time": now}
-        )
+            **{**vars(row), "confirmed": confirmed, "version": row.version + 1, "update_time": now})
         view = await self.ticket_view(None, written, viewer)
         stored_at, expires = self.core.idempotency.window()
         key = {"scope": scope, "request_id": request.request_id, "method": "ConfirmTicket",
