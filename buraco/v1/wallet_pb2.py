@@ -27,15 +27,15 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x62uraco/v1/wallet.proto\x12\tburaco.v1\x1a\x16\x62uraco/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x03\n\x07\x41\x63\x63ount\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.buraco.v1.Account.Kind\x12\x15\n\rbalance_chips\x18\x03 \x01(\x03\x12\x12\n\nheld_chips\x18\x04 \x01(\x03\x12\x0e\n\x06player\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0eincoming_chips\x18\x08 \x01(\x03\x12.\n\tpot_state\x18\t \x01(\x0e\x32\x1b.buraco.v1.Account.PotState\"a\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKIND_PLAYER\x10\x01\x12\x0e\n\nKIND_HOUSE\x10\x02\x12\x11\n\rKIND_TREASURY\x10\x03\x12\x0f\n\x0bKIND_ESCROW\x10\x04\"f\n\x08PotState\x12\x19\n\x15POT_STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0ePOT_STATE_OPEN\x10\x01\x12\x15\n\x11POT_STATE_SETTLED\x10\x02\x12\x14\n\x10POT_STATE_VOIDED\x10\x03\"\x89\x04\n\x08Transfer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rdebit_account\x18\x02 \x01(\t\x12\x16\n\x0e\x63redit_account\x18\x03 \x01(\t\x12\x14\n\x0c\x61mount_chips\x18\x04 \x01(\x03\x12%\n\x06reason\x18\x05 \x01(\x0e\x32\x15.buraco.v1.ReasonCode\x12(\n\x05state\x18\x06 \x01(\x0e\x32\x19.buraco.v1.Transfer.State\x12\x10\n\x08match_id\x18\x07 \x01(\t\x12\x12\n\ntournament\x18\x08 \x01(\t\x12\x14\n\x0crequested_by\x18\t \x01(\t\x12\x14\n\x0con_behalf_of\x18\n \x01(\t\x12\x0c\n\x04note\x18\x0b \x01(\t\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x62\x61lance_after_chips\x18\r \x01(\x03\x12\x18\n\x10pending_transfer\x18\x0e \x01(\t\x12\x13\n\x0bresolved_by\x18\x0f \x01(\t\x12\x12\n\nrequest_id\x18\x10 \x01(\t\"h\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n\rSTATE_PENDING\x10\x01\x12\x10\n\x0cSTATE_POSTED\x10\x02\x12\x10\n\x0cSTATE_VOIDED\x10\x03\x12\x11\n\rSTATE_EXPIRED\x10\x04\"!\n\x11GetAccountRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x14\x43reateAccountRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06player\x18\x02 \x01(\t\"M\n\x14ListTransfersRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"X\n\x15ListTransfersResponse\x12&\n\ttransfers\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"-\n\x05Stake\x12\x0e\n\x06player\x18\x01 \x01(\t\x12\x14\n\x0c\x61mount_chips\x18\x02 \x01(\x03\"\xa5\x01\n\x0fHoldBetsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\x08match_id\x18\x02 \x01(\tH\x00\x12\x14\n\ntournament\x18\x03 \x01(\tH\x00\x12 \n\x06stakes\x18\x04 \x03(\x0b\x32\x10.buraco.v1.Stake\x12+\n\x08hold_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.DurationB\x05\n\x03pot\"g\n\x10HoldBetsResponse\x12\"\n\x05holds\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\x12/\n\x0b\x65xpire_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"8\n\x05Prize\x12\x0e\n\x06player\x18\x01 \x01(\t\x12\r\n\x05place\x18\x02 \x01(\x05\x12\x10\n\x08share_bp\x18\x03 \x01(\x05\"\xca\x01\n\rSettleRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\x08match_id\x18\x02 \x01(\tH\x00\x12\x14\n\ntournament\x18\x03 \x01(\tH\x00\x12*\n\x08outcomes\x18\x04 \x03(\x0b\x32\x18.buraco.v1.PlayerOutcome\x12 \n\x06prizes\x18\x05 \x03(\x0b\x32\x10.buraco.v1.Prize\x12\x17\n\nfirst_seat\x18\x06 \x01(\x05H\x01\x88\x01\x01\x42\x05\n\x03potB\r\n\x0b_first_seat\"d\n\x0eSettleResponse\x12&\n\ttransfers\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\x12\x11\n\tpot_chips\x18\x02 \x01(\x03\x12\x17\n\x0fhouse_cut_chips\x18\x03 \x01(\x03\"\x8e\x01\n\x0bVoidRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\x08match_id\x18\x02 \x01(\tH\x00\x12\x14\n\ntournament\x18\x03 \x01(\tH\x00\x12\x19\n\x11penalised_players\x18\x04 \x03(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07players\x18\x06 \x03(\tB\x05\n\x03pot\"6\n\x0cVoidResponse\x12&\n\ttransfers\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\"N\n\x12\x45xpireHoldsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08match_id\x18\x02 \x01(\t\x12\x12\n\ntournament\x18\x03 \x01(\t\"I\n\x13\x45xpireHoldsResponse\x12$\n\x07\x65xpired\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\x12\x0c\n\x04more\x18\x02 \x01(\x08\"\xdd\x01\n\x0cGrantRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06player\x18\x02 \x01(\t\x12\x14\n\x0c\x61mount_chips\x18\x03 \x01(\x03\x12*\n\x04kind\x18\x04 \x01(\x0e\x32\x1c.buraco.v1.GrantRequest.Kind\x12\x0c\n\x04note\x18\x05 \x01(\t\"Y\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n\rKIND_STARTING\x10\x01\x12\x14\n\x10KIND_DAILY_BONUS\x10\x02\x12\x12\n\x0eKIND_PROMOTION\x10\x03\"a\n\x16\x41\x64minCorrectionRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63\x63ount\x18\x02 \x01(\t\x12\x14\n\x0c\x61mount_chips\x18\x03 \x01(\x03\x12\x0c\n\x04note\x18\x04 \x01(\t*\xd5\x01\n\nReasonCode\x12\x1b\n\x17REASON_CODE_UNSPECIFIED\x10\x00\x12\x15\n\x11REASON_CODE_GRANT\x10\x01\x12\x13\n\x0fREASON_CODE_BET\x10\x02\x12\x16\n\x12REASON_CODE_SETTLE\x10\x03\x12\x19\n\x15REASON_CODE_HOUSE_CUT\x10\x04\x12\x16\n\x12REASON_CODE_REFUND\x10\x05\x12\x17\n\x13REASON_CODE_PENALTY\x10\x06\x12\x1a\n\x16REASON_CODE_CORRECTION\x10\x07\x32\xd3\x05\n\rWalletService\x12>\n\nGetAccount\x12\x1c.buraco.v1.GetAccountRequest\x1a\x12.buraco.v1.Account\x12\x44\n\rCreateAccount\x12\x1f.buraco.v1.CreateAccountRequest\x1a\x12.buraco.v1.Account\x12R\n\rListTransfers\x12\x1f.buraco.v1.ListTransfersRequest\x1a .buraco.v1.ListTransfersResponse\x12\x43\n\x08HoldBets\x12\x1a.buraco.v1.HoldBetsRequest\x1a\x1b.buraco.v1.HoldBetsResponse\x12=\n\x06Settle\x12\x18.buraco.v1.SettleRequest\x1a\x19.buraco.v1.SettleResponse\x12\x37\n\x04Void\x12\x16.buraco.v1.VoidRequest\x1a\x17.buraco.v1.VoidResponse\x12L\n\x0b\x45xpireHolds\x12\x1d.buraco.v1.ExpireHoldsRequest\x1a\x1e.buraco.v1.ExpireHoldsResponse\x12\x35\n\x05Grant\x12\x17.buraco.v1.GrantRequest\x1a\x13.buraco.v1.Transfer\x12I\n\x0f\x41\x64minCorrection\x12!.buraco.v1.AdminCorrectionRequest\x1a\x13.buraco.v1.Transfer\x12[\n\x10\x45raseLoadTestRun\x12\".buraco.v1.EraseLoadTestRunRequest\x1a#.buraco.v1.EraseLoadTestRunResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x62uraco/v1/wallet.proto\x12\tburaco.v1\x1a\x16\x62uraco/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x03\n\x07\x41\x63\x63ount\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.buraco.v1.Account.Kind\x12\x15\n\rbalance_chips\x18\x03 \x01(\x03\x12\x12\n\nheld_chips\x18\x04 \x01(\x03\x12\x0e\n\x06player\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0eincoming_chips\x18\x08 \x01(\x03\x12.\n\tpot_state\x18\t \x01(\x0e\x32\x1b.buraco.v1.Account.PotState\"a\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKIND_PLAYER\x10\x01\x12\x0e\n\nKIND_HOUSE\x10\x02\x12\x11\n\rKIND_TREASURY\x10\x03\x12\x0f\n\x0bKIND_ESCROW\x10\x04\"f\n\x08PotState\x12\x19\n\x15POT_STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0ePOT_STATE_OPEN\x10\x01\x12\x15\n\x11POT_STATE_SETTLED\x10\x02\x12\x14\n\x10POT_STATE_VOIDED\x10\x03\"\x89\x04\n\x08Transfer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rdebit_account\x18\x02 \x01(\t\x12\x16\n\x0e\x63redit_account\x18\x03 \x01(\t\x12\x14\n\x0c\x61mount_chips\x18\x04 \x01(\x03\x12%\n\x06reason\x18\x05 \x01(\x0e\x32\x15.buraco.v1.ReasonCode\x12(\n\x05state\x18\x06 \x01(\x0e\x32\x19.buraco.v1.Transfer.State\x12\x10\n\x08match_id\x18\x07 \x01(\t\x12\x12\n\ntournament\x18\x08 \x01(\t\x12\x14\n\x0crequested_by\x18\t \x01(\t\x12\x14\n\x0con_behalf_of\x18\n \x01(\t\x12\x0c\n\x04note\x18\x0b \x01(\t\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x62\x61lance_after_chips\x18\r \x01(\x03\x12\x18\n\x10pending_transfer\x18\x0e \x01(\t\x12\x13\n\x0bresolved_by\x18\x0f \x01(\t\x12\x12\n\nrequest_id\x18\x10 \x01(\t\"h\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n\rSTATE_PENDING\x10\x01\x12\x10\n\x0cSTATE_POSTED\x10\x02\x12\x10\n\x0cSTATE_VOIDED\x10\x03\x12\x11\n\rSTATE_EXPIRED\x10\x04\"!\n\x11GetAccountRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"(\n\x17\x42\x61tchGetAccountsRequest\x12\r\n\x05names\x18\x01 \x03(\t\"Q\n\x18\x42\x61tchGetAccountsResponse\x12$\n\x08\x61\x63\x63ounts\x18\x01 \x03(\x0b\x32\x12.buraco.v1.Account\x12\x0f\n\x07missing\x18\x02 \x03(\t\":\n\x14\x43reateAccountRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06player\x18\x02 \x01(\t\"M\n\x14ListTransfersRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"X\n\x15ListTransfersResponse\x12&\n\ttransfers\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"-\n\x05Stake\x12\x0e\n\x06player\x18\x01 \x01(\t\x12\x14\n\x0c\x61mount_chips\x18\x02 \x01(\x03\"\xa5\x01\n\x0fHoldBetsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\x08match_id\x18\x02 \x01(\tH\x00\x12\x14\n\ntournament\x18\x03 \x01(\tH\x00\x12 \n\x06stakes\x18\x04 \x03(\x0b\x32\x10.buraco.v1.Stake\x12+\n\x08hold_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.DurationB\x05\n\x03pot\"g\n\x10HoldBetsResponse\x12\"\n\x05holds\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\x12/\n\x0b\x65xpire_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"8\n\x05Prize\x12\x0e\n\x06player\x18\x01 \x01(\t\x12\r\n\x05place\x18\x02 \x01(\x05\x12\x10\n\x08share_bp\x18\x03 \x01(\x05\"\xca\x01\n\rSettleRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\x08match_id\x18\x02 \x01(\tH\x00\x12\x14\n\ntournament\x18\x03 \x01(\tH\x00\x12*\n\x08outcomes\x18\x04 \x03(\x0b\x32\x18.buraco.v1.PlayerOutcome\x12 \n\x06prizes\x18\x05 \x03(\x0b\x32\x10.buraco.v1.Prize\x12\x17\n\nfirst_seat\x18\x06 \x01(\x05H\x01\x88\x01\x01\x42\x05\n\x03potB\r\n\x0b_first_seat\"d\n\x0eSettleResponse\x12&\n\ttransfers\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\x12\x11\n\tpot_chips\x18\x02 \x01(\x03\x12\x17\n\x0fhouse_cut_chips\x18\x03 \x01(\x03\"\x8e\x01\n\x0bVoidRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\x08match_id\x18\x02 \x01(\tH\x00\x12\x14\n\ntournament\x18\x03 \x01(\tH\x00\x12\x19\n\x11penalised_players\x18\x04 \x03(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07players\x18\x06 \x03(\tB\x05\n\x03pot\"6\n\x0cVoidResponse\x12&\n\ttransfers\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\"N\n\x12\x45xpireHoldsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08match_id\x18\x02 \x01(\t\x12\x12\n\ntournament\x18\x03 \x01(\t\"I\n\x13\x45xpireHoldsResponse\x12$\n\x07\x65xpired\x18\x01 \x03(\x0b\x32\x13.buraco.v1.Transfer\x12\x0c\n\x04more\x18\x02 \x01(\x08\"\xdd\x01\n\x0cGrantRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06player\x18\x02 \x01(\t\x12\x14\n\x0c\x61mount_chips\x18\x03 \x01(\x03\x12*\n\x04kind\x18\x04 \x01(\x0e\x32\x1c.buraco.v1.GrantRequest.Kind\x12\x0c\n\x04note\x18\x05 \x01(\t\"Y\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n\rKIND_STARTING\x10\x01\x12\x14\n\x10KIND_DAILY_BONUS\x10\x02\x12\x12\n\x0eKIND_PROMOTION\x10\x03\"a\n\x16\x41\x64minCorrectionRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63\x63ount\x18\x02 \x01(\t\x12\x14\n\x0c\x61mount_chips\x18\x03 \x01(\x03\x12\x0c\n\x04note\x18\x04 \x01(\t*\xd5\x01\n\nReasonCode\x12\x1b\n\x17REASON_CODE_UNSPECIFIED\x10\x00\x12\x15\n\x11REASON_CODE_GRANT\x10\x01\x12\x13\n\x0fREASON_CODE_BET\x10\x02\x12\x16\n\x12REASON_CODE_SETTLE\x10\x03\x12\x19\n\x15REASON_CODE_HOUSE_CUT\x10\x04\x12\x16\n\x12REASON_CODE_REFUND\x10\x05\x12\x17\n\x13REASON_CODE_PENALTY\x10\x06\x12\x1a\n\x16REASON_CODE_CORRECTION\x10\x07\x32\xb0\x06\n\rWalletService\x12>\n\nGetAccount\x12\x1c.buraco.v1.GetAccountRequest\x1a\x12.buraco.v1.Account\x12[\n\x10\x42\x61tchGetAccounts\x12\".buraco.v1.BatchGetAccountsRequest\x1a#.buraco.v1.BatchGetAccountsResponse\x12\x44\n\rCreateAccount\x12\x1f.buraco.v1.CreateAccountRequest\x1a\x12.buraco.v1.Account\x12R\n\rListTransfers\x12\x1f.buraco.v1.ListTransfersRequest\x1a .buraco.v1.ListTransfersResponse\x12\x43\n\x08HoldBets\x12\x1a.buraco.v1.HoldBetsRequest\x1a\x1b.buraco.v1.HoldBetsResponse\x12=\n\x06Settle\x12\x18.buraco.v1.SettleRequest\x1a\x19.buraco.v1.SettleResponse\x12\x37\n\x04Void\x12\x16.buraco.v1.VoidRequest\x1a\x17.buraco.v1.VoidResponse\x12L\n\x0b\x45xpireHolds\x12\x1d.buraco.v1.ExpireHoldsRequest\x1a\x1e.buraco.v1.ExpireHoldsResponse\x12\x35\n\x05Grant\x12\x17.buraco.v1.GrantRequest\x1a\x13.buraco.v1.Transfer\x12I\n\x0f\x41\x64minCorrection\x12!.buraco.v1.AdminCorrectionRequest\x1a\x13.buraco.v1.Transfer\x12[\n\x10\x45raseLoadTestRun\x12\".buraco.v1.EraseLoadTestRunRequest\x1a#.buraco.v1.EraseLoadTestRunResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'buraco.v1.wallet_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REASONCODE']._serialized_start=2776
-  _globals['_REASONCODE']._serialized_end=2989
+  _globals['_REASONCODE']._serialized_start=2901
+  _globals['_REASONCODE']._serialized_end=3114
   _globals['_ACCOUNT']._serialized_start=127
   _globals['_ACCOUNT']._serialized_end=621
   _globals['_ACCOUNT_KIND']._serialized_start=420
@@ -48,38 +48,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRANSFER_STATE']._serialized_end=1145
   _globals['_GETACCOUNTREQUEST']._serialized_start=1147
   _globals['_GETACCOUNTREQUEST']._serialized_end=1180
-  _globals['_CREATEACCOUNTREQUEST']._serialized_start=1182
-  _globals['_CREATEACCOUNTREQUEST']._serialized_end=1240
-  _globals['_LISTTRANSFERSREQUEST']._serialized_start=1242
-  _globals['_LISTTRANSFERSREQUEST']._serialized_end=1319
-  _globals['_LISTTRANSFERSRESPONSE']._serialized_start=1321
-  _globals['_LISTTRANSFERSRESPONSE']._serialized_end=1409
-  _globals['_STAKE']._serialized_start=1411
-  _globals['_STAKE']._serialized_end=1456
-  _globals['_HOLDBETSREQUEST']._serialized_start=1459
-  _globals['_HOLDBETSREQUEST']._serialized_end=1624
-  _globals['_HOLDBETSRESPONSE']._serialized_start=1626
-  _globals['_HOLDBETSRESPONSE']._serialized_end=1729
-  _globals['_PRIZE']._serialized_start=1731
-  _globals['_PRIZE']._serialized_end=1787
-  _globals['_SETTLEREQUEST']._serialized_start=1790
-  _globals['_SETTLEREQUEST']._serialized_end=1992
-  _globals['_SETTLERESPONSE']._serialized_start=1994
-  _globals['_SETTLERESPONSE']._serialized_end=2094
-  _globals['_VOIDREQUEST']._serialized_start=2097
-  _globals['_VOIDREQUEST']._serialized_end=2239
-  _globals['_VOIDRESPONSE']._serialized_start=2241
-  _globals['_VOIDRESPONSE']._serialized_end=2295
-  _globals['_EXPIREHOLDSREQUEST']._serialized_start=2297
-  _globals['_EXPIREHOLDSREQUEST']._serialized_end=2375
-  _globals['_EXPIREHOLDSRESPONSE']._serialized_start=2377
-  _globals['_EXPIREHOLDSRESPONSE']._serialized_end=2450
-  _globals['_GRANTREQUEST']._serialized_start=2453
-  _globals['_GRANTREQUEST']._serialized_end=2674
-  _globals['_GRANTREQUEST_KIND']._serialized_start=2585
-  _globals['_GRANTREQUEST_KIND']._serialized_end=2674
-  _globals['_ADMINCORRECTIONREQUEST']._serialized_start=2676
-  _globals['_ADMINCORRECTIONREQUEST']._serialized_end=2773
-  _globals['_WALLETSERVICE']._serialized_start=2992
-  _globals['_WALLETSERVICE']._serialized_end=3715
+  _globals['_BATCHGETACCOUNTSREQUEST']._serialized_start=1182
+  _globals['_BATCHGETACCOUNTSREQUEST']._serialized_end=1222
+  _globals['_BATCHGETACCOUNTSRESPONSE']._serialized_start=1224
+  _globals['_BATCHGETACCOUNTSRESPONSE']._serialized_end=1305
+  _globals['_CREATEACCOUNTREQUEST']._serialized_start=1307
+  _globals['_CREATEACCOUNTREQUEST']._serialized_end=1365
+  _globals['_LISTTRANSFERSREQUEST']._serialized_start=1367
+  _globals['_LISTTRANSFERSREQUEST']._serialized_end=1444
+  _globals['_LISTTRANSFERSRESPONSE']._serialized_start=1446
+  _globals['_LISTTRANSFERSRESPONSE']._serialized_end=1534
+  _globals['_STAKE']._serialized_start=1536
+  _globals['_STAKE']._serialized_end=1581
+  _globals['_HOLDBETSREQUEST']._serialized_start=1584
+  _globals['_HOLDBETSREQUEST']._serialized_end=1749
+  _globals['_HOLDBETSRESPONSE']._serialized_start=1751
+  _globals['_HOLDBETSRESPONSE']._serialized_end=1854
+  _globals['_PRIZE']._serialized_start=1856
+  _globals['_PRIZE']._serialized_end=1912
+  _globals['_SETTLEREQUEST']._serialized_start=1915
+  _globals['_SETTLEREQUEST']._serialized_end=2117
+  _globals['_SETTLERESPONSE']._serialized_start=2119
+  _globals['_SETTLERESPONSE']._serialized_end=2219
+  _globals['_VOIDREQUEST']._serialized_start=2222
+  _globals['_VOIDREQUEST']._serialized_end=2364
+  _globals['_VOIDRESPONSE']._serialized_start=2366
+  _globals['_VOIDRESPONSE']._serialized_end=2420
+  _globals['_EXPIREHOLDSREQUEST']._serialized_start=2422
+  _globals['_EXPIREHOLDSREQUEST']._serialized_end=2500
+  _globals['_EXPIREHOLDSRESPONSE']._serialized_start=2502
+  _globals['_EXPIREHOLDSRESPONSE']._serialized_end=2575
+  _globals['_GRANTREQUEST']._serialized_start=2578
+  _globals['_GRANTREQUEST']._serialized_end=2799
+  _globals['_GRANTREQUEST_KIND']._serialized_start=2710
+  _globals['_GRANTREQUEST_KIND']._serialized_end=2799
+  _globals['_ADMINCORRECTIONREQUEST']._serialized_start=2801
+  _globals['_ADMINCORRECTIONREQUEST']._serialized_end=2898
+  _globals['_WALLETSERVICE']._serialized_start=3117
+  _globals['_WALLETSERVICE']._serialized_end=3933
 # @@protoc_insertion_point(module_scope)

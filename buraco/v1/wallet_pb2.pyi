@@ -291,6 +291,56 @@ class GetAccountRequest(_message.Message):
 Global___GetAccountRequest: _TypeAlias = GetAccountRequest  # noqa: Y015
 
 @_typing.final
+class BatchGetAccountsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """REQUIRED. 1 to 1000 distinct `accounts/{account}`."""
+
+    def __init__(
+        self,
+        *,
+        names: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchGetAccountsRequest: _TypeAlias = BatchGetAccountsRequest  # noqa: Y015
+
+@_typing.final
+class BatchGetAccountsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCOUNTS_FIELD_NUMBER: _builtins.int
+    MISSING_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def accounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Account]:
+        """The accounts that exist, in the order of `names`."""
+
+    @_builtins.property
+    def missing(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The names asked for that name no account, in the order of `names`."""
+
+    def __init__(
+        self,
+        *,
+        accounts: _abc.Iterable[Global___Account] | None = ...,
+        missing: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "missing", b"missing"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchGetAccountsResponse: _TypeAlias = BatchGetAccountsResponse  # noqa: Y015
+
+@_typing.final
 class CreateAccountRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

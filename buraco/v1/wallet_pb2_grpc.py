@@ -41,6 +41,11 @@ class WalletServiceStub:
                 request_serializer=buraco_dot_v1_dot_wallet__pb2.GetAccountRequest.SerializeToString,
                 response_deserializer=buraco_dot_v1_dot_wallet__pb2.Account.FromString,
                 _registered_method=True)
+        self.BatchGetAccounts = channel.unary_unary(
+                '/buraco.v1.WalletService/BatchGetAccounts',
+                request_serializer=buraco_dot_v1_dot_wallet__pb2.BatchGetAccountsRequest.SerializeToString,
+                response_deserializer=buraco_dot_v1_dot_wallet__pb2.BatchGetAccountsResponse.FromString,
+                _registered_method=True)
         self.CreateAccount = channel.unary_unary(
                 '/buraco.v1.WalletService/CreateAccount',
                 request_serializer=buraco_dot_v1_dot_wallet__pb2.CreateAccountRequest.SerializeToString,
@@ -95,6 +100,14 @@ class WalletServiceServicer:
     def GetAccount(self, request, context):
         """Gets an account and its balance. Players may read their own account only (service or
         admin: any).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchGetAccounts(self, request, context):
+        """Gets many accounts at once: those that exist, in the order asked, and the names of those that
+        do not. Matchmaking (its players' eligibility for a bet) or an admin.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -190,6 +203,11 @@ def add_WalletServiceServicer_to_server(servicer, server):
                     request_deserializer=buraco_dot_v1_dot_wallet__pb2.GetAccountRequest.FromString,
                     response_serializer=buraco_dot_v1_dot_wallet__pb2.Account.SerializeToString,
             ),
+            'BatchGetAccounts': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchGetAccounts,
+                    request_deserializer=buraco_dot_v1_dot_wallet__pb2.BatchGetAccountsRequest.FromString,
+                    response_serializer=buraco_dot_v1_dot_wallet__pb2.BatchGetAccountsResponse.SerializeToString,
+            ),
             'CreateAccount': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateAccount,
                     request_deserializer=buraco_dot_v1_dot_wallet__pb2.CreateAccountRequest.FromString,
@@ -264,6 +282,33 @@ class WalletService:
             '/buraco.v1.WalletService/GetAccount',
             buraco_dot_v1_dot_wallet__pb2.GetAccountRequest.SerializeToString,
             buraco_dot_v1_dot_wallet__pb2.Account.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchGetAccounts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/buraco.v1.WalletService/BatchGetAccounts',
+            buraco_dot_v1_dot_wallet__pb2.BatchGetAccountsRequest.SerializeToString,
+            buraco_dot_v1_dot_wallet__pb2.BatchGetAccountsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,10 @@ class WalletServiceStub:
     """Gets an account and its balance. Players may read their own account only (service or
     admin: any).
     """
+    BatchGetAccounts: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.BatchGetAccountsRequest, _wallet_pb2.BatchGetAccountsResponse]
+    """Gets many accounts at once: those that exist, in the order asked, and the names of those that
+    do not. Matchmaking (its players' eligibility for a bet) or an admin.
+    """
     CreateAccount: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.CreateAccountRequest, _wallet_pb2.Account]
     """Opens a player's account and credits the configured starting grant, once. Service or admin, or
     the player for their own account (the gateway, at sign-up).
@@ -104,6 +108,10 @@ class WalletServiceAsyncStub(WalletServiceStub):
     GetAccount: _aio.UnaryUnaryMultiCallable[_wallet_pb2.GetAccountRequest, _wallet_pb2.Account]  # type: ignore[assignment]
     """Gets an account and its balance. Players may read their own account only (service or
     admin: any).
+    """
+    BatchGetAccounts: _aio.UnaryUnaryMultiCallable[_wallet_pb2.BatchGetAccountsRequest, _wallet_pb2.BatchGetAccountsResponse]  # type: ignore[assignment]
+    """Gets many accounts at once: those that exist, in the order asked, and the names of those that
+    do not. Matchmaking (its players' eligibility for a bet) or an admin.
     """
     CreateAccount: _aio.UnaryUnaryMultiCallable[_wallet_pb2.CreateAccountRequest, _wallet_pb2.Account]  # type: ignore[assignment]
     """Opens a player's account and credits the configured starting grant, once. Service or admin, or
@@ -160,6 +168,16 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_wallet_pb2.Account, _abc.Awaitable[_wallet_pb2.Account]]:
         """Gets an account and its balance. Players may read their own account only (service or
         admin: any).
+        """
+
+    @_abc_1.abstractmethod
+    def BatchGetAccounts(
+        self,
+        request: _wallet_pb2.BatchGetAccountsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_wallet_pb2.BatchGetAccountsResponse, _abc.Awaitable[_wallet_pb2.BatchGetAccountsResponse]]:
+        """Gets many accounts at once: those that exist, in the order asked, and the names of those that
+        do not. Matchmaking (its players' eligibility for a bet) or an admin.
         """
 
     @_abc_1.abstractmethod

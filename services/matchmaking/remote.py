@@ -11,6 +11,7 @@ table exists (ALREADY_EXISTS) with that table when it carries the saga's match i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -19,12 +20,16 @@ from google.protobuf.duration_pb2 import Duration
 from buraco.v1 import common_pb2, game_session_pb2, wallet_pb2
 from services.client.calls import classified
 from services.client.channels import Clients
+from services.client.coalesce import Coalesced
 from services.client.ratings import CoalescedRatings
 from services.client.redirects import Owners
 from services.client.tables import TABLE_STATES, Tables
 from services.matchmaking.ports import Account, GameTable, Refused, SeatSpec
 
 T = TypeVar("T")
+
+#: Accounts per BatchGetAccounts call (the wallet's most).
+ACCOUNTS_BATCH = 1000
 
 
 def game_table(table: game_session_pb2.Table, address: str = "") -> GameTable:
@@ -40,6 +45,8 @@ class GrpcPlatform:
         self.tables = Tables(Owners(clients), timeout)
         #: Concurrent tickets' ratings read together (a burst of CreateTicket calls).
         self._ratings = CoalescedRatings(lambda: clients.ranking, timeout)
+        #: Concurrent tickets' players' accounts read together (their eligibility for a bet).
+        self._accounts: Coalesced[None, str, Account | None] = Coalesced(self._read_accounts, "account-reads")
 
     async def _call(self, service: str, call: Callable[[], Awaitable[T]]) -> T:
         return await classified(service, call)
@@ -47,6 +54,40 @@ class GrpcPlatform:
     # -- wallet -----------------------------------------------------------------------------------
 
     async def account(self, player: str) -> Account | None:
+        return (await self._accounts.get(None, [player]))[player]
+
+    async def _read_accounts(self, _: None, players: list[str]) -> dict[str, Account | None]:
+        """The players' accounts (None: no account), `ACCOUNTS_BATCH` per BatchGetAccounts call; one
+        GetAccount per player from a wallet that does not serve BatchGetAccounts yet (a rolling
+        upgrade)."""
+        found: dict[str, Account | None] = {}
+        for start in range(0, len(players), ACCOUNTS_BATCH):
+            batch = players[start : start + ACCOUNTS_BATCH]
+            request = wallet_pb2.BatchGetAccountsRequest(names=[f"accounts/player-{p}" for p in batch])
+
+            async def call(r: wallet_pb2.BatchGetAccountsRequest = request) -> wallet_pb2.BatchGetAccountsResponse:
+                reply: wallet_pb2.BatchGetAccountsResponse = await self.clients.wallet.BatchGetAccounts(
+                    r, timeout=self.timeout)
+                return reply
+
+            try:
+                reply = await self._call("wallet", call)
+            except Refused as refused:
+                if refused.code != "UNIMPLEMENTED":
+                    raise
+                accounts = await asyncio.gather(*(self._get_account(p) for p in batch))
+                found.update(zip(batch, accounts, strict=True))
+                continue
+            if len(reply.accounts) + len(reply.missing) != len(batch):
+                raise Refused("wallet", "INVALID_RESPONSE",
+                              f"{len(reply.accounts)} accounts and {len(reply.missing)} missing for {len(batch)} asked")
+            by_name = {account.name: account for account in reply.accounts}
+            for player in batch:
+                account = by_name.get(f"accounts/player-{player}")
+                found[player] = None if account is None else Account(player, account.balance_chips - account.held_chips)
+        return found
+
+    async def _get_account(self, player: str) -> Account | None:
         request = wallet_pb2.GetAccountRequest(name=f"accounts/player-{player}")
         try:
             reply: wallet_pb2.Account = await self._call(

@@ -644,10 +644,10 @@ class Tickets:
                     **{f"k_{name}": value for name, value in key.items()},
                 })).one()
         except IntegrityError:
-            stored, _ = await self.core.prior(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
-            if stored is None:
+            answered, _ = await self.core.prior(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
+            if answered is None:
                 raise
-            return stored  # a concurrent call with this request id answered first
+            return answered  # a concurrent call with this request id answered first
         if tickets != 1:
             return None
         self.core.notifier.changed(f"ticket:{ticket_id}")

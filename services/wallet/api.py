@@ -240,7 +240,11 @@ CALLERS = Callers("WalletService", {
     "Void": allow("game-session", "matchmaking", "tournament", admins=True),
     "ExpireHolds": allow(ANY_SERVICE, admins=True),
     "Grant": allow(admins=True),
+    "BatchGetAccounts": allow("matchmaking", admins=True),
 })
+
+#: Accounts per BatchGetAccounts call.
+MAX_BATCH_ACCOUNTS = 1000
 
 
 def _mover(method: str) -> tuple[Identity, records.Caller]:
@@ -310,6 +314,25 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
 
         async def read(conn: AsyncConnection) -> wallet_pb2.Account:
             return account_pb(await self.wallet.get_account(conn, account_id))
+
+        return await self.tx.read(read)
+
+    async def BatchGetAccounts(
+        self, request: wallet_pb2.BatchGetAccountsRequest, context: Context
+    ) -> wallet_pb2.BatchGetAccountsResponse:
+        CALLERS.require("BatchGetAccounts")
+        names = request.names
+        check.require(len(names) >= 1, "names", "at least one account")
+        check.require(len(names) <= MAX_BATCH_ACCOUNTS, "names", f"at most {MAX_BATCH_ACCOUNTS} accounts")
+        ids = [_account_id(name, f"names[{i}]") for i, name in enumerate(names)]
+        check.require(len(set(ids)) == len(ids), "names", "an account is listed twice")
+
+        async def read(conn: AsyncConnection) -> wallet_pb2.BatchGetAccountsResponse:
+            found = await self.wallet.get_accounts(conn, ids)
+            return wallet_pb2.BatchGetAccountsResponse(
+                accounts=[account_pb(found[i]) for i in ids if i in found],
+                missing=[f"accounts/{i}" for i in ids if i not in found],
+            )
 
         return await self.tx.read(read)
 

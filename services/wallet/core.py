@@ -137,6 +137,11 @@ class Wallet:
             raise AccountNotFoundError(f"accounts/{account_id} does not exist")
         return _account_record(row)
 
+    async def get_accounts(self, conn: AsyncConnection, account_ids: Sequence[str]) -> dict[str, AccountRecord]:
+        """The accounts among `account_ids` that exist, by id (one statement)."""
+        rows = await conn.execute(select(accounts).where(accounts.c.id.in_(list(account_ids))))
+        return {row.id: _account_record(row) for row in rows}
+
     async def statement(self, conn: AsyncConnection, account_id: str, page_size: int, before: int | None) -> Statement:
         """A page of the account's transfers, newest first, with its balance after each
         (computed back from the stored balance, in the same snapshot)."""

@@ -333,3 +333,43 @@ def test_the_process_serves_survives_fuzzing_and_stops_on_sigterm(tmp_path: Path
         asyncio.run(check())
 
     check_service_process("wallet", SERVICE, tmp_path, invariant=the_ledger_still_adds_up)
+
+
+async def test_batch_get_accounts_answers_those_found_in_order_and_names_the_missing(
+    tmp_path: Path, db_target: DatabaseTarget
+) -> None:
+    database_env = {"database_url": db_target.url, "database_schema": db_target.schema}
+    config = make_config("wallet", tmp_path, **database_env)
+    service = WalletService(settings=WalletSettings(expiry_sweep_interval=timedelta(0)))
+    minter = dev_minter(config.dev_keys_dir)
+    matchmaking = bearer(minter.mint(Kind.SERVICE, "matchmaking"))
+    async with running(service.spec(), config) as server, grpc.aio.insecure_channel(server.address) as channel:
+        stub = wallet_pb2_grpc.WalletServiceStub(channel)
+        for name in ("alice", "bob"):
+            await stub.CreateAccount(
+                wallet_pb2.CreateAccountRequest(request_id=f"open-{name}", player=f"players/{name}"),
+                metadata=matchmaking,
+            )
+        names = ["accounts/player-bob", "accounts/player-nobody", "accounts/house", "accounts/player-alice"]
+        got = await stub.BatchGetAccounts(wallet_pb2.BatchGetAccountsRequest(names=names), metadata=matchmaking)
+        assert [a.name for a in got.accounts] == ["accounts/player-bob", "accounts/house", "accounts/player-alice"]
+        assert list(got.missing) == ["accounts/player-nobody"]
+        alone = await stub.GetAccount(wallet_pb2.GetAccountRequest(name="accounts/player-alice"), metadata=matchmaking)
+        assert got.accounts[2] == alone
+
+        async def refused(request: wallet_pb2.BatchGetAccountsRequest, metadata: Any) -> tuple[Any, str]:
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await stub.BatchGetAccounts(request, metadata=metadata)
+            return raised.value.code(), raised.value.details() or ""
+
+        ok = wallet_pb2.BatchGetAccountsRequest(names=["accounts/player-alice"])
+        for who in (bearer(minter.mint(Kind.PLAYER, "alice")), bearer(minter.mint(Kind.SERVICE, "ranking"))):
+            assert (await refused(ok, who))[0] == grpc.StatusCode.PERMISSION_DENIED
+        for names, message in (
+            ([], "names: at least one account"),
+            (["accounts/player-alice"] * 2, "names: an account is listed twice"),
+            (["players/alice"], "names[0]: must be a resource name"),
+            ([f"accounts/player-p{i}" for i in range(1001)], "names: at most 1000 accounts"),
+        ):
+            code, details = await refused(wallet_pb2.BatchGetAccountsRequest(names=names), matchmaking)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(message), details
