@@ -50,6 +50,7 @@ several services may share one PostgreSQL database or schema without reading eac
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 import uuid
@@ -57,11 +58,12 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import MetaData, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DisconnectionError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import StaticPool
@@ -403,6 +405,21 @@ class Database:
         except PoolTimeoutError:
             raise UnavailableError(BUSY_WRITE) from None
 
+    @asynccontextmanager
+    async def driver_connection(self) -> AsyncIterator[Any]:
+        """PostgreSQL only: the driver's (asyncpg's) connection under one of the engine's pooled
+        connections, under the same cap as `write()`, for the hottest statements run without
+        SQLAlchemy's execution (`DriverStatement`). No transaction is open on it: each statement
+        commits on its own, as on `write_each()`."""
+        if self.dialect != "postgresql":
+            raise RuntimeError("driver_connection() is PostgreSQL's")
+        try:
+            async with self._write_turn(), self.engine.connect() as connection:
+                raw = await connection.get_raw_connection()
+                yield raw.driver_connection
+        except PoolTimeoutError:
+            raise UnavailableError(BUSY_WRITE) from None
+
     def _write_turn(self) -> AbstractAsyncContextManager[object]:
         """What a write waits for: the process's one writer (SQLite), a connection (PostgreSQL)."""
         return self._sqlite_writer() if self.dialect == "sqlite" else self._connections
@@ -425,6 +442,48 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+class DriverStatement:
+    """A SQLAlchemy statement compiled once for PostgreSQL's driver (asyncpg), run on a
+    `Database.driver_connection()`: the statement's SQL with positional parameters in the order
+    `names`, the JSON ones serialised (the engine's connections decode JSON results and take JSON
+    parameters as text), rows answered with attribute access. A constraint violation raises
+    SQLAlchemy's IntegrityError, as the statement run through SQLAlchemy would. Expanding (IN)
+    parameters are not supported: write `= ANY(...)` instead."""
+
+    def __init__(self, statement: Any) -> None:
+        from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+        from sqlalchemy.types import JSON
+
+        compiled = statement.compile(dialect=asyncpg_dialect())  # type: ignore[no-untyped-call]
+        self.sql: str = compiled.string
+        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+        if any(bind.expanding for bind in compiled.binds.values()):
+            raise ValueError("DriverStatement: an expanding (IN) parameter")
+        self._json = frozenset(name for name, bind in compiled.binds.items() if isinstance(bind.type, JSON))
+        #: the values the statement itself binds (its literals: `state == "searching"`)
+        self._own = {name: bind.value for name, bind in compiled.binds.items() if bind.value is not None}
+
+    def args(self, params: Mapping[str, Any]) -> list[Any]:
+        values = [params[name] if name in params else self._own[name] for name in self.names]
+        return [json.dumps(value) if name in self._json else value
+                for name, value in zip(self.names, values, strict=True)]
+
+    async def fetch(self, driver: Any, params: Mapping[str, Any]) -> list[SimpleNamespace]:
+        """The statement's rows, each with its columns as attributes."""
+        import asyncpg
+
+        try:
+            records = await driver.fetch(self.sql, *self.args(params))
+        except asyncpg.IntegrityConstraintViolationError as error:
+            raise IntegrityError(self.sql, dict(params), error) from error
+        return [SimpleNamespace(**dict(record.items())) for record in records]
+
+    async def fetchrow(self, driver: Any, params: Mapping[str, Any]) -> SimpleNamespace | None:
+        """The statement's first row, if any."""
+        rows = await self.fetch(driver, params)
+        return rows[0] if rows else None
 
 
 def asyncpg_target(db: Database, server_settings: Mapping[str, str] | None = None) -> tuple[str, dict[str, str]]:

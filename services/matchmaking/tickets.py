@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import matchmaking_pb2
-from services.common.db import Database
+from services.common.db import Database, DriverStatement
 from services.common.idempotency import request_hash
 from services.matchmaking import models
 from services.matchmaking.core import Core, Executor, Preferences, Viewer, aware, new_id, preferences_of, timestamp
@@ -106,7 +106,7 @@ def _create_at_once() -> Any:
     return select(*(select(func.count()).select_from(part).scalar_subquery() for part in (queued, ticket, key)))
 
 
-_CREATE_AT_ONCE = _create_at_once()
+_CREATE_AT_ONCE = DriverStatement(_create_at_once())
 
 
 def _create_reads() -> Any:
@@ -122,7 +122,7 @@ def _create_reads() -> Any:
                   _AHEAD_OF_BACK.scalar_subquery().label("ahead"), recent.label("recent")).select_from(stored)
 
 
-_CREATE_READS = _create_reads()
+_CREATE_READS = DriverStatement(_create_reads())
 
 
 def _confirm_at_once() -> Any:
@@ -144,7 +144,7 @@ def _confirm_at_once() -> Any:
     return select(*(select(func.count()).select_from(part).scalar_subquery() for part in (written, key)))
 
 
-_CONFIRM_AT_ONCE = _confirm_at_once()
+_CONFIRM_AT_ONCE = DriverStatement(_confirm_at_once())
 
 
 def _confirm_reads() -> Any:
@@ -160,7 +160,7 @@ def _confirm_reads() -> Any:
     return select(*t.c, *stored).select_from(joined)
 
 
-_CONFIRM_READS = _confirm_reads()
+_CONFIRM_READS = DriverStatement(_confirm_reads())
 _TICKET_COLUMNS = tuple(c.name for c in models.tickets.c)
 
 #: The quick-match saga `saga` moved on once every player of every one of its tickets has
@@ -168,7 +168,7 @@ _TICKET_COLUMNS = tuple(c.name for c in models.tickets.c)
 #: a confirmation committed, on a snapshot taken after it: of two last confirmations landing at
 #: once, the later one's statement sees both (the other's finds the saga moved, or moves it
 #: first). Returns the saga's id when it moved it.
-_START_IF_ALL_CONFIRMED = text("""
+_START_IF_ALL_CONFIRMED = DriverStatement(text("""
     UPDATE matchmaking_sagas AS s
        SET state = CASE WHEN s.bet_chips > 0 THEN 'holding' ELSE 'creating' END,
            held = s.bet_chips > 0, table_requested = s.bet_chips <= 0,
@@ -179,7 +179,7 @@ _START_IF_ALL_CONFIRMED = text("""
             WHERE t.id IN (SELECT json_array_elements_text(s.tickets))
               AND NOT (t.confirmed::jsonb @> t.players::jsonb))
  RETURNING s.id
-""")
+"""))
 
 
 def _bucket_params(row: Any) -> dict[str, Any]:
@@ -507,12 +507,13 @@ class Tickets:
         now = self.clock()
         ticket_id = new_id()
         prefs = preferences
-        async with self.db.read_each() as reader:
-            found = (await reader.execute(_CREATE_READS, {
+        async with self.db.driver_connection() as driver:
+            found = await _CREATE_READS.fetchrow(driver, {
                 "scope": scope, "request_id": request.request_id, "player": player, "queued_at": now, "id": ticket_id,
                 "preset": prefs.preset, "seats": prefs.seats, "length": prefs.length,
                 "target_points": prefs.target_points, "mode": prefs.mode, "bet_chips": prefs.bet_chips,
-            })).one()
+            })
+        assert found is not None  # one row, whatever it finds
         digest = request_hash("CreateTicket", request)
         if found.method is not None:
             if found.method == "CreateTicket" and found.request_hash == digest and aware(found.expires_at) > now:
@@ -527,8 +528,8 @@ class Tickets:
         key = {"scope": scope, "request_id": request.request_id, "method": "CreateTicket", "request_hash": digest,
                "response": view.SerializeToString(deterministic=True), "created_at": stored_at, "expires_at": expires}
         try:
-            async with self.db.write_each() as writer:
-                await writer.execute(_CREATE_AT_ONCE, {
+            async with self.db.driver_connection() as driver:
+                await _CREATE_AT_ONCE.fetch(driver, {
                     **{f"t_{name}": value for name, value in values.items()},
                     **{f"k_{name}": value for name, value in key.items()},
                 })
@@ -614,9 +615,10 @@ class Tickets:
         stored under the key, or the ticket changed since it was read: the transactional path
         answers then."""
         now = self.clock()
-        async with self.db.read_each() as reader:
-            found = (await reader.execute(_CONFIRM_READS, {
-                "ticket_id": ticket_id, "scope": scope, "request_id": request.request_id})).one()
+        async with self.db.driver_connection() as driver:
+            found = await _CONFIRM_READS.fetchrow(driver, {
+                "ticket_id": ticket_id, "scope": scope, "request_id": request.request_id})
+        assert found is not None  # one row, whatever it finds
         if found.k_method is not None:
             if (found.k_method != "ConfirmTicket" or found.k_request_hash != request_hash("ConfirmTicket", request)
                     or aware(found.k_expires_at) <= now):
@@ -637,12 +639,14 @@ class Tickets:
                "request_hash": request_hash("ConfirmTicket", request),
                "response": view.SerializeToString(deterministic=True), "created_at": stored_at, "expires_at": expires}
         try:
-            async with self.db.write_each() as writer:
-                tickets, _ = (await writer.execute(_CONFIRM_AT_ONCE, {
+            async with self.db.driver_connection() as driver:
+                counts = await _CONFIRM_AT_ONCE.fetchrow(driver, {
                     "t_id": ticket_id, "t_version": row.version, "t_confirmed": confirmed,
                     "t_new_version": row.version + 1, "t_now": now,
                     **{f"k_{name}": value for name, value in key.items()},
-                })).one()
+                })
+            assert counts is not None
+            tickets = next(iter(vars(counts).values()))  # tickets written
         except IntegrityError:
             answered, _ = await self.core.prior(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
             if answered is None:
@@ -659,10 +663,10 @@ class Tickets:
         """The saga moved on if every player of its tickets has confirmed (PostgreSQL); the matching
         loop's next pass then holds the bets."""
         now = self.clock()
-        async with self.db.write_each() as writer:
-            moved = (await writer.execute(_START_IF_ALL_CONFIRMED, {
+        async with self.db.driver_connection() as driver:
+            moved = await _START_IF_ALL_CONFIRMED.fetchrow(driver, {
                 "saga": saga_id, "now": now, "deadline": now + timedelta(seconds=self.settings.start_seconds),
-            })).first()
+            })
         if moved is not None:
             self.core.wake()
 

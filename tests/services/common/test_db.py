@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import JSON, Column, MetaData, String, Table, bindparam, event, insert, select, text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from services.common.db import Database, LazyPool, asyncpg_connect, asyncpg_pool
+from services.common.db import Database, DriverStatement, LazyPool, asyncpg_connect, asyncpg_pool
 from tests.conftest import DatabaseTarget
 
 ROWS_PER_TRANSACTION = 4
@@ -414,3 +414,23 @@ async def test_write_each_commits_its_statement(database: Database) -> None:
             await writer.execute(text("INSERT INTO scratch VALUES (2, NULL)"))  # NOT NULL: nothing written
     async with database.read_connection() as reader:
         assert (await reader.execute(text("SELECT batch FROM scratch"))).scalars().all() == [1]
+
+
+@pytest.mark.parametrize("db_target", ["postgresql"], indirect=True)
+async def test_a_driver_statement_runs_as_sqlalchemy_would(database: Database) -> None:
+    metadata = MetaData()
+    things = Table("things", metadata, Column("id", String(10), primary_key=True), Column("kind", String(10)),
+                   Column("tags", JSON))
+    async with database.write_connection() as connection:
+        await connection.run_sync(metadata.create_all)
+    add = DriverStatement(insert(things).values(id=bindparam("id"), kind="plain", tags=bindparam("tags"))
+                          .returning(things.c.id, things.c.kind, things.c.tags))
+    async with database.driver_connection() as driver:
+        row = await add.fetchrow(driver, {"id": "a", "tags": ["x", {"y": 1}]})
+        assert row is not None and (row.id, row.kind, row.tags) == ("a", "plain", ["x", {"y": 1}])
+        with pytest.raises(IntegrityError):  # the key, as SQLAlchemy reports it
+            await add.fetch(driver, {"id": "a", "tags": []})
+    async with database.read_connection() as reader:  # committed on its own, and read back alike
+        assert (await reader.execute(select(things.c.tags))).scalar_one() == ["x", {"y": 1}]
+    with pytest.raises(ValueError, match="expanding"):
+        DriverStatement(select(things).where(things.c.id.in_(bindparam("ids", expanding=True))))
