@@ -298,8 +298,9 @@ def _config(service: str, workdir: Path, database: tuple[str, str | None]) -> Co
 
 class SqlCounter:
     """Counts the round trips this process makes to its databases. Statements: every cursor
-    execution through SQLAlchemy (savepoints included; an executemany is one) and every query of a
-    raw asyncpg pool (the wallet's hot path). Transactions: the BEGINs sent (SQLAlchemy's and the
+    execution through SQLAlchemy (savepoints included; an executemany is one), every statement run
+    on an engine connection's driver (`DriverStatement`) and every query of a raw asyncpg pool
+    (the wallet's and ranking's hot paths). Transactions: the BEGINs sent (SQLAlchemy's and the
     raw pools'; a connection in autocommit sends none), ends: their COMMITs and ROLLBACKs, pings:
     the liveness checks of pooled connections (services.common.db). On PostgreSQL each of these is
     a round trip."""
@@ -310,8 +311,9 @@ class SqlCounter:
         self.ends = 0
         self.pings = 0
 
-    def _statement(self, *_: Any) -> None:
-        self.statements += 1
+    def _statement(self, *event: Any) -> None:
+        if not event[-1]:  # an executemany is counted where asyncpg logs it (`_engine_query`)
+            self.statements += 1
 
     def _control(self, verb: str) -> bool:
         """Counts a BEGIN, COMMIT or ROLLBACK; whether `verb` was one."""
@@ -328,11 +330,17 @@ class SqlCounter:
             self.statements += 1
 
     def _engine_query(self, record: Any) -> None:
-        # SQLAlchemy's statements run as prepared statements, which asyncpg does not log (the
-        # cursor event counts them): what it logs are transactions' ends and pings (";").
+        # SQLAlchemy's single statements run as prepared statements, which asyncpg does not log
+        # (the cursor event counts them); it logs the rest: transactions' BEGINs and ends, pings
+        # (";"), executemanys and the statements run on the driver's connection itself
+        # (services.common.db.DriverStatement).
         query = record.query.strip()
-        if not self._control(query[:8].upper()) and query == ";":
+        if self._control(query[:8].upper()):
+            return
+        if query == ";":
             self.pings += 1
+        else:
+            self.statements += 1
 
     def install(self) -> None:
         from sqlalchemy import event
