@@ -32,13 +32,16 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, text, update
+from sqlalchemy import String, bindparam, delete, func, insert, select, text, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buraco.v1 import common_pb2
+from services.common.db import DriverStatement
 from services.matchmaking import models
 from services.matchmaking.core import Core, Executor, Preferences, aware, new_id
 from services.matchmaking.matcher import Proposal
@@ -55,7 +58,7 @@ _STAKE = re.compile(r"stakes\[(\d+)\]")
 #: was still notifying: the saga started, its tickets MATCHED with the table's name and address,
 #: their queue memberships ended, and each player's recent opponents replaced (the rematch rule;
 #: `others` one JSON list per player). Returns 1 when it started the saga, 0 when someone else had.
-_NOTIFY_AT_ONCE = text("""
+_NOTIFY_AT_ONCE = DriverStatement(text("""
     WITH s AS (
         UPDATE matchmaking_sagas SET state = 'started', update_time = :now
          WHERE id = :saga AND state = 'notifying'
@@ -78,8 +81,38 @@ _NOTIFY_AT_ONCE = text("""
         ON CONFLICT (player) DO UPDATE SET others = excluded.others, update_time = excluded.update_time
      RETURNING player
     )
-    SELECT count(*) FROM s
-""")  # PostgreSQL runs every data-modifying statement of a WITH to its end, read by the query or not
+    SELECT count(*) AS started FROM s
+"""))  # PostgreSQL runs every data-modifying statement of a WITH to its end, read by the query or not
+
+
+#: The sagas due now, the most overdue first (`now`, `limit`).
+_DUE_STATEMENT = (
+    select(models.sagas)
+    .where(models.sagas.c.state.in_(ACTIVE), models.sagas.c.next_attempt_at <= bindparam("now"))
+    .order_by(models.sagas.c.next_attempt_at)
+    .limit(bindparam("limit"))
+)
+_DUE = DriverStatement(
+    select(models.sagas)
+    .where(models.sagas.c.state == func.any(bindparam("active", value=list(ACTIVE), type_=ARRAY(String))),
+           models.sagas.c.next_attempt_at <= bindparam("now"))
+    .order_by(models.sagas.c.next_attempt_at)
+    .limit(bindparam("limit"))
+)
+
+
+@lru_cache(maxsize=64)
+def _state_move(columns: frozenset[str]) -> DriverStatement:
+    """A saga moved on from state `expected` (`saga_id`), writing `columns` (`v_<column>`), as one
+    conditional statement (PostgreSQL); one row back when it moved it. One per set of columns
+    written (a few: each step writes its own)."""
+    s = models.sagas
+    return DriverStatement(
+        update(s)
+        .where(s.c.id == bindparam("saga_id"), s.c.state == bindparam("expected"))
+        .values({name: bindparam(f"v_{name}", type_=s.c[name].type) for name in sorted(columns)})
+        .returning(s.c.id)
+    )
 
 
 def table_id_of(saga_id: str) -> str:
@@ -266,14 +299,11 @@ class Sagas:
 
     async def due_rows(self, limit: int = 100) -> list[Any]:
         """The rows of the sagas due now, the most overdue first (one query for a pass)."""
-        s = models.sagas
+        if self.db.dialect == "postgresql":
+            async with self.db.driver_connection() as driver:
+                return await _DUE.fetch(driver, {"now": self.clock(), "limit": limit})
         async with self.db.read_each() as session:
-            rows = await session.execute(
-                select(s)
-                .where(s.c.state.in_(ACTIVE), s.c.next_attempt_at <= self.clock())
-                .order_by(s.c.next_attempt_at)
-                .limit(limit)
-            )
+            rows = await session.execute(_DUE_STATEMENT, {"now": self.clock(), "limit": limit})
             return list(rows)
 
     async def _load(self, saga_id: str) -> Any:
@@ -285,7 +315,12 @@ class Sagas:
         its row as written, or None when someone else moved it first."""
         s = models.sagas
         values.setdefault("update_time", self.clock())
-        async with self.db.write_each() as session:  # one conditional statement: atomic alone
+        if self.db.dialect == "postgresql":
+            async with self.db.driver_connection() as driver:  # one conditional statement: atomic alone
+                written = await _state_move(frozenset(values)).fetch(
+                    driver, {"saga_id": saga.id, "expected": expected, **{f"v_{k}": v for k, v in values.items()}})
+            return moved(saga, values) if len(written) == 1 else None
+        async with self.db.write_each() as session:
             result = await session.execute(update(s).where(s.c.id == saga.id, s.c.state == expected).values(**values))
         return moved(saga, values) if getattr(result, "rowcount", 0) == 1 else None
 
@@ -408,13 +443,13 @@ class Sagas:
         t = models.tickets
         players = [seat["player"] for seat in saga.seats if seat["player"]]
         if self.db.dialect == "postgresql" and not saga.lobby_table:
-            async with self.db.write_each() as writer:
-                started = (await writer.execute(_NOTIFY_AT_ONCE, {
+            async with self.db.driver_connection() as driver:
+                made = await _NOTIFY_AT_ONCE.fetchrow(driver, {
                     "saga": saga.id, "now": now, "tickets": list(saga.tickets), "game_table": saga.game_table,
                     "game_address": saga.game_address, "players": players,
                     "others": [json.dumps([o for o in players if o != p]) for p in players],
-                })).scalar_one()
-            if started != 1:
+                })
+            if made is None or made.started != 1:
                 return None
             self.metrics.started.inc()
             self._changed(saga)

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
-from sqlalchemy import and_, bindparam, delete, func, insert, literal, or_, select, text, update
+from sqlalchemy import String, and_, bindparam, delete, func, insert, literal, or_, select, text, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -182,6 +183,11 @@ _START_IF_ALL_CONFIRMED = DriverStatement(text("""
 """))
 
 
+#: Tickets' rows by id (PostgreSQL: `ids`, a list).
+_TICKETS_BY_ID = DriverStatement(
+    select(models.tickets).where(models.tickets.c.id == func.any(bindparam("ids", type_=ARRAY(String)))))
+
+
 def _bucket_params(row: Any) -> dict[str, Any]:
     return {"preset": row.preset, "seats": row.seats, "length": row.length,
             "target_points": row.target_points, "mode": row.mode, "bet_chips": row.bet_chips}
@@ -213,12 +219,18 @@ class TicketRows:
             names = list(batch)
             try:
                 rows: dict[str, Any] = {}
-                async with self.db.read_each() as connection:
-                    for start in range(0, len(names), FETCH_CHUNK):
-                        chunk = names[start : start + FETCH_CHUNK]
-                        rows.update(
-                            (row.id, row) for row in await connection.execute(select(t).where(t.c.id.in_(chunk)))
-                        )
+                if self.db.dialect == "postgresql":
+                    async with self.db.driver_connection() as driver:
+                        for start in range(0, len(names), FETCH_CHUNK):
+                            found = await _TICKETS_BY_ID.fetch(driver, {"ids": names[start : start + FETCH_CHUNK]})
+                            rows.update((row.id, row) for row in found)
+                else:
+                    async with self.db.read_each() as connection:
+                        for start in range(0, len(names), FETCH_CHUNK):
+                            chunk = names[start : start + FETCH_CHUNK]
+                            rows.update(
+                                (row.id, row) for row in await connection.execute(select(t).where(t.c.id.in_(chunk)))
+                            )
             except Exception as error:
                 for futures in batch.values():
                     for future in futures:
