@@ -485,6 +485,11 @@ class DriverStatement:
         rows = await self.fetch(driver, params)
         return rows[0] if rows else None
 
+    async def fetchval(self, driver: Any, params: Mapping[str, Any]) -> Any:
+        """The first column of the statement's first row (None without a row)."""
+        row = await self.fetchrow(driver, params)
+        return None if row is None else next(iter(vars(row).values()))
+
 
 def asyncpg_target(db: Database, server_settings: Mapping[str, str] | None = None) -> tuple[str, dict[str, str]]:
     """asyncpg's address (DSN) for `db`'s URL, and the session settings: `server_settings` with

@@ -77,6 +77,8 @@ def _position_statements() -> tuple[Any, Any, Any]:
 
 
 _AHEAD_OF_FRONT, _AHEAD_OF_BACK, _MEAN_WAIT = _position_statements()
+_DRIVER_AHEAD_OF_FRONT, _DRIVER_AHEAD_OF_BACK, _DRIVER_MEAN_WAIT = (
+    DriverStatement(statement) for statement in (_AHEAD_OF_FRONT, _AHEAD_OF_BACK, _MEAN_WAIT))
 _TICKET = select(models.tickets).where(models.tickets.c.id == bindparam("ticket_id"))
 _LIVE_TICKETS = select(models.queue_members).where(
     models.queue_members.c.player.in_(bindparam("players", expanding=True)))
@@ -282,6 +284,19 @@ class Tickets:
         if position is not None and cached is not None:
             return position, cached[1]
         params = _bucket_params(row)
+        if session is None and self.db.dialect == "postgresql":
+            # the count and the mean are estimates: no snapshot in common needed
+            async with self.db.driver_connection() as driver:
+                if position is None:
+                    ahead = _DRIVER_AHEAD_OF_FRONT if row.front else _DRIVER_AHEAD_OF_BACK
+                    counted = await ahead.fetchval(driver, {**params, "queued_at": row.queued_at, "id": row.id})
+                    position = int(counted) + 1
+                if cached is not None:
+                    return position, cached[1]
+                mean = await _DRIVER_MEAN_WAIT.fetchval(driver, {**params, "since": now - WAIT_HISTORY})
+            mean_wait = None if mean is None else float(mean)
+            self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
+            return position, mean_wait
         async with contextlib.AsyncExitStack() as stack:
             if session is None:  # the count and the mean are estimates: no snapshot in common needed
                 session = await stack.enter_async_context(self.db.read_each())
@@ -652,13 +667,11 @@ class Tickets:
                "response": view.SerializeToString(deterministic=True), "created_at": stored_at, "expires_at": expires}
         try:
             async with self.db.driver_connection() as driver:
-                counts = await _CONFIRM_AT_ONCE.fetchrow(driver, {
+                tickets = await _CONFIRM_AT_ONCE.fetchval(driver, {  # tickets written: 1 or 0
                     "t_id": ticket_id, "t_version": row.version, "t_confirmed": confirmed,
                     "t_new_version": row.version + 1, "t_now": now,
                     **{f"k_{name}": value for name, value in key.items()},
                 })
-            assert counts is not None
-            tickets = next(iter(vars(counts).values()))  # tickets written
         except IntegrityError:
             answered, _ = await self.core.prior(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
             if answered is None:
