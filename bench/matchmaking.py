@@ -23,10 +23,16 @@
    spread per table (highest minus lowest ticket rating) and the mean wait, with the same stream
    seated first come, first served (no skill) as the baseline.
 
+4. `--baseline PATH` (a checkout of the commit compared against, e.g. a `git worktree`): instead of
+   2., bursts of `--players` served by the baseline's services and by this checkout's,
+   interleaved `--rounds` times each (both counted and driven by this benchmark's code), each
+   side's figures prefixed `baseline_`/`this_`, then the medians and their ratios (`..._ratio`,
+   above 1 when this checkout is better).
+
 Each figure is printed as `bench: NAME VALUE UNIT`.
 
     python -m bench.matchmaking [--tickets 100000] [--players 10000] [--databases sqlite,postgresql]
-        [--rates 20,50,100,200,300] [--rate-seconds 20]
+        [--rates 20,50,100,200,300] [--rate-seconds 20] [--baseline PATH [--rounds 3]]
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import cProfile
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -564,11 +571,13 @@ class Served:
     stops when its standard input closes."""
 
     def __init__(self, role: str, kind: str, workdir: Path, postgres_url: str, schema: str | None,
-                 addresses: dict[str, str] | None = None) -> None:
+                 addresses: dict[str, str] | None = None, services_from: Path | None = None) -> None:
         command = [sys.executable, "-m", "bench.matchmaking", "--serve", role, "--kind", kind,
                    "--workdir", str(workdir), "--postgres-url", postgres_url, "--schema", schema or "",
                    "--addresses", json.dumps(addresses or {})]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        # `services_from`: a directory whose packages the child imports first (`--baseline`)
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        cwd=services_from)
         self.role = role
 
     async def _line(self) -> dict[str, Any]:
@@ -612,16 +621,17 @@ class Platform:
 
 
 @contextlib.asynccontextmanager
-async def platform_processes(kind: str, workdir: Path, postgres_url: str) -> AsyncIterator[Platform]:
+async def platform_processes(kind: str, workdir: Path, postgres_url: str,
+                             services_from: Path | None = None) -> AsyncIterator[Platform]:
     """The matchmaking service in a process of its own, the wallet, ranking and game sessions in
     another, the clients in this one: the matchmaking process's CPU is the matchmaking core's."""
     schema = await create_schema(kind, postgres_url)
     served: list[Served] = []
     try:
-        others = Served("others", kind, workdir, postgres_url, schema)
+        others = Served("others", kind, workdir, postgres_url, schema, services_from=services_from)
         served.append(others)
         addresses = await others.addresses()
-        matchmaking = Served("matchmaking", kind, workdir, postgres_url, schema, addresses)
+        matchmaking = Served("matchmaking", kind, workdir, postgres_url, schema, addresses, services_from)
         served.append(matchmaking)
         address = (await matchmaking.addresses())["matchmaking"]
         private, _ = ensure_dev_keys(workdir / "keys")
@@ -691,11 +701,12 @@ def report_usage(label: str, tickets: int, elapsed: float, before: tuple[Usage, 
     return per_core
 
 
-async def bench_end_to_end(kind: str, players: int, rates: list[float], seconds: float, postgres_url: str) -> None:
+async def bench_end_to_end(kind: str, players: int, rates: list[float], seconds: float, postgres_url: str,
+                           services_from: Path | None = None, label: str = "") -> dict[str, float]:
     """A burst (every player at once: the most tickets/s the platform matches), then a steady
     arrival at each rate (the RPCs' latency and the processes' CPU at that rate)."""
     with tempfile.TemporaryDirectory() as folder:
-        async with platform_processes(kind, Path(folder), postgres_url) as served:
+        async with platform_processes(kind, Path(folder), postgres_url, services_from) as served:
             names = [f"b{i:05d}" for i in range(players)]
             await fund_players(served.wallet_address, served.minter, names)
             # Players connect as players do, not all over one connection: one per PLAYERS_PER_CHANNEL.
@@ -718,11 +729,11 @@ async def bench_end_to_end(kind: str, players: int, rates: list[float], seconds:
                     )
                 elapsed = time.perf_counter() - started
                 after = await served.usage()
-            report(f"e2e_{kind}_tickets_matched_per_second", len(timings.matched) / elapsed, "tickets/s")
-            report(f"e2e_{kind}_burst_{players}_players_seconds", elapsed, "s")
-            report(f"e2e_{kind}_time_to_matched_p50", percentile_ms(timings.matched, 0.5), "ms")
-            report(f"e2e_{kind}_time_to_matched_p99", percentile_ms(timings.matched, 0.99), "ms")
-            report_usage(f"e2e_{kind}_burst", players, elapsed, before, after)
+            report(f"{label}e2e_{kind}_tickets_matched_per_second", len(timings.matched) / elapsed, "tickets/s")
+            report(f"{label}e2e_{kind}_burst_{players}_players_seconds", elapsed, "s")
+            report(f"{label}e2e_{kind}_time_to_matched_p50", percentile_ms(timings.matched, 0.5), "ms")
+            report(f"{label}e2e_{kind}_time_to_matched_p99", percentile_ms(timings.matched, 0.99), "ms")
+            per_core = report_usage(f"{label}e2e_{kind}_burst", players, elapsed, before, after)
             within = 0.0
             for rate in rates:
                 worst = await steady_arrivals(kind, served, rate, seconds)
@@ -730,6 +741,39 @@ async def bench_end_to_end(kind: str, players: int, rates: list[float], seconds:
                     within = max(within, rate)
             if rates:
                 report(f"e2e_{kind}_steady_highest_rate_with_rpc_p99_under_100ms", within, "tickets/s")
+    return {"seconds": elapsed, "tickets_per_matchmaking_core": per_core,
+            "matched_p50_ms": percentile_ms(timings.matched, 0.5)}
+
+
+def mixed_checkout(baseline: Path, folder: Path) -> Path:
+    """A directory importing this benchmark (`bench`) with the baseline's packages (`--baseline`):
+    the children serve the baseline's services, counted and driven by this benchmark's code."""
+    for entry in baseline.iterdir():
+        if entry.is_dir() and (entry / "__init__.py").exists() and entry.name != "bench":
+            (folder / entry.name).symlink_to(entry)
+    (folder / "bench").symlink_to(Path(__file__).resolve().parent)
+    return folder
+
+
+async def compare_with_baseline(kind: str, players: int, baseline: Path, rounds: int, postgres_url: str) -> None:
+    """Bursts of `players` served by the baseline's services and by this checkout's, interleaved
+    (baseline, this, baseline, this, ...): each side's figures prefixed `baseline_`/`this_`, then
+    the medians' ratios (this over the baseline; for seconds, the baseline's over this: above 1 is
+    faster) as `..._ratio`."""
+    sides: dict[str, list[dict[str, float]]] = {"baseline": [], "this": []}
+    with tempfile.TemporaryDirectory() as folder:
+        mixed = mixed_checkout(baseline.resolve(), Path(folder))
+        for _ in range(rounds):
+            for side, services_from in (("baseline", mixed), ("this", None)):
+                sides[side].append(
+                    await bench_end_to_end(kind, players, [], 0.0, postgres_url, services_from, f"{side}_"))
+    for figure, unit in (("tickets_per_matchmaking_core", "tickets/s"), ("seconds", "s"), ("matched_p50_ms", "ms")):
+        base = statistics.median(run[figure] for run in sides["baseline"])
+        this = statistics.median(run[figure] for run in sides["this"])
+        report(f"e2e_{kind}_burst_{figure}_median_baseline", base, unit)
+        report(f"e2e_{kind}_burst_{figure}_median_this", this, unit)
+        faster = this / base if figure == "tickets_per_matchmaking_core" else base / this
+        report(f"e2e_{kind}_burst_{figure}_ratio", faster, "x")
 
 
 async def steady_arrivals(kind: str, served: Platform, rate: float, seconds: float) -> float:
@@ -783,6 +827,9 @@ async def main(args: argparse.Namespace) -> int:
         if kind == "postgresql" and not await postgres_reachable(args.postgres_url):
             print(f"bench: skipped PostgreSQL, not reachable at {args.postgres_url}", flush=True)
             continue
+        if args.baseline:
+            await compare_with_baseline(kind, args.players, Path(args.baseline), args.rounds, args.postgres_url)
+            continue
         rates = [float(rate) for rate in args.rates.split(",") if rate]
         await bench_end_to_end(kind, args.players, rates, args.rate_seconds, args.postgres_url)
     return 0
@@ -797,6 +844,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--rates", default="20,50,100,200,300", help="steady arrival rates to run, tickets/s ('' for none)"
     )
     parser.add_argument("--rate-seconds", type=float, default=20.0, help="how long each steady arrival lasts")
+    parser.add_argument("--baseline", default="", help="a checkout to compare bursts with (its services, this bench)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved bursts per side with --baseline")
     parser.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the end-to-end run's children
     parser.add_argument("--kind", default="", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default="", help=argparse.SUPPRESS)
