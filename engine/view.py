@@ -23,12 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from engine.cards import CARD_STR
-from engine.errors import EngineError
+from engine.errors import StaleViewError
 from engine.position import ViewedPosition
-
-
-class StaleViewError(EngineError, RuntimeError):
-    """A field of a view was read for the first time after the state had changed."""
 
 
 def _hand(state: ViewedPosition, seat: int) -> list[str]:
