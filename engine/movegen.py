@@ -11,7 +11,6 @@ protocol: this module does not import ``engine.state``, which imports it.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from itertools import product
 from typing import Any, Final
 
@@ -41,32 +40,67 @@ def ruleset_number(rules: Ruleset) -> int:
     return number
 
 
+# The memo tables are plain dicts, each emptied when it reaches its bound (the hands of the moment
+# fill it again: an entry is rarely looked up again once its hand is over). An ``lru_cache`` costs a
+# call through the interpreter's machinery at every look-up from compiled code, and keeps a linked
+# entry per key that Python's collector re-scans at every full collection.
+_NOT_A_MELD: Final = Meld(False, -1, 0, 0, (), -1, 0)  # a failure, as memoised (None: not looked up yet)
+
+
 # Placement is a pure function of (cards, ruleset): memoised, since the same hands are examined
-# again and again within a turn and across turns. Failures are cached as None.
-@lru_cache(maxsize=1 << 16)
+# again and again within a turn and across turns. Failures are memoised too.
+_PLACED: Final[dict[tuple[tuple[int, ...], int, int | None], Meld]] = {}
+_PLACED_BOUND: Final = 1 << 16
+
+
 def _placed(cards: tuple[int, ...], rules: int, wild_as: int | None) -> Meld | None:
-    try:
-        return make_meld(cards, _BY_NUMBER[rules], wild_as)
-    except IllegalActionError:
-        return None
+    key = (cards, rules, wild_as)
+    found = _PLACED.get(key)
+    if found is None:
+        try:
+            found = make_meld(cards, _BY_NUMBER[rules], wild_as)
+        except IllegalActionError:
+            found = _NOT_A_MELD
+        if len(_PLACED) >= _PLACED_BOUND:
+            _PLACED.clear()
+        _PLACED[key] = found
+    return None if found is _NOT_A_MELD else found
 
 
 def placed(cards: tuple[int, ...], rules: Ruleset, wild_as: int | None) -> Meld | None:
     return _placed(cards, ruleset_number(rules), wild_as)
 
 
-@lru_cache(maxsize=1 << 16)
+_EXTENDED: Final[dict[tuple[Meld, tuple[int, ...], int], Meld]] = {}
+_EXTENDED_BOUND: Final = 1 << 16
+
+
 def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
-    try:
-        return _shared_meld(extend_meld(meld, cards, _BY_NUMBER[rules]))
-    except IllegalActionError:
-        return None
+    key = (meld, cards, rules)
+    found = _EXTENDED.get(key)
+    if found is None:
+        try:
+            found = _shared_meld(extend_meld(meld, cards, _BY_NUMBER[rules]))
+        except IllegalActionError:
+            found = _NOT_A_MELD
+        if len(_EXTENDED) >= _EXTENDED_BOUND:
+            _EXTENDED.clear()
+        _EXTENDED[key] = found
+    return None if found is _NOT_A_MELD else found
 
 
 # Many additions to many melds make the same meld: one object for all of them (see _shared_meld_action).
-@lru_cache(maxsize=1 << 15)
+_SHARED_MELDS: Final[dict[Meld, Meld]] = {}
+_SHARED_MELDS_BOUND: Final = 1 << 15
+
+
 def _shared_meld(meld: Meld) -> Meld:
-    return meld
+    found = _SHARED_MELDS.get(meld)
+    if found is None:
+        if len(_SHARED_MELDS) >= _SHARED_MELDS_BOUND:
+            _SHARED_MELDS.clear()
+        _SHARED_MELDS[meld] = found = meld
+    return found
 
 
 def extended(meld: Meld, cards: tuple[int, ...], rules: Ruleset) -> Meld | None:
@@ -102,10 +136,15 @@ _WILD_CODES = (JOKER, 1, 14, 27, 40)
 
 def _partial_counts(cards: tuple[int, ...], first: int, step: int, wild_counts: tuple[int, ...]) -> list[int]:
     counts = [0] * 53
-    for i, n in enumerate(cards):
-        counts[first + i * step] = n
-    for code, n in zip(_WILD_CODES, wild_counts, strict=True):
+    code = first
+    for n in cards:
         counts[code] = n
+        code += step
+    counts[JOKER] = wild_counts[0]  # the order of _WILD_CODES
+    counts[1] = wild_counts[1]
+    counts[14] = wild_counts[2]
+    counts[27] = wild_counts[3]
+    counts[40] = wild_counts[4]
     return counts
 
 
@@ -118,11 +157,27 @@ def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tu
     return tuple(v[0] for v in values), tuple(v[1] for v in values)
 
 
-@lru_cache(maxsize=1 << 14)
+_SUIT_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
+_RANK_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
+_MELDS_BOUND: Final = 1 << 14
+
+
 def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
                wild_counts: tuple[int, ...]) -> MeldCandidates:
     """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
     at most one slot, the wild's), each with the meld it makes."""
+    key = (rules_number, suit, suit_counts, wild_counts)
+    found = _SUIT_MELDS.get(key)
+    if found is None:
+        found = _suit_melds(rules_number, suit, suit_counts, wild_counts)
+        if len(_SUIT_MELDS) >= _MELDS_BOUND:
+            _SUIT_MELDS.clear()
+        _SUIT_MELDS[key] = found
+    return found
+
+
+def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
+                wild_counts: tuple[int, ...]) -> MeldCandidates:
     rules = _BY_NUMBER[rules_number]
     counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
     wilds = _present_wilds(counts)
@@ -156,10 +211,21 @@ def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
     return _split(out)
 
 
-@lru_cache(maxsize=1 << 14)
 def rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
                wild_counts: tuple[int, ...]) -> MeldCandidates:
     """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
+    key = (rules_number, rank, rank_counts, wild_counts)
+    found = _RANK_MELDS.get(key)
+    if found is None:
+        found = _rank_melds(rules_number, rank, rank_counts, wild_counts)
+        if len(_RANK_MELDS) >= _MELDS_BOUND:
+            _RANK_MELDS.clear()
+        _RANK_MELDS[key] = found
+    return found
+
+
+def _rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
+                wild_counts: tuple[int, ...]) -> MeldCandidates:
     rules = _BY_NUMBER[rules_number]
     counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
     wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
@@ -199,16 +265,40 @@ def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandid
 # One action per distinct new meld, shared by every memo entry that lists it: the same few thousand
 # melds turn up in tens of thousands of entries, and each object of its own would be one more for
 # Python's collector to re-scan.
-@lru_cache(maxsize=1 << 16)
+_SHARED_MELD_ACTIONS: Final[dict[tuple[tuple[int, ...], int | None], MeldCards]] = {}
+_SHARED_MELD_ACTIONS_BOUND: Final = 1 << 16
+
+
 def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCards:
-    return MeldCards(cards, wild_as)
+    key = (cards, wild_as)
+    found = _SHARED_MELD_ACTIONS.get(key)
+    if found is None:
+        if len(_SHARED_MELD_ACTIONS) >= _SHARED_MELD_ACTIONS_BOUND:
+            _SHARED_MELD_ACTIONS.clear()
+        _SHARED_MELD_ACTIONS[key] = found = MeldCards(cards, wild_as)
+    return found
 
 
-@lru_cache(maxsize=1 << 14)
+_ADDITIONS: Final[dict[tuple[int, Meld, tuple[int, ...], tuple[int, ...]], AddCandidates]] = {}
+_ADDITIONS_BOUND: Final = 1 << 14
+
+
 def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
                    wild_counts: tuple[int, ...]) -> AddCandidates:
     """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
     of the group's rank) and its wilds, each with the meld it makes."""
+    key = (rules_number, meld, part, wild_counts)
+    found = _ADDITIONS.get(key)
+    if found is None:
+        found = _meld_additions(rules_number, meld, part, wild_counts)
+        if len(_ADDITIONS) >= _ADDITIONS_BOUND:
+            _ADDITIONS.clear()
+        _ADDITIONS[key] = found
+    return found
+
+
+def _meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
+                    wild_counts: tuple[int, ...]) -> AddCandidates:
     rules = _BY_NUMBER[rules_number]
     out: dict[tuple[int, ...], AddCandidate] = {}
     if meld.is_sequence:
@@ -495,20 +585,36 @@ class Segment:
 EMPTY_SEGMENT = Segment((), ())
 
 
-@lru_cache(maxsize=1 << 14)
+_SUIT_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
+_RANK_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
+
+
 def suit_segment(rules_number: int, suit: int, suit_counts: tuple[int, ...],
                  wild_counts: tuple[int, ...]) -> Segment:
     """``suit_melds`` as a segment."""
-    actions, melds = suit_melds(rules_number, suit, suit_counts, wild_counts)
-    return Segment(actions, melds) if actions else EMPTY_SEGMENT
+    key = (rules_number, suit, suit_counts, wild_counts)
+    found = _SUIT_SEGMENTS.get(key)
+    if found is None:
+        actions, melds = suit_melds(rules_number, suit, suit_counts, wild_counts)
+        found = Segment(actions, melds) if actions else EMPTY_SEGMENT
+        if len(_SUIT_SEGMENTS) >= _MELDS_BOUND:
+            _SUIT_SEGMENTS.clear()
+        _SUIT_SEGMENTS[key] = found
+    return found
 
 
-@lru_cache(maxsize=1 << 14)
 def rank_segment(rules_number: int, rank: int, rank_counts: tuple[int, ...],
                  wild_counts: tuple[int, ...]) -> Segment:
     """``rank_melds`` as a segment."""
-    actions, melds = rank_melds(rules_number, rank, rank_counts, wild_counts)
-    return Segment(actions, melds) if actions else EMPTY_SEGMENT
+    key = (rules_number, rank, rank_counts, wild_counts)
+    found = _RANK_SEGMENTS.get(key)
+    if found is None:
+        actions, melds = rank_melds(rules_number, rank, rank_counts, wild_counts)
+        found = Segment(actions, melds) if actions else EMPTY_SEGMENT
+        if len(_RANK_SEGMENTS) >= _MELDS_BOUND:
+            _RANK_SEGMENTS.clear()
+        _RANK_SEGMENTS[key] = found
+    return found
 
 
 #: one ``Discard`` per card code, shared (``HandState`` lists these)
@@ -520,10 +626,19 @@ RANK_PLANS: Final = 4
 ADD_PLANS: Final = 18
 
 
-@lru_cache(maxsize=1 << 12)
+_SUIT_DISCARDS: Final[dict[tuple[bytes, int], tuple[Discard, ...]]] = {}
+
+
 def _suit_discards(suit_counts: bytes, suit: int) -> tuple[Discard, ...]:
-    first = suit * 13
-    return tuple([ALL_DISCARDS[first + i] for i in range(13) if suit_counts[i]])
+    key = (suit_counts, suit)
+    found = _SUIT_DISCARDS.get(key)
+    if found is None:
+        first = suit * 13
+        found = tuple([ALL_DISCARDS[first + i] for i in range(13) if suit_counts[i]])
+        if len(_SUIT_DISCARDS) >= 1 << 12:
+            _SUIT_DISCARDS.clear()
+        _SUIT_DISCARDS[key] = found
+    return found
 
 
 class SeatPlays:
