@@ -435,19 +435,31 @@ class HeuristicBot:
 
     def _closeness(self, counts: list[int], c: int, own: bool) -> float:
         """How well ``c`` connects to the cards in ``counts``: neighbours in its suit, its rank."""
-        suit, r = divmod(c, 13)
-        base = suit * 13
-        score = 0.0
-        for slot in ((1, 14) if r == 0 else (r + 1,)):
-            for delta, weight in ((1, 25.0), (2, 10.0)):
-                for s in (slot - delta, slot + delta):
-                    if 1 <= s <= 14 and counts[base + (0 if s == 14 else s - 1)]:
-                        score += weight
+        r = c % 13
+        base = c - r  # the suit's first code
+        # each held neighbour one slot away weighs 25, two slots away 10 (sums of whole numbers: exact
+        # in any order); an ace stands at both ends, slots 1 and 14
+        if r == 0:
+            near = _held(counts, base, 2) + _held(counts, base, 13)
+            far = _held(counts, base, 3) + _held(counts, base, 12)
+        else:
+            slot = r + 1
+            near = _held(counts, base, slot - 1) + _held(counts, base, slot + 1)
+            far = _held(counts, base, slot - 2) + _held(counts, base, slot + 2)
+        score = 25.0 * near + 10.0 * far
         if self.groups and r != 1:
             same = counts[r] + counts[13 + r] + counts[26 + r] + counts[39 + r] - (1 if own else 0)
             if same > 0:
                 score += 18.0 * same
         return score
+
+
+def _held(counts: list[int], base: int, slot: int) -> int:
+    """1 if the hand holds the card of slot ``slot`` (1..14, the ace at both ends) of the suit whose
+    first code is ``base``, else 0 (a slot off the ends is not held)."""
+    if slot < 1 or slot > 14:
+        return 0
+    return 1 if counts[base + (0 if slot == 14 else slot - 1)] else 0
 
 
 __all__ = ["HeuristicBot", "Turn"]

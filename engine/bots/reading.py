@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES, TWO, to_str
 
@@ -70,9 +69,25 @@ class TableMeld:
         return frozenset(out)
 
 
-@lru_cache(maxsize=8192)
+#: ``read_meld``'s memo: a dict emptied at its bound (an lru_cache is a call through the interpreter's
+#: machinery at every look-up from compiled code, and the bots read every meld at every decision)
+_READ: Final[dict[tuple[str, tuple[str, ...], str], TableMeld]] = {}
+_READ_BOUND: Final = 8192
+
+
 def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     """The shape of a meld from its view form (``cards`` in table order, low to high)."""
+    key = (kind, cards, canastra)
+    found = _READ.get(key)
+    if found is None:
+        found = _read_meld(kind, cards, canastra)
+        if len(_READ) >= _READ_BOUND:
+            _READ.clear()
+        _READ[key] = found
+    return found
+
+
+def _read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     cs = [CODE[c] for c in cards]
     n = len(cs)
     if kind == "group":
