@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from engine.actions import DRAW, Action, AddCards, Discard, MeldCards, TakePile
@@ -54,26 +53,53 @@ from engine.melds import card_values
 from engine.rules import CANASTRA, MORTO_SIZE, Ruleset
 
 
-@dataclass(slots=True)
 class Turn:
-    """One decision's reading of the view."""
+    """One decision's reading of the view.
 
-    seat: int
-    side: int
-    players: int
-    hand: list[int]  # counts per card code
-    hand_size: int
-    wilds: int  # 2s and jokers in hand
-    melds: list[list[TableMeld]]  # per side
-    pile: list[int]
-    morto_available: bool  # the side still has its morto to take
-    may_go_out: bool  # the side has no morto left to take and the canastra the ruleset requires
-    has_clean: bool  # the side has a clean canastra
-    want_out: bool  # going out now would leave the side ahead (estimated)
-    pressed: bool  # the hand may end any time: cards in hand will soon count against the side
-    opp_ready: bool  # the opponents may go out
-    next_seat: int
-    emptiable: int = -1  # 1: the hand can be emptied this turn, wilds spent (estimate); -1: not worked out
+    Written out rather than a dataclass (as engine.actions.MeldCards): every decision makes one, and a
+    compiled dataclass still builds itself in interpreted code."""
+
+    __slots__ = (
+        "emptiable",
+        "hand",
+        "hand_size",
+        "has_clean",
+        "may_go_out",
+        "melds",
+        "morto_available",
+        "next_seat",
+        "opp_ready",
+        "pile",
+        "players",
+        "pressed",
+        "seat",
+        "side",
+        "want_out",
+        "wilds",
+    )
+
+    def __init__(self, seat: int, side: int, players: int, hand: list[int], hand_size: int, wilds: int,
+                 melds: list[list[TableMeld]], pile: list[int], morto_available: bool, may_go_out: bool,
+                 has_clean: bool, want_out: bool, pressed: bool, opp_ready: bool, next_seat: int,
+                 emptiable: int = -1) -> None:
+        self.seat = seat
+        self.side = side
+        self.players = players
+        self.hand = hand  # counts per card code
+        self.hand_size = hand_size
+        self.wilds = wilds  # 2s and jokers in hand
+        self.melds = melds  # per side
+        self.pile = pile
+        self.morto_available = morto_available  # the side still has its morto to take
+        # the side has no morto left to take and the canastra the ruleset requires
+        self.may_go_out = may_go_out
+        self.has_clean = has_clean  # the side has a clean canastra
+        self.want_out = want_out  # going out now would leave the side ahead (estimated)
+        self.pressed = pressed  # the hand may end any time: cards in hand will soon count against the side
+        self.opp_ready = opp_ready  # the opponents may go out
+        self.next_seat = next_seat
+        # 1: the hand can be emptied this turn, wilds spent (estimate); -1: not worked out
+        self.emptiable = emptiable
 
 
 class HeuristicBot:
