@@ -178,7 +178,6 @@ def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
 
 def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
                 wild_counts: tuple[int, ...]) -> MeldCandidates:
-    rules = _BY_NUMBER[rules_number]
     counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
     wilds = _present_wilds(counts)
     avail = 0
@@ -200,14 +199,14 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
                 continue
             cards = [slot_card(suit, x) for x in range(lo, hi + 1)]
             if not missing:
-                _add_meld_candidate(out, counts, rules, cards, 0, suit)
+                _add_meld_candidate(out, counts, rules_number, cards, 0, suit)
                 holes = range(lo, hi + 1)
             else:
                 holes = range(missing, missing + 1)
             for hole in holes if wilds else ():
                 naturals = cards[:hole - lo] + cards[hole - lo + 1:]
                 for w in wilds:
-                    _add_meld_candidate(out, counts, rules, [*naturals, w], hole, suit)
+                    _add_meld_candidate(out, counts, rules_number, [*naturals, w], hole, suit)
     return _split(out)
 
 
@@ -226,7 +225,6 @@ def rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
 
 def _rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
                 wild_counts: tuple[int, ...]) -> MeldCandidates:
-    rules = _BY_NUMBER[rules_number]
     counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
     wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
@@ -236,25 +234,25 @@ def _rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
             continue
         naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
         if k >= 3:
-            _add_meld_candidate(out, counts, rules, naturals, 0, -1)
+            _add_meld_candidate(out, counts, rules_number, naturals, 0, -1)
         for w in wilds:
-            _add_meld_candidate(out, counts, rules, [*naturals, w], 0, -1)
+            _add_meld_candidate(out, counts, rules_number, [*naturals, w], 0, -1)
     return _split(out)
 
 
 def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], counts: list[int],
-                        rules: Ruleset, cards: list[int], wild_slot: int, suit: int) -> None:
+                        rules_number: int, cards: list[int], wild_slot: int, suit: int) -> None:
     """Record the meld these cards make, with the wild at ``wild_slot`` (0: where the rules put it)."""
     cards_t = tuple(sorted(cards))
     if not _fits(counts, cards_t):
         return
-    meld = placed(cards_t, rules, None)
+    meld = _placed(cards_t, rules_number, None)
     if meld is None:
         return
     wild_as: int | None = None
     if wild_slot and meld.wild_slot != wild_slot:
         wild_as = slot_card(suit, wild_slot)
-        meld = placed(cards_t, rules, wild_as)
+        meld = _placed(cards_t, rules_number, wild_as)
         if meld is None or meld.wild_slot != wild_slot:
             return
     key = (cards_t, wild_as)
@@ -299,7 +297,6 @@ def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
 
 def _meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
                     wild_counts: tuple[int, ...]) -> AddCandidates:
-    rules = _BY_NUMBER[rules_number]
     out: dict[tuple[int, ...], AddCandidate] = {}
     if meld.is_sequence:
         counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
@@ -307,7 +304,7 @@ def _meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
         for rank, n in enumerate(part, start=1):
             if n:
                 avail |= (1 << ACE | 1 << HIGH_ACE) if rank == ACE else 1 << rank
-        _sequence_additions(rules, counts, meld, avail, _present_wilds(counts), out)
+        _sequence_additions(rules_number, counts, meld, avail, _present_wilds(counts), out)
     else:
         rank = meld.group_rank
         counts = _partial_counts(part, rank - 1, 13, wild_counts)
@@ -316,13 +313,13 @@ def _meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
         for pick in product(*(range(n + 1) for n in part)):
             naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
             if naturals:
-                _add_addition(out, counts, rules, meld, naturals)
+                _add_addition(out, counts, rules_number, meld, naturals)
             for w in wilds:
-                _add_addition(out, counts, rules, meld, [*naturals, w])
+                _add_addition(out, counts, rules_number, meld, [*naturals, w])
     return _split(out)
 
 
-def _sequence_additions(rules: Ruleset, counts: list[int], meld: Meld, avail: int, wilds: list[int],
+def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail: int, wilds: list[int],
                         out: dict[tuple[int, ...], AddCandidate]) -> None:
     suit = meld.suit
     nat = meld.mask
@@ -365,20 +362,20 @@ def _sequence_additions(rules: Ruleset, counts: list[int], meld: Meld, avail: in
                 for chosen in variants:
                     naturals = [slot_card(suit, x) for x in chosen]
                     if not hole or meld.wild >= 0:
-                        _add_addition(out, counts, rules, meld, naturals)
+                        _add_addition(out, counts, rules_number, meld, naturals)
                     if hole:
                         for w in wilds:
-                            _add_addition(out, counts, rules, meld, [*naturals, w])
+                            _add_addition(out, counts, rules_number, meld, [*naturals, w])
 
 
-def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], rules: Ruleset, meld: Meld,
+def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], rules_number: int, meld: Meld,
                   cards: list[int]) -> None:
     if not cards:
         return
     cards_t = tuple(sorted(cards))
     if cards_t in out or not _fits(counts, cards_t):
         return
-    result = extended(meld, cards_t, rules)
+    result = _extended(meld, cards_t, rules_number)
     if result is not None:
         out[cards_t] = (cards_t, result)
 

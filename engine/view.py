@@ -59,11 +59,11 @@ _OVER: dict[str, Callable[[ViewedPosition, int | None], Any]] = {
 }
 
 
-# the fields of a view, by (a seat's view, the hand over)
-_KEYS: dict[tuple[bool, bool], tuple[str, ...]] = {
-    (own, over): (*_FIELDS, *(("hand",) if own else ()), *(_OVER if over else ()))
+# the fields of a view, at 2 * (a seat's view) + (the hand over)
+_KEYS: list[tuple[str, ...]] = [
+    (*_FIELDS, *(("hand",) if own else ()), *(_OVER if over else ()))
     for own in (False, True) for over in (False, True)
-}
+]
 
 
 class View(Mapping[str, Any]):
@@ -74,7 +74,7 @@ class View(Mapping[str, Any]):
         self._seat = seat
         self._version = state.version
         self._values: dict[str, Any] = {}
-        self._keys = _KEYS[(seat is not None, state.phase == "hand_over")]
+        self._keys = _KEYS[(2 if seat is not None else 0) + (1 if state.phase == "hand_over" else 0)]
 
     def __getitem__(self, key: str) -> Any:
         values = self._values
