@@ -90,7 +90,7 @@ def deck(jokers: int) -> list[int]:
 def counts_of(codes: Iterable[int]) -> list[int]:
     counts = [0] * NCODES
     for c in codes:
-        counts[c] += 1
+        counts[c] = counts[c] + 1
     return counts
 
 

@@ -126,7 +126,7 @@ class HandState:
         for hand in deal.hands:
             counts = [0] * NCODES
             for c in hand:
-                counts[c] += 1
+                counts[c] = counts[c] + 1
             self.counts.append(counts)
         self.sizes = [len(h) for h in deal.hands]
         self.melds = [[], []]
@@ -535,8 +535,8 @@ class HandState:
         seat, pile = self.to_act, self.pile
         counts = self.counts[seat]
         for c in pile:
-            counts[c] += 1
-        self.sizes[seat] += len(pile)
+            counts[c] = counts[c] + 1
+        self.sizes[seat] = self.sizes[seat] + len(pile)
         self.pile = []
         self.phase = PLAY_PHASE
         self.must_meld = pile[-1] if self.rules.closed_pile else -1
@@ -549,8 +549,8 @@ class HandState:
                 ok = self.lone < 0 or self._any_way_to_finish()
         finally:
             for c in pile:
-                counts[c] -= 1
-            self.sizes[seat] -= len(pile)
+                counts[c] = counts[c] - 1
+            self.sizes[seat] = self.sizes[seat] - len(pile)
             self.pile = pile
             self.phase = DRAW_PHASE
             self.must_meld = -1
@@ -603,8 +603,8 @@ class HandState:
         events: list[Event] = []
         if isinstance(action, Draw):
             card = self.stock.pop()
-            counts[card] += 1
-            self.sizes[seat] += 1
+            counts[card] = counts[card] + 1
+            self.sizes[seat] = self.sizes[seat] + 1
             self.phase = PLAY_PHASE
             events.append(Event("drew", seat, {"stock_count": len(self.stock)}, {seat: {"card": to_str(card)}}))
             if not self.stock:
@@ -613,8 +613,8 @@ class HandState:
             taken = self.pile
             self.pile = []
             for c in taken:
-                counts[c] += 1
-            self.sizes[seat] += len(taken)
+                counts[c] = counts[c] + 1
+            self.sizes[seat] = self.sizes[seat] + len(taken)
             self.phase = PLAY_PHASE
             if self.rules.closed_pile:
                 self.must_meld = taken[-1]
@@ -622,8 +622,8 @@ class HandState:
                 self.lone = taken[0]
             events.append(Event("took_pile", seat, {"cards": format_many(taken)}))
         elif isinstance(action, Discard):
-            counts[action.card] -= 1
-            self.sizes[seat] -= 1
+            counts[action.card] = counts[action.card] - 1
+            self.sizes[seat] = self.sizes[seat] - 1
             self.pile.append(action.card)
             events.append(Event("discarded", seat, {"card": to_str(action.card)}))
             if self.sizes[seat] == 0:
@@ -636,8 +636,8 @@ class HandState:
         else:
             assert plan is not None and isinstance(action, (MeldCards, AddCards))
             for c in action.cards:
-                counts[c] -= 1
-            self.sizes[seat] -= len(action.cards)
+                counts[c] = counts[c] - 1
+            self.sizes[seat] = self.sizes[seat] - len(action.cards)
             self.must_meld = -1
             if isinstance(action, MeldCards):
                 self.melds[side].append(plan)
@@ -666,8 +666,8 @@ class HandState:
         self.morto_taken[side] = True
         counts = self.counts[seat]
         for c in morto:
-            counts[c] += 1
-        self.sizes[seat] += len(morto)
+            counts[c] = counts[c] + 1
+        self.sizes[seat] = self.sizes[seat] + len(morto)
         if not direct:
             self.morto_pending[side] = seat
         events.append(Event("morto_taken", seat, {"side": side, "direct": direct, "count": len(morto)},
@@ -806,7 +806,7 @@ class HandState:
         for seat, hand in enumerate(data["hands"]):
             counts = [0] * NCODES
             for c in parse_many(hand):
-                counts[c] += 1
+                counts[c] = counts[c] + 1
             state.counts[seat] = counts
             state.sizes[seat] = len(hand)
         state.melds = [[Meld.from_state_json(m) for m in side] for side in data["melds"]]

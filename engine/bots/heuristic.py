@@ -173,14 +173,14 @@ class HeuristicBot:
         else:  # the pile was taken: the taker discarded pile[0], the seats after it the rest
             first = (seat - len(pile)) % players
             for c in before:
-                self._known[first][c] += 1
+                self._known[first][c] = self._known[first][c] + 1
             self._known_any = True
             new = pile
         for i, c in enumerate(new):
             s = (first + i) % players
-            self._discarded[s][c] += 1
+            self._discarded[s][c] = self._discarded[s][c] + 1
             if self._known[s][c]:
-                self._known[s][c] -= 1
+                self._known[s][c] = self._known[s][c] - 1
 
     def _forget_laid(self, t: Turn) -> None:
         """Cards an opponent took from the pile and has since laid down are no longer in its hand."""
@@ -188,14 +188,14 @@ class HeuristicBot:
         now = [0] * NCODES
         for m in t.melds[opp]:
             for c in m.cards:
-                now[c] += 1
+                now[c] = now[c] + 1
         old = self._table[opp]
         for c in range(NCODES):
             grew = now[c] - old[c]
             s = opp
             while grew > 0 and s < t.players:
                 if self._known[s][c]:
-                    self._known[s][c] -= 1
+                    self._known[s][c] = self._known[s][c] - 1
                     grew -= 1
                 else:
                     s += 2
@@ -209,7 +209,8 @@ class HeuristicBot:
         opp = 1 - side
         hand = [0] * NCODES
         for c in view["hand"]:
-            hand[CODE[c]] += 1
+            code = CODE[c]
+            hand[code] = hand[code] + 1
         melds = melds_of(view)
         if not self.groups:
             self.groups = any(not m.is_sequence for ms in melds for m in ms)
@@ -299,7 +300,7 @@ class HeuristicBot:
         both = t.hand[:]
         wilds = 0
         for c in t.pile:
-            both[c] += 1
+            both[c] = both[c] + 1
             wilds += is_wild_card(c)
         after = plan_naturals(both, mine, self.groups, self.values)
         laid = after.count - base.count
@@ -423,7 +424,7 @@ class HeuristicBot:
                     if pile_counts is None:
                         pile_counts = [0] * NCODES
                         for p in t.pile:
-                            pile_counts[p] += 1
+                            pile_counts[p] = pile_counts[p] + 1
                     fits = m.fits_with(pile_counts)
                 weight = self.feed_danger
                 if m.size >= CANASTRA - 2 and not t.opp_ready:
