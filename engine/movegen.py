@@ -645,6 +645,7 @@ class SeatPlays:
     def __init__(self, number: int) -> None:
         self.number = number
         self.hand = b""
+        self.hand_value = 0  # ``hand`` as one integer
         self.suits: list[Segment] = [EMPTY_SEGMENT] * 4
         self.ranks: list[Segment] = [EMPTY_SEGMENT] * 14  # by rank, 1..13
         self.discards: list[tuple[Discard, ...]] = [(), (), (), ()]
@@ -678,7 +679,7 @@ class SeatPlays:
                 changed_ranks = 0x3FFE
                 wilds_changed = True
             else:
-                changed = value ^ int.from_bytes(prev, "little")
+                changed = value ^ self.hand_value  # the hand last seen, as one integer
                 while changed:
                     code = (changed.bit_length() - 1) >> 3
                     changed &= ~(0xFF << (code << 3))
@@ -690,6 +691,7 @@ class SeatPlays:
                         wilds_changed = True
                     changed_suits |= 1 << (code // 13)
                     changed_ranks |= 1 << rank
+            self.hand_value = value
             if not shrunk:
                 self.base = value
             any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
@@ -703,7 +705,7 @@ class SeatPlays:
                         self.discards[suit] = _suit_discards(hand[first:first + 13], suit)
                     if shrunk:
                         suits[suit] = self.base_suits[suit].held(guarded)
-                    elif sum(counts[first:first + 13]) + (1 if any_wild else 0) < 3:
+                    elif _held_sum(counts, first) + (1 if any_wild else 0) < 3:
                         suits[suit] = self.base_suits[suit] = EMPTY_SEGMENT
                     else:
                         suits[suit] = self.base_suits[suit] = suit_segment(
@@ -781,6 +783,14 @@ class SeatPlays:
         if meld is not None:
             return meld
         return self.ranks[natural % 13 + 1].plan(action)
+
+
+def _held_sum(counts: list[int], first: int) -> int:
+    """How many cards of the 13 codes from ``first`` (one suit) the counts hold."""
+    total = 0
+    for code in range(first, first + 13):
+        total += counts[code]
+    return total
 
 
 def _addition_segment(number: int, index: int, meld: Meld, counts: list[int], held: int) -> Segment:

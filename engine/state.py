@@ -453,8 +453,13 @@ class HandState:
         if remaining == 1:
             if self._must_keep_two(side, melds):
                 return False
+            # the card left: the first held beyond what the action lays down
             counts = self.counts[self.to_act]
-            last = next(c for c in range(NCODES) if counts[c] > action.cards.count(c))
+            last = -1
+            for c in range(NCODES):
+                if counts[c] and counts[c] > action.cards.count(c):
+                    last = c
+                    break
             return self._last_card_playable(side, last, melds)
         # two cards or more, all copies of the lone card: play it out on a copy (rare, tiny hand)
         trial = self.clone()
