@@ -253,7 +253,14 @@ class HandState:
                                         if counts[code] and self._discard_problem(code) is None])
         # remembered for this version of the state, so that applying a listed meld or addition skips
         # the checks (draws, takes and discards are checked again: their checks are cheap)
-        self._legal = LegalMemo(self.version, actions, routed, whole, plans)
+        if cached is None:
+            self._legal = LegalMemo(self.version, actions, routed, whole, plans)
+        else:  # the memo of an older version: refilled, not allocated again
+            cached.version = self.version
+            cached.actions = actions
+            cached.routed = routed
+            cached.seat_plays = whole
+            cached.plans = plans
         return list(actions)
 
     def legal_plans(self) -> dict[Action, Meld | None]:
