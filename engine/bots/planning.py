@@ -16,7 +16,7 @@ from engine.bots.reading import TableMeld, slot_card
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES
 from engine.rules import CANASTRA
 
-_GROUP_RANKS = (ACE, *range(3, 14))
+_GROUP_RANKS: tuple[int, ...] = (ACE, *range(3, 14))
 
 
 @dataclass(slots=True)
