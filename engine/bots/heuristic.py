@@ -208,15 +208,17 @@ class HeuristicBot:
         side = seat & 1
         opp = 1 - side
         hand = [0] * NCODES
-        for c in view["hand"]:
+        # the view's values typed (lists, as every view gives them): compiled, typed reads
+        held: list[str] = view["hand"]
+        for c in held:
             code = CODE[c]
             hand[code] = hand[code] + 1
         melds = melds_of(view)
         if not self.groups:
             self.groups = any(not m.is_sequence for ms in melds for m in ms)
-        taken = view["mortos_taken"]
-        in_stock = view["mortos_in_stock"]
-        sizes = view["hand_sizes"]
+        taken: list[bool] = view["mortos_taken"]
+        in_stock: list[bool] = view["mortos_in_stock"]
+        sizes: list[int] = view["hand_sizes"]
         clean_needed = self.clean_needed
         morto_available = not taken[side] and not in_stock[side]
         has_clean = any(m.size >= CANASTRA and m.wild < 0 for m in melds[side])
@@ -236,7 +238,7 @@ class HeuristicBot:
             opp_close = near and min(sizes[s] for s in range(opp, players, 2)) <= self.close_hand
         want_out = False
         if may_go_out:
-            score = view["score"]
+            score: list[dict[str, int]] = view["score"]
             avg = 7  # a card left in a hand costs about this much
             mine = score[side]["total"] + rules.going_out_bonus - avg * sum(
                 sizes[s] for s in range(side, players, 2) if s != seat)

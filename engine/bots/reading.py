@@ -128,7 +128,16 @@ def _read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
 
 
 def melds_of(view: Mapping[str, Any]) -> list[list[TableMeld]]:
-    return [[read_meld(m["kind"], tuple(m["cards"]), m["canastra"]) for m in side] for side in view["melds"]]
+    # the view's values typed (lists and dicts, as every view gives them): compiled, typed reads
+    sides: list[list[dict[str, Any]]] = view["melds"]
+    out: list[list[TableMeld]] = []
+    for side in sides:
+        row: list[TableMeld] = []
+        for m in side:
+            cards: list[str] = m["cards"]
+            row.append(read_meld(m["kind"], tuple(cards), m["canastra"]))
+        out.append(row)
+    return out
 
 
 __all__ = ["CODE", "TableMeld", "codes", "is_wild_card", "melds_of", "read_meld", "slot_card"]
