@@ -11,7 +11,6 @@ protocol: this module does not import ``engine.state``, which imports it.
 
 from __future__ import annotations
 
-from itertools import product
 from typing import Any, Final
 
 from engine.actions import Action, AddCards, Discard, MeldCards
@@ -148,6 +147,33 @@ def _partial_counts(cards: tuple[int, ...], first: int, step: int, wild_counts: 
     return counts
 
 
+def _avail_slots(suit_counts: tuple[int, ...]) -> int:
+    """The slots (1..14) a suit's 13 counts hold, as a bit mask: an ace holds both 1 and 14."""
+    avail = 0
+    for i in range(13):
+        if suit_counts[i]:
+            avail |= (1 << ACE | 1 << HIGH_ACE) if i == 0 else 1 << (i + 1)
+    return avail
+
+
+def _bits3(x: int) -> int:
+    """How many of the three low bits of ``x`` are set."""
+    return (x & 1) + (x >> 1 & 1) + (x >> 2 & 1)
+
+
+def _group_picks(rank: int, rank_counts: tuple[int, ...]) -> list[list[int]]:
+    """Every multiset of the rank's four cards the counts allow, as ``itertools.product`` over the
+    four suits' counts orders them (the last suit's count varying fastest), each as its cards."""
+    a, b, c, d = rank - 1, 12 + rank, 25 + rank, 38 + rank  # the rank's card in each suit
+    out: list[list[int]] = []
+    for i in range(rank_counts[0] + 1):
+        for j in range(rank_counts[1] + 1):
+            for k in range(rank_counts[2] + 1):
+                for m in range(rank_counts[3] + 1):
+                    out.append([a] * i + [b] * j + [c] * k + [d] * m)
+    return out
+
+
 def _present_wilds(counts: list[int]) -> list[int]:
     return [c for c in _WILD_CODES if counts[c]]
 
@@ -180,10 +206,7 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
                 wild_counts: tuple[int, ...]) -> MeldCandidates:
     counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
     wilds = _present_wilds(counts)
-    avail = 0
-    for rank, n in enumerate(suit_counts, start=1):
-        if n:
-            avail |= (1 << ACE | 1 << HIGH_ACE) if rank == ACE else 1 << rank
+    avail = _avail_slots(suit_counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
     two_aces = suit_counts[0] >= 2
     for lo in range(1, 13):
@@ -200,10 +223,12 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
             cards = [slot_card(suit, x) for x in range(lo, hi + 1)]
             if not missing:
                 _add_meld_candidate(out, counts, rules_number, cards, 0, suit)
-                holes = range(lo, hi + 1)
+                first_hole, last_hole = lo, hi
             else:
-                holes = range(missing, missing + 1)
-            for hole in holes if wilds else ():
+                first_hole = last_hole = missing
+            if not wilds:
+                continue
+            for hole in range(first_hole, last_hole + 1):
                 naturals = cards[:hole - lo] + cards[hole - lo + 1:]
                 for w in wilds:
                     _add_meld_candidate(out, counts, rules_number, [*naturals, w], hole, suit)
@@ -228,11 +253,10 @@ def _rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
     counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
     wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
-    for pick in product(*(range(n + 1) for n in rank_counts)):
-        k = sum(pick)
+    for naturals in _group_picks(rank, rank_counts):
+        k = len(naturals)
         if k < 2:
             continue
-        naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
         if k >= 3:
             _add_meld_candidate(out, counts, rules_number, naturals, 0, -1)
         for w in wilds:
@@ -300,18 +324,14 @@ def _meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
     out: dict[tuple[int, ...], AddCandidate] = {}
     if meld.is_sequence:
         counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
-        avail = 0
-        for rank, n in enumerate(part, start=1):
-            if n:
-                avail |= (1 << ACE | 1 << HIGH_ACE) if rank == ACE else 1 << rank
+        avail = _avail_slots(part)
         _sequence_additions(rules_number, counts, meld, avail, _present_wilds(counts), out)
     else:
         rank = meld.group_rank
         counts = _partial_counts(part, rank - 1, 13, wild_counts)
         wilds = [] if meld.wild >= 0 else (
             ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts))
-        for pick in product(*(range(n + 1) for n in part)):
-            naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
+        for naturals in _group_picks(rank, part):
             if naturals:
                 _add_addition(out, counts, rules_number, meld, naturals)
             for w in wilds:
@@ -384,14 +404,12 @@ def _sequence_around(suit_counts: tuple[int, ...], any_wild: bool, rank: int) ->
     """Whether a sequence of these cards (of one suit) might hold the card of ``rank``: some three
     slots in a row around it hold three naturals, or two and a wild (a sequence holds at most one
     wild, so every three slots in a row of it do). A necessary condition only."""
-    m = 0
-    for r, n in enumerate(suit_counts, start=1):
-        if n:
-            m |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
+    m = _avail_slots(suit_counts)
     need = 2 if any_wild else 3
-    for slot in (ACE, HIGH_ACE) if rank == ACE else (rank,):
+    slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
+    for slot in slots:
         for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
-            if (m >> lo & 7).bit_count() >= need:
+            if _bits3(m >> lo) >= need:
                 return True
     return False
 
@@ -498,7 +516,7 @@ def plays(state: PlayPosition, first_only: bool = False,
     return out
 
 
-_GROUP_RANKS = {False: [ACE, *range(3, 14)], True: [ACE, TWO, *range(3, 14)]}
+_GROUP_RANKS: Final[dict[bool, list[int]]] = {False: [ACE, *range(3, 14)], True: [ACE, TWO, *range(3, 14)]}
 
 
 # --- the legal plays kept up to date move by move ---------------------------------------------------
@@ -981,12 +999,13 @@ def must_meld_shortcut(state: PlayPosition) -> int:
             if counts[first + r - 1]:
                 avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
         need = 2 if any_wild else 3
-        for slot in (ACE, HIGH_ACE) if rank == ACE else (rank,):
+        slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
+        for slot in slots:
             for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
                 run = avail >> lo & 7
                 if run == 7 and plain and size - 3 >= 2:
                     return 1
-                if run.bit_count() >= need:
+                if _bits3(run) >= need:
                     sequence_possible = True
         if rules.groups:
             held = counts[rank - 1] + counts[12 + rank] + counts[25 + rank] + counts[38 + rank]
