@@ -26,8 +26,8 @@ from engine.rules import Ruleset
 # tables grow to hundreds of thousands of entries: most of the collector's work during play). For
 # the same reason the candidates are kept as two parallel tuples (the actions, the melds they
 # make), not as pairs.
-_RULESETS: dict[Ruleset, int] = {}
-_BY_NUMBER: list[Ruleset] = []
+_RULESETS: Final[dict[Ruleset, int]] = {}
+_BY_NUMBER: Final[list[Ruleset]] = []
 
 
 def ruleset_number(rules: Ruleset) -> int:
@@ -130,7 +130,7 @@ AddCandidate = tuple[tuple[int, ...], Meld]
 MeldCandidates = tuple[tuple[MeldCards, ...], tuple[Meld, ...]]
 #: (the additions' cards, the melds they make), index by index
 AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld, ...]]
-_WILD_CODES = (JOKER, 1, 14, 27, 40)
+_WILD_CODES: Final = (JOKER, 1, 14, 27, 40)
 
 
 def _partial_counts(cards: tuple[int, ...], first: int, step: int, wild_counts: tuple[int, ...]) -> list[int]:
@@ -597,7 +597,7 @@ class Segment:
         return None
 
 
-EMPTY_SEGMENT = Segment((), ())
+EMPTY_SEGMENT: Final = Segment((), ())
 
 
 _SUIT_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}

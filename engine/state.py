@@ -20,7 +20,7 @@ it caused. ``MatchState`` (engine/match.py) strings hands together up to the tar
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from engine import movegen
 from engine.actions import (
@@ -42,10 +42,10 @@ from engine.melds import Meld, card_values, extend_meld, make_meld
 from engine.rules import CANASTRA, Ruleset
 from engine.view import View
 
-DRAW_PHASE = "draw"
-DISCARDS = movegen.ALL_DISCARDS
-PLAY_PHASE = "play"
-OVER = "hand_over"
+DRAW_PHASE: Final = "draw"
+DISCARDS: Final = movegen.ALL_DISCARDS
+PLAY_PHASE: Final = "play"
+OVER: Final = "hand_over"
 
 
 def side_of(seat: int) -> int:

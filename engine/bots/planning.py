@@ -11,12 +11,13 @@ come from the engine's legal-action list.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from engine.bots.reading import TableMeld, slot_card
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES
 from engine.rules import CANASTRA
 
-_GROUP_RANKS: tuple[int, ...] = (ACE, *range(3, 14))
+_GROUP_RANKS: Final[tuple[int, ...]] = (ACE, *range(3, 14))
 
 
 @dataclass(slots=True)

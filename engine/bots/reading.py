@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES, TWO, to_str
 
-CODE: dict[str, int] = {to_str(c): c for c in range(NCODES)}
+CODE: Final[dict[str, int]] = {to_str(c): c for c in range(NCODES)}
 
 
 def codes(cards: list[str]) -> list[int]:
