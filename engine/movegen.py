@@ -733,21 +733,31 @@ class SeatPlays:
             if groups:
                 need = 2 if any_wild else 3
                 ranks = self.ranks
-                for rank in group_ranks:
-                    if wilds_changed or changed_ranks >> rank & 1:
-                        if shrunk:
-                            ranks[rank] = self.base_ranks[rank].held(guarded)
-                            continue
-                        a = counts[rank - 1]
-                        b = counts[12 + rank]
-                        c = counts[25 + rank]
-                        d = counts[38 + rank]
-                        if a + b + c + d < need:
-                            ranks[rank] = self.base_ranks[rank] = EMPTY_SEGMENT
-                        else:
-                            ranks[rank] = self.base_ranks[rank] = rank_segment(number, rank, (a, b, c, d), wild_counts)
-                    elif not shrunk:
-                        self.base_ranks[rank] = ranks[rank]
+                if shrunk and not wilds_changed:
+                    # the base's segments stay the base's: only the changed ranks' are filtered (a 2
+                    # changes the wilds, so every rank here is a group rank)
+                    remake = changed_ranks
+                    while remake:
+                        rank = remake.bit_length() - 1
+                        remake &= ~(1 << rank)
+                        ranks[rank] = self.base_ranks[rank].held(guarded)
+                else:
+                    for rank in group_ranks:
+                        if wilds_changed or changed_ranks >> rank & 1:
+                            if shrunk:
+                                ranks[rank] = self.base_ranks[rank].held(guarded)
+                                continue
+                            a = counts[rank - 1]
+                            b = counts[12 + rank]
+                            c = counts[25 + rank]
+                            d = counts[38 + rank]
+                            if a + b + c + d < need:
+                                ranks[rank] = self.base_ranks[rank] = EMPTY_SEGMENT
+                            else:
+                                ranks[rank] = self.base_ranks[rank] = rank_segment(
+                                    number, rank, (a, b, c, d), wild_counts)
+                        elif not shrunk:
+                            self.base_ranks[rank] = ranks[rank]
         # additions: remade for a meld that changed, or whose part of the hand (or the wilds) did
         meld_of = self.meld_of
         adds = self.adds
