@@ -107,8 +107,8 @@ class Discard:
 
 Action = Draw | TakePile | MeldCards | AddCards | Discard
 
-DRAW = Draw()
-TAKE_PILE = TakePile()
+DRAW: Final = Draw()
+TAKE_PILE: Final = TakePile()
 
 
 def meld_action(cards: list[int] | tuple[int, ...], wild_as: int | None = None) -> MeldCards:

@@ -10,18 +10,19 @@ Both decks' copies of a card are the same code; a hand is a multiset, kept as a 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from engine.errors import MalformedError
 
-SUITS = "SHDC"
-RANKS = ("A", "2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K")
-JOKER = 52
-NCODES = 53
+SUITS: Final = "SHDC"
+RANKS: Final = ("A", "2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K")
+JOKER: Final = 52
+NCODES: Final = 53
 
-ACE = 1
-TWO = 2
-KING = 13
-HIGH_ACE = 14  # the slot an ace takes at the top of a sequence (Q-K-A)
+ACE: Final = 1
+TWO: Final = 2
+KING: Final = 13
+HIGH_ACE: Final = 14  # the slot an ace takes at the top of a sequence (Q-K-A)
 
 
 def card(rank: int, suit: int) -> int:
@@ -48,14 +49,14 @@ def is_wild_capable(code: int) -> bool:
     return code == JOKER or code % 13 == 1
 
 
-CARD_STR: tuple[str, ...] = (*(RANKS[c % 13] + SUITS[c // 13] for c in range(52)), "JK")
+CARD_STR: Final[tuple[str, ...]] = (*(RANKS[c % 13] + SUITS[c // 13] for c in range(52)), "JK")
 
 
 def to_str(code: int) -> str:
     return CARD_STR[code]
 
 
-_PARSE: dict[str, int] = {}
+_PARSE: Final[dict[str, int]] = {}
 for _s, _suit in enumerate(SUITS):
     for _r, _rank in enumerate(RANKS):
         _PARSE[_rank + _suit] = _s * 13 + _r
@@ -90,7 +91,7 @@ def deck(jokers: int) -> list[int]:
 def counts_of(codes: Iterable[int]) -> list[int]:
     counts = [0] * NCODES
     for c in codes:
-        counts[c] += 1
+        counts[c] = counts[c] + 1
     return counts
 
 

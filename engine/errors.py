@@ -5,7 +5,8 @@
     EngineError                 root of every engine error
     ├── MalformedError          input that is not a card, an action or a ruleset at all
     ├── RulesetError            a ruleset whose parameters are unknown or inconsistent
-    └── IllegalActionError      a well-formed action the rules forbid now; carries a stable ``code``
+    ├── IllegalActionError      a well-formed action the rules forbid now; carries a stable ``code``
+    └── StaleViewError          a view's field read for the first time after the state changed
 
 An illegal action never changes the state: every check runs before the first mutation.
 """
@@ -58,3 +59,9 @@ CODES: dict[str, str] = {
     "LONE_DISCARD": "the single card taken from the pile cannot be discarded in the same turn",
     "WILD_DISCARD": "a player may not go out by discarding a wild that could still be played",
 }
+
+
+class StaleViewError(EngineError, RuntimeError):
+    """A field of a view was read for the first time after the state had changed (``engine.view``,
+    which exports it too; defined here since mypyc compiles engine/view.py and cannot compile a class
+    with two built-in bases)."""

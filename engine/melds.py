@@ -15,13 +15,13 @@ end. A gap can only be filled by the wild, so a wild covering a gap never has a 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from engine.cards import ACE, CARD_STR, HIGH_ACE, JOKER, TWO, is_two, rank_of, suit_of, to_str
 from engine.errors import IllegalActionError
 from engine.rules import CANASTRA, MIN_MELD, Ruleset
 
-CANASTRA_KINDS = ("none", "dirty", "clean", "royal", "ace_to_ace")
+CANASTRA_KINDS: Final = ("none", "dirty", "clean", "royal", "ace_to_ace")
 
 
 @lru_cache(maxsize=64)

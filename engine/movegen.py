@@ -11,8 +11,6 @@ protocol: this module does not import ``engine.state``, which imports it.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from itertools import product
 from typing import Any, Final
 
 from engine.actions import Action, AddCards, Discard, MeldCards
@@ -28,8 +26,8 @@ from engine.rules import Ruleset
 # tables grow to hundreds of thousands of entries: most of the collector's work during play). For
 # the same reason the candidates are kept as two parallel tuples (the actions, the melds they
 # make), not as pairs.
-_RULESETS: dict[Ruleset, int] = {}
-_BY_NUMBER: list[Ruleset] = []
+_RULESETS: Final[dict[Ruleset, int]] = {}
+_BY_NUMBER: Final[list[Ruleset]] = []
 
 
 def ruleset_number(rules: Ruleset) -> int:
@@ -41,32 +39,67 @@ def ruleset_number(rules: Ruleset) -> int:
     return number
 
 
+# The memo tables are plain dicts, each emptied when it reaches its bound (the hands of the moment
+# fill it again: an entry is rarely looked up again once its hand is over). An ``lru_cache`` costs a
+# call through the interpreter's machinery at every look-up from compiled code, and keeps a linked
+# entry per key that Python's collector re-scans at every full collection.
+_NOT_A_MELD: Final = Meld(False, -1, 0, 0, (), -1, 0)  # a failure, as memoised (None: not looked up yet)
+
+
 # Placement is a pure function of (cards, ruleset): memoised, since the same hands are examined
-# again and again within a turn and across turns. Failures are cached as None.
-@lru_cache(maxsize=1 << 16)
+# again and again within a turn and across turns. Failures are memoised too.
+_PLACED: Final[dict[tuple[tuple[int, ...], int, int | None], Meld]] = {}
+_PLACED_BOUND: Final = 1 << 16
+
+
 def _placed(cards: tuple[int, ...], rules: int, wild_as: int | None) -> Meld | None:
-    try:
-        return make_meld(cards, _BY_NUMBER[rules], wild_as)
-    except IllegalActionError:
-        return None
+    key = (cards, rules, wild_as)
+    found = _PLACED.get(key)
+    if found is None:
+        try:
+            found = make_meld(cards, _BY_NUMBER[rules], wild_as)
+        except IllegalActionError:
+            found = _NOT_A_MELD
+        if len(_PLACED) >= _PLACED_BOUND:
+            _PLACED.clear()
+        _PLACED[key] = found
+    return None if found is _NOT_A_MELD else found
 
 
 def placed(cards: tuple[int, ...], rules: Ruleset, wild_as: int | None) -> Meld | None:
     return _placed(cards, ruleset_number(rules), wild_as)
 
 
-@lru_cache(maxsize=1 << 16)
+_EXTENDED: Final[dict[tuple[Meld, tuple[int, ...], int], Meld]] = {}
+_EXTENDED_BOUND: Final = 1 << 16
+
+
 def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
-    try:
-        return _shared_meld(extend_meld(meld, cards, _BY_NUMBER[rules]))
-    except IllegalActionError:
-        return None
+    key = (meld, cards, rules)
+    found = _EXTENDED.get(key)
+    if found is None:
+        try:
+            found = _shared_meld(extend_meld(meld, cards, _BY_NUMBER[rules]))
+        except IllegalActionError:
+            found = _NOT_A_MELD
+        if len(_EXTENDED) >= _EXTENDED_BOUND:
+            _EXTENDED.clear()
+        _EXTENDED[key] = found
+    return None if found is _NOT_A_MELD else found
 
 
 # Many additions to many melds make the same meld: one object for all of them (see _shared_meld_action).
-@lru_cache(maxsize=1 << 15)
+_SHARED_MELDS: Final[dict[Meld, Meld]] = {}
+_SHARED_MELDS_BOUND: Final = 1 << 15
+
+
 def _shared_meld(meld: Meld) -> Meld:
-    return meld
+    found = _SHARED_MELDS.get(meld)
+    if found is None:
+        if len(_SHARED_MELDS) >= _SHARED_MELDS_BOUND:
+            _SHARED_MELDS.clear()
+        _SHARED_MELDS[meld] = found = meld
+    return found
 
 
 def extended(meld: Meld, cards: tuple[int, ...], rules: Ruleset) -> Meld | None:
@@ -97,16 +130,48 @@ AddCandidate = tuple[tuple[int, ...], Meld]
 MeldCandidates = tuple[tuple[MeldCards, ...], tuple[Meld, ...]]
 #: (the additions' cards, the melds they make), index by index
 AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld, ...]]
-_WILD_CODES = (JOKER, 1, 14, 27, 40)
+_WILD_CODES: Final = (JOKER, 1, 14, 27, 40)
 
 
 def _partial_counts(cards: tuple[int, ...], first: int, step: int, wild_counts: tuple[int, ...]) -> list[int]:
     counts = [0] * 53
-    for i, n in enumerate(cards):
-        counts[first + i * step] = n
-    for code, n in zip(_WILD_CODES, wild_counts, strict=True):
+    code = first
+    for n in cards:
         counts[code] = n
+        code += step
+    counts[JOKER] = wild_counts[0]  # the order of _WILD_CODES
+    counts[1] = wild_counts[1]
+    counts[14] = wild_counts[2]
+    counts[27] = wild_counts[3]
+    counts[40] = wild_counts[4]
     return counts
+
+
+def _avail_slots(suit_counts: tuple[int, ...]) -> int:
+    """The slots (1..14) a suit's 13 counts hold, as a bit mask: an ace holds both 1 and 14."""
+    avail = 0
+    for i in range(13):
+        if suit_counts[i]:
+            avail |= (1 << ACE | 1 << HIGH_ACE) if i == 0 else 1 << (i + 1)
+    return avail
+
+
+def _bits3(x: int) -> int:
+    """How many of the three low bits of ``x`` are set."""
+    return (x & 1) + (x >> 1 & 1) + (x >> 2 & 1)
+
+
+def _group_picks(rank: int, rank_counts: tuple[int, ...]) -> list[list[int]]:
+    """Every multiset of the rank's four cards the counts allow, as ``itertools.product`` over the
+    four suits' counts orders them (the last suit's count varying fastest), each as its cards."""
+    a, b, c, d = rank - 1, 12 + rank, 25 + rank, 38 + rank  # the rank's card in each suit
+    out: list[list[int]] = []
+    for i in range(rank_counts[0] + 1):
+        for j in range(rank_counts[1] + 1):
+            for k in range(rank_counts[2] + 1):
+                for m in range(rank_counts[3] + 1):
+                    out.append([a] * i + [b] * j + [c] * k + [d] * m)
+    return out
 
 
 def _present_wilds(counts: list[int]) -> list[int]:
@@ -118,18 +183,30 @@ def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tu
     return tuple(v[0] for v in values), tuple(v[1] for v in values)
 
 
-@lru_cache(maxsize=1 << 14)
+_SUIT_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
+_RANK_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
+_MELDS_BOUND: Final = 1 << 14
+
+
 def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
                wild_counts: tuple[int, ...]) -> MeldCandidates:
     """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
     at most one slot, the wild's), each with the meld it makes."""
-    rules = _BY_NUMBER[rules_number]
+    key = (rules_number, suit, suit_counts, wild_counts)
+    found = _SUIT_MELDS.get(key)
+    if found is None:
+        found = _suit_melds(rules_number, suit, suit_counts, wild_counts)
+        if len(_SUIT_MELDS) >= _MELDS_BOUND:
+            _SUIT_MELDS.clear()
+        _SUIT_MELDS[key] = found
+    return found
+
+
+def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
+                wild_counts: tuple[int, ...]) -> MeldCandidates:
     counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
     wilds = _present_wilds(counts)
-    avail = 0
-    for rank, n in enumerate(suit_counts, start=1):
-        if n:
-            avail |= (1 << ACE | 1 << HIGH_ACE) if rank == ACE else 1 << rank
+    avail = _avail_slots(suit_counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
     two_aces = suit_counts[0] >= 2
     for lo in range(1, 13):
@@ -145,50 +222,61 @@ def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
                 continue
             cards = [slot_card(suit, x) for x in range(lo, hi + 1)]
             if not missing:
-                _add_meld_candidate(out, counts, rules, cards, 0, suit)
-                holes = range(lo, hi + 1)
+                _add_meld_candidate(out, counts, rules_number, cards, 0, suit)
+                first_hole, last_hole = lo, hi
             else:
-                holes = range(missing, missing + 1)
-            for hole in holes if wilds else ():
+                first_hole = last_hole = missing
+            if not wilds:
+                continue
+            for hole in range(first_hole, last_hole + 1):
                 naturals = cards[:hole - lo] + cards[hole - lo + 1:]
                 for w in wilds:
-                    _add_meld_candidate(out, counts, rules, [*naturals, w], hole, suit)
+                    _add_meld_candidate(out, counts, rules_number, [*naturals, w], hole, suit)
     return _split(out)
 
 
-@lru_cache(maxsize=1 << 14)
 def rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
                wild_counts: tuple[int, ...]) -> MeldCandidates:
     """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
-    rules = _BY_NUMBER[rules_number]
+    key = (rules_number, rank, rank_counts, wild_counts)
+    found = _RANK_MELDS.get(key)
+    if found is None:
+        found = _rank_melds(rules_number, rank, rank_counts, wild_counts)
+        if len(_RANK_MELDS) >= _MELDS_BOUND:
+            _RANK_MELDS.clear()
+        _RANK_MELDS[key] = found
+    return found
+
+
+def _rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
+                wild_counts: tuple[int, ...]) -> MeldCandidates:
     counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
     wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
-    for pick in product(*(range(n + 1) for n in rank_counts)):
-        k = sum(pick)
+    for naturals in _group_picks(rank, rank_counts):
+        k = len(naturals)
         if k < 2:
             continue
-        naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
         if k >= 3:
-            _add_meld_candidate(out, counts, rules, naturals, 0, -1)
+            _add_meld_candidate(out, counts, rules_number, naturals, 0, -1)
         for w in wilds:
-            _add_meld_candidate(out, counts, rules, [*naturals, w], 0, -1)
+            _add_meld_candidate(out, counts, rules_number, [*naturals, w], 0, -1)
     return _split(out)
 
 
 def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], counts: list[int],
-                        rules: Ruleset, cards: list[int], wild_slot: int, suit: int) -> None:
+                        rules_number: int, cards: list[int], wild_slot: int, suit: int) -> None:
     """Record the meld these cards make, with the wild at ``wild_slot`` (0: where the rules put it)."""
     cards_t = tuple(sorted(cards))
     if not _fits(counts, cards_t):
         return
-    meld = placed(cards_t, rules, None)
+    meld = _placed(cards_t, rules_number, None)
     if meld is None:
         return
     wild_as: int | None = None
     if wild_slot and meld.wild_slot != wild_slot:
         wild_as = slot_card(suit, wild_slot)
-        meld = placed(cards_t, rules, wild_as)
+        meld = _placed(cards_t, rules_number, wild_as)
         if meld is None or meld.wild_slot != wild_slot:
             return
     key = (cards_t, wild_as)
@@ -199,40 +287,59 @@ def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandid
 # One action per distinct new meld, shared by every memo entry that lists it: the same few thousand
 # melds turn up in tens of thousands of entries, and each object of its own would be one more for
 # Python's collector to re-scan.
-@lru_cache(maxsize=1 << 16)
+_SHARED_MELD_ACTIONS: Final[dict[tuple[tuple[int, ...], int | None], MeldCards]] = {}
+_SHARED_MELD_ACTIONS_BOUND: Final = 1 << 16
+
+
 def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCards:
-    return MeldCards(cards, wild_as)
+    key = (cards, wild_as)
+    found = _SHARED_MELD_ACTIONS.get(key)
+    if found is None:
+        if len(_SHARED_MELD_ACTIONS) >= _SHARED_MELD_ACTIONS_BOUND:
+            _SHARED_MELD_ACTIONS.clear()
+        _SHARED_MELD_ACTIONS[key] = found = MeldCards(cards, wild_as)
+    return found
 
 
-@lru_cache(maxsize=1 << 14)
+_ADDITIONS: Final[dict[tuple[int, Meld, tuple[int, ...], tuple[int, ...]], AddCandidates]] = {}
+_ADDITIONS_BOUND: Final = 1 << 14
+
+
 def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
                    wild_counts: tuple[int, ...]) -> AddCandidates:
     """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
     of the group's rank) and its wilds, each with the meld it makes."""
-    rules = _BY_NUMBER[rules_number]
+    key = (rules_number, meld, part, wild_counts)
+    found = _ADDITIONS.get(key)
+    if found is None:
+        found = _meld_additions(rules_number, meld, part, wild_counts)
+        if len(_ADDITIONS) >= _ADDITIONS_BOUND:
+            _ADDITIONS.clear()
+        _ADDITIONS[key] = found
+    return found
+
+
+def _meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
+                    wild_counts: tuple[int, ...]) -> AddCandidates:
     out: dict[tuple[int, ...], AddCandidate] = {}
     if meld.is_sequence:
         counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
-        avail = 0
-        for rank, n in enumerate(part, start=1):
-            if n:
-                avail |= (1 << ACE | 1 << HIGH_ACE) if rank == ACE else 1 << rank
-        _sequence_additions(rules, counts, meld, avail, _present_wilds(counts), out)
+        avail = _avail_slots(part)
+        _sequence_additions(rules_number, counts, meld, avail, _present_wilds(counts), out)
     else:
         rank = meld.group_rank
         counts = _partial_counts(part, rank - 1, 13, wild_counts)
         wilds = [] if meld.wild >= 0 else (
             ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts))
-        for pick in product(*(range(n + 1) for n in part)):
-            naturals = [s * 13 + rank - 1 for s in range(4) for _ in range(pick[s])]
+        for naturals in _group_picks(rank, part):
             if naturals:
-                _add_addition(out, counts, rules, meld, naturals)
+                _add_addition(out, counts, rules_number, meld, naturals)
             for w in wilds:
-                _add_addition(out, counts, rules, meld, [*naturals, w])
+                _add_addition(out, counts, rules_number, meld, [*naturals, w])
     return _split(out)
 
 
-def _sequence_additions(rules: Ruleset, counts: list[int], meld: Meld, avail: int, wilds: list[int],
+def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail: int, wilds: list[int],
                         out: dict[tuple[int, ...], AddCandidate]) -> None:
     suit = meld.suit
     nat = meld.mask
@@ -275,20 +382,20 @@ def _sequence_additions(rules: Ruleset, counts: list[int], meld: Meld, avail: in
                 for chosen in variants:
                     naturals = [slot_card(suit, x) for x in chosen]
                     if not hole or meld.wild >= 0:
-                        _add_addition(out, counts, rules, meld, naturals)
+                        _add_addition(out, counts, rules_number, meld, naturals)
                     if hole:
                         for w in wilds:
-                            _add_addition(out, counts, rules, meld, [*naturals, w])
+                            _add_addition(out, counts, rules_number, meld, [*naturals, w])
 
 
-def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], rules: Ruleset, meld: Meld,
+def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], rules_number: int, meld: Meld,
                   cards: list[int]) -> None:
     if not cards:
         return
     cards_t = tuple(sorted(cards))
     if cards_t in out or not _fits(counts, cards_t):
         return
-    result = extended(meld, cards_t, rules)
+    result = _extended(meld, cards_t, rules_number)
     if result is not None:
         out[cards_t] = (cards_t, result)
 
@@ -297,14 +404,12 @@ def _sequence_around(suit_counts: tuple[int, ...], any_wild: bool, rank: int) ->
     """Whether a sequence of these cards (of one suit) might hold the card of ``rank``: some three
     slots in a row around it hold three naturals, or two and a wild (a sequence holds at most one
     wild, so every three slots in a row of it do). A necessary condition only."""
-    m = 0
-    for r, n in enumerate(suit_counts, start=1):
-        if n:
-            m |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
+    m = _avail_slots(suit_counts)
     need = 2 if any_wild else 3
-    for slot in (ACE, HIGH_ACE) if rank == ACE else (rank,):
+    slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
+    for slot in slots:
         for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
-            if (m >> lo & 7).bit_count() >= need:
+            if _bits3(m >> lo) >= need:
                 return True
     return False
 
@@ -411,7 +516,7 @@ def plays(state: PlayPosition, first_only: bool = False,
     return out
 
 
-_GROUP_RANKS = {False: [ACE, *range(3, 14)], True: [ACE, TWO, *range(3, 14)]}
+_GROUP_RANKS: Final[dict[bool, list[int]]] = {False: [ACE, *range(3, 14)], True: [ACE, TWO, *range(3, 14)]}
 
 
 # --- the legal plays kept up to date move by move ---------------------------------------------------
@@ -492,23 +597,39 @@ class Segment:
         return None
 
 
-EMPTY_SEGMENT = Segment((), ())
+EMPTY_SEGMENT: Final = Segment((), ())
 
 
-@lru_cache(maxsize=1 << 14)
+_SUIT_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
+_RANK_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
+
+
 def suit_segment(rules_number: int, suit: int, suit_counts: tuple[int, ...],
                  wild_counts: tuple[int, ...]) -> Segment:
     """``suit_melds`` as a segment."""
-    actions, melds = suit_melds(rules_number, suit, suit_counts, wild_counts)
-    return Segment(actions, melds) if actions else EMPTY_SEGMENT
+    key = (rules_number, suit, suit_counts, wild_counts)
+    found = _SUIT_SEGMENTS.get(key)
+    if found is None:
+        actions, melds = suit_melds(rules_number, suit, suit_counts, wild_counts)
+        found = Segment(actions, melds) if actions else EMPTY_SEGMENT
+        if len(_SUIT_SEGMENTS) >= _MELDS_BOUND:
+            _SUIT_SEGMENTS.clear()
+        _SUIT_SEGMENTS[key] = found
+    return found
 
 
-@lru_cache(maxsize=1 << 14)
 def rank_segment(rules_number: int, rank: int, rank_counts: tuple[int, ...],
                  wild_counts: tuple[int, ...]) -> Segment:
     """``rank_melds`` as a segment."""
-    actions, melds = rank_melds(rules_number, rank, rank_counts, wild_counts)
-    return Segment(actions, melds) if actions else EMPTY_SEGMENT
+    key = (rules_number, rank, rank_counts, wild_counts)
+    found = _RANK_SEGMENTS.get(key)
+    if found is None:
+        actions, melds = rank_melds(rules_number, rank, rank_counts, wild_counts)
+        found = Segment(actions, melds) if actions else EMPTY_SEGMENT
+        if len(_RANK_SEGMENTS) >= _MELDS_BOUND:
+            _RANK_SEGMENTS.clear()
+        _RANK_SEGMENTS[key] = found
+    return found
 
 
 #: one ``Discard`` per card code, shared (``HandState`` lists these)
@@ -520,10 +641,19 @@ RANK_PLANS: Final = 4
 ADD_PLANS: Final = 18
 
 
-@lru_cache(maxsize=1 << 12)
+_SUIT_DISCARDS: Final[dict[tuple[bytes, int], tuple[Discard, ...]]] = {}
+
+
 def _suit_discards(suit_counts: bytes, suit: int) -> tuple[Discard, ...]:
-    first = suit * 13
-    return tuple([ALL_DISCARDS[first + i] for i in range(13) if suit_counts[i]])
+    key = (suit_counts, suit)
+    found = _SUIT_DISCARDS.get(key)
+    if found is None:
+        first = suit * 13
+        found = tuple([ALL_DISCARDS[first + i] for i in range(13) if suit_counts[i]])
+        if len(_SUIT_DISCARDS) >= 1 << 12:
+            _SUIT_DISCARDS.clear()
+        _SUIT_DISCARDS[key] = found
+    return found
 
 
 class SeatPlays:
@@ -533,6 +663,7 @@ class SeatPlays:
     def __init__(self, number: int) -> None:
         self.number = number
         self.hand = b""
+        self.hand_value = 0  # ``hand`` as one integer
         self.suits: list[Segment] = [EMPTY_SEGMENT] * 4
         self.ranks: list[Segment] = [EMPTY_SEGMENT] * 14  # by rank, 1..13
         self.discards: list[tuple[Discard, ...]] = [(), (), (), ()]
@@ -566,7 +697,7 @@ class SeatPlays:
                 changed_ranks = 0x3FFE
                 wilds_changed = True
             else:
-                changed = value ^ int.from_bytes(prev, "little")
+                changed = value ^ self.hand_value  # the hand last seen, as one integer
                 while changed:
                     code = (changed.bit_length() - 1) >> 3
                     changed &= ~(0xFF << (code << 3))
@@ -578,6 +709,7 @@ class SeatPlays:
                         wilds_changed = True
                     changed_suits |= 1 << (code // 13)
                     changed_ranks |= 1 << rank
+            self.hand_value = value
             if not shrunk:
                 self.base = value
             any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
@@ -591,7 +723,7 @@ class SeatPlays:
                         self.discards[suit] = _suit_discards(hand[first:first + 13], suit)
                     if shrunk:
                         suits[suit] = self.base_suits[suit].held(guarded)
-                    elif sum(counts[first:first + 13]) + (1 if any_wild else 0) < 3:
+                    elif _held_sum(counts, first) + (1 if any_wild else 0) < 3:
                         suits[suit] = self.base_suits[suit] = EMPTY_SEGMENT
                     else:
                         suits[suit] = self.base_suits[suit] = suit_segment(
@@ -601,21 +733,31 @@ class SeatPlays:
             if groups:
                 need = 2 if any_wild else 3
                 ranks = self.ranks
-                for rank in group_ranks:
-                    if wilds_changed or changed_ranks >> rank & 1:
-                        if shrunk:
-                            ranks[rank] = self.base_ranks[rank].held(guarded)
-                            continue
-                        a = counts[rank - 1]
-                        b = counts[12 + rank]
-                        c = counts[25 + rank]
-                        d = counts[38 + rank]
-                        if a + b + c + d < need:
-                            ranks[rank] = self.base_ranks[rank] = EMPTY_SEGMENT
-                        else:
-                            ranks[rank] = self.base_ranks[rank] = rank_segment(number, rank, (a, b, c, d), wild_counts)
-                    elif not shrunk:
-                        self.base_ranks[rank] = ranks[rank]
+                if shrunk and not wilds_changed:
+                    # the base's segments stay the base's: only the changed ranks' are filtered (a 2
+                    # changes the wilds, so every rank here is a group rank)
+                    remake = changed_ranks
+                    while remake:
+                        rank = remake.bit_length() - 1
+                        remake &= ~(1 << rank)
+                        ranks[rank] = self.base_ranks[rank].held(guarded)
+                else:
+                    for rank in group_ranks:
+                        if wilds_changed or changed_ranks >> rank & 1:
+                            if shrunk:
+                                ranks[rank] = self.base_ranks[rank].held(guarded)
+                                continue
+                            a = counts[rank - 1]
+                            b = counts[12 + rank]
+                            c = counts[25 + rank]
+                            d = counts[38 + rank]
+                            if a + b + c + d < need:
+                                ranks[rank] = self.base_ranks[rank] = EMPTY_SEGMENT
+                            else:
+                                ranks[rank] = self.base_ranks[rank] = rank_segment(
+                                    number, rank, (a, b, c, d), wild_counts)
+                        elif not shrunk:
+                            self.base_ranks[rank] = ranks[rank]
         # additions: remade for a meld that changed, or whose part of the hand (or the wilds) did
         meld_of = self.meld_of
         adds = self.adds
@@ -669,6 +811,14 @@ class SeatPlays:
         if meld is not None:
             return meld
         return self.ranks[natural % 13 + 1].plan(action)
+
+
+def _held_sum(counts: list[int], first: int) -> int:
+    """How many cards of the 13 codes from ``first`` (one suit) the counts hold."""
+    total = 0
+    for code in range(first, first + 13):
+        total += counts[code]
+    return total
 
 
 def _addition_segment(number: int, index: int, meld: Meld, counts: list[int], held: int) -> Segment:
@@ -859,12 +1009,13 @@ def must_meld_shortcut(state: PlayPosition) -> int:
             if counts[first + r - 1]:
                 avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
         need = 2 if any_wild else 3
-        for slot in (ACE, HIGH_ACE) if rank == ACE else (rank,):
+        slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
+        for slot in slots:
             for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
                 run = avail >> lo & 7
                 if run == 7 and plain and size - 3 >= 2:
                     return 1
-                if run.bit_count() >= need:
+                if _bits3(run) >= need:
                     sequence_possible = True
         if rules.groups:
             held = counts[rank - 1] + counts[12 + rank] + counts[25 + rank] + counts[38 + rank]

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from engine.errors import RulesetError
 
 StockOut = Literal["morto_then_end", "end"]
 TieRule = Literal["starter", "extra_hand"]
 
-HAND_SIZE = 11
-MORTO_SIZE = 11
-MIN_MELD = 3
-CANASTRA = 7
+HAND_SIZE: Final = 11
+MORTO_SIZE: Final = 11
+MIN_MELD: Final = 3
+CANASTRA: Final = 7
 
 
 @dataclass(frozen=True, slots=True)

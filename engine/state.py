@@ -20,7 +20,7 @@ it caused. ``MatchState`` (engine/match.py) strings hands together up to the tar
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from engine import movegen
 from engine.actions import (
@@ -42,10 +42,10 @@ from engine.melds import Meld, card_values, extend_meld, make_meld
 from engine.rules import CANASTRA, Ruleset
 from engine.view import View
 
-DRAW_PHASE = "draw"
-DISCARDS = movegen.ALL_DISCARDS
-PLAY_PHASE = "play"
-OVER = "hand_over"
+DRAW_PHASE: Final = "draw"
+DISCARDS: Final = movegen.ALL_DISCARDS
+PLAY_PHASE: Final = "play"
+OVER: Final = "hand_over"
 
 
 def side_of(seat: int) -> int:
@@ -126,7 +126,7 @@ class HandState:
         for hand in deal.hands:
             counts = [0] * NCODES
             for c in hand:
-                counts[c] += 1
+                counts[c] = counts[c] + 1
             self.counts.append(counts)
         self.sizes = [len(h) for h in deal.hands]
         self.melds = [[], []]
@@ -253,7 +253,14 @@ class HandState:
                                         if counts[code] and self._discard_problem(code) is None])
         # remembered for this version of the state, so that applying a listed meld or addition skips
         # the checks (draws, takes and discards are checked again: their checks are cheap)
-        self._legal = LegalMemo(self.version, actions, routed, whole, plans)
+        if cached is None:
+            self._legal = LegalMemo(self.version, actions, routed, whole, plans)
+        else:  # the memo of an older version: refilled, not allocated again
+            cached.version = self.version
+            cached.actions = actions
+            cached.routed = routed
+            cached.seat_plays = whole
+            cached.plans = plans
         return list(actions)
 
     def legal_plans(self) -> dict[Action, Meld | None]:
@@ -453,8 +460,13 @@ class HandState:
         if remaining == 1:
             if self._must_keep_two(side, melds):
                 return False
+            # the card left: the first held beyond what the action lays down
             counts = self.counts[self.to_act]
-            last = next(c for c in range(NCODES) if counts[c] > action.cards.count(c))
+            last = -1
+            for c in range(NCODES):
+                if counts[c] and counts[c] > action.cards.count(c):
+                    last = c
+                    break
             return self._last_card_playable(side, last, melds)
         # two cards or more, all copies of the lone card: play it out on a copy (rare, tiny hand)
         trial = self.clone()
@@ -535,8 +547,8 @@ class HandState:
         seat, pile = self.to_act, self.pile
         counts = self.counts[seat]
         for c in pile:
-            counts[c] += 1
-        self.sizes[seat] += len(pile)
+            counts[c] = counts[c] + 1
+        self.sizes[seat] = self.sizes[seat] + len(pile)
         self.pile = []
         self.phase = PLAY_PHASE
         self.must_meld = pile[-1] if self.rules.closed_pile else -1
@@ -549,8 +561,8 @@ class HandState:
                 ok = self.lone < 0 or self._any_way_to_finish()
         finally:
             for c in pile:
-                counts[c] -= 1
-            self.sizes[seat] -= len(pile)
+                counts[c] = counts[c] - 1
+            self.sizes[seat] = self.sizes[seat] - len(pile)
             self.pile = pile
             self.phase = DRAW_PHASE
             self.must_meld = -1
@@ -603,8 +615,8 @@ class HandState:
         events: list[Event] = []
         if isinstance(action, Draw):
             card = self.stock.pop()
-            counts[card] += 1
-            self.sizes[seat] += 1
+            counts[card] = counts[card] + 1
+            self.sizes[seat] = self.sizes[seat] + 1
             self.phase = PLAY_PHASE
             events.append(Event("drew", seat, {"stock_count": len(self.stock)}, {seat: {"card": to_str(card)}}))
             if not self.stock:
@@ -613,8 +625,8 @@ class HandState:
             taken = self.pile
             self.pile = []
             for c in taken:
-                counts[c] += 1
-            self.sizes[seat] += len(taken)
+                counts[c] = counts[c] + 1
+            self.sizes[seat] = self.sizes[seat] + len(taken)
             self.phase = PLAY_PHASE
             if self.rules.closed_pile:
                 self.must_meld = taken[-1]
@@ -622,8 +634,8 @@ class HandState:
                 self.lone = taken[0]
             events.append(Event("took_pile", seat, {"cards": format_many(taken)}))
         elif isinstance(action, Discard):
-            counts[action.card] -= 1
-            self.sizes[seat] -= 1
+            counts[action.card] = counts[action.card] - 1
+            self.sizes[seat] = self.sizes[seat] - 1
             self.pile.append(action.card)
             events.append(Event("discarded", seat, {"card": to_str(action.card)}))
             if self.sizes[seat] == 0:
@@ -636,8 +648,8 @@ class HandState:
         else:
             assert plan is not None and isinstance(action, (MeldCards, AddCards))
             for c in action.cards:
-                counts[c] -= 1
-            self.sizes[seat] -= len(action.cards)
+                counts[c] = counts[c] - 1
+            self.sizes[seat] = self.sizes[seat] - len(action.cards)
             self.must_meld = -1
             if isinstance(action, MeldCards):
                 self.melds[side].append(plan)
@@ -666,8 +678,8 @@ class HandState:
         self.morto_taken[side] = True
         counts = self.counts[seat]
         for c in morto:
-            counts[c] += 1
-        self.sizes[seat] += len(morto)
+            counts[c] = counts[c] + 1
+        self.sizes[seat] = self.sizes[seat] + len(morto)
         if not direct:
             self.morto_pending[side] = seat
         events.append(Event("morto_taken", seat, {"side": side, "direct": direct, "count": len(morto)},
@@ -806,7 +818,7 @@ class HandState:
         for seat, hand in enumerate(data["hands"]):
             counts = [0] * NCODES
             for c in parse_many(hand):
-                counts[c] += 1
+                counts[c] = counts[c] + 1
             state.counts[seat] = counts
             state.sizes[seat] = len(hand)
         state.melds = [[Meld.from_state_json(m) for m in side] for side in data["melds"]]

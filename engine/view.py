@@ -20,15 +20,11 @@ The hand is read through ``engine.position``'s protocol: this module does not im
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 from engine.cards import CARD_STR
-from engine.errors import EngineError
+from engine.errors import StaleViewError
 from engine.position import ViewedPosition
-
-
-class StaleViewError(EngineError, RuntimeError):
-    """A field of a view was read for the first time after the state had changed."""
 
 
 def _hand(state: ViewedPosition, seat: int) -> list[str]:
@@ -36,7 +32,7 @@ def _hand(state: ViewedPosition, seat: int) -> list[str]:
     return [CARD_STR[c] for c, n in enumerate(counts) if n for _ in range(n)]
 
 
-_FIELDS: dict[str, Callable[[ViewedPosition, int | None], Any]] = {
+_FIELDS: Final[dict[str, Callable[[ViewedPosition, int | None], Any]]] = {
     "seat": lambda s, seat: seat,
     "players": lambda s, seat: s.players,
     "hand_number": lambda s, seat: s.hand_number,
@@ -53,21 +49,21 @@ _FIELDS: dict[str, Callable[[ViewedPosition, int | None], Any]] = {
     "lone_card": lambda s, seat: CARD_STR[s.lone] if s.lone >= 0 else None,
     "score": lambda s, seat: s.score(),
 }
-_OWN: dict[str, Callable[[ViewedPosition, int | None], Any]] = {
+_OWN: Final[dict[str, Callable[[ViewedPosition, int | None], Any]]] = {
     "hand": lambda s, seat: _hand(s, seat) if seat is not None else None,
 }
-_OVER: dict[str, Callable[[ViewedPosition, int | None], Any]] = {
+_OVER: Final[dict[str, Callable[[ViewedPosition, int | None], Any]]] = {
     "went_out": lambda s, seat: s.went_out,
     "end_reason": lambda s, seat: s.end_reason,
     "hands": lambda s, seat: [_hand(s, p) for p in range(s.players)],
 }
 
 
-# the fields of a view, by (a seat's view, the hand over)
-_KEYS: dict[tuple[bool, bool], tuple[str, ...]] = {
-    (own, over): (*_FIELDS, *(("hand",) if own else ()), *(_OVER if over else ()))
+# the fields of a view, at 2 * (a seat's view) + (the hand over)
+_KEYS: Final[list[tuple[str, ...]]] = [
+    (*_FIELDS, *(("hand",) if own else ()), *(_OVER if over else ()))
     for own in (False, True) for over in (False, True)
-}
+]
 
 
 class View(Mapping[str, Any]):
@@ -78,7 +74,7 @@ class View(Mapping[str, Any]):
         self._seat = seat
         self._version = state.version
         self._values: dict[str, Any] = {}
-        self._keys = _KEYS[(seat is not None, state.phase == "hand_over")]
+        self._keys = _KEYS[(2 if seat is not None else 0) + (1 if state.phase == "hand_over" else 0)]
 
     def __getitem__(self, key: str) -> Any:
         values = self._values

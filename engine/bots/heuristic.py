@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from engine.actions import DRAW, Action, AddCards, Discard, MeldCards, TakePile
@@ -54,26 +53,53 @@ from engine.melds import card_values
 from engine.rules import CANASTRA, MORTO_SIZE, Ruleset
 
 
-@dataclass(slots=True)
 class Turn:
-    """One decision's reading of the view."""
+    """One decision's reading of the view.
 
-    seat: int
-    side: int
-    players: int
-    hand: list[int]  # counts per card code
-    hand_size: int
-    wilds: int  # 2s and jokers in hand
-    melds: list[list[TableMeld]]  # per side
-    pile: list[int]
-    morto_available: bool  # the side still has its morto to take
-    may_go_out: bool  # the side has no morto left to take and the canastra the ruleset requires
-    has_clean: bool  # the side has a clean canastra
-    want_out: bool  # going out now would leave the side ahead (estimated)
-    pressed: bool  # the hand may end any time: cards in hand will soon count against the side
-    opp_ready: bool  # the opponents may go out
-    next_seat: int
-    emptiable: int = -1  # 1: the hand can be emptied this turn, wilds spent (estimate); -1: not worked out
+    Written out rather than a dataclass (as engine.actions.MeldCards): every decision makes one, and a
+    compiled dataclass still builds itself in interpreted code."""
+
+    __slots__ = (
+        "emptiable",
+        "hand",
+        "hand_size",
+        "has_clean",
+        "may_go_out",
+        "melds",
+        "morto_available",
+        "next_seat",
+        "opp_ready",
+        "pile",
+        "players",
+        "pressed",
+        "seat",
+        "side",
+        "want_out",
+        "wilds",
+    )
+
+    def __init__(self, seat: int, side: int, players: int, hand: list[int], hand_size: int, wilds: int,
+                 melds: list[list[TableMeld]], pile: list[int], morto_available: bool, may_go_out: bool,
+                 has_clean: bool, want_out: bool, pressed: bool, opp_ready: bool, next_seat: int,
+                 emptiable: int = -1) -> None:
+        self.seat = seat
+        self.side = side
+        self.players = players
+        self.hand = hand  # counts per card code
+        self.hand_size = hand_size
+        self.wilds = wilds  # 2s and jokers in hand
+        self.melds = melds  # per side
+        self.pile = pile
+        self.morto_available = morto_available  # the side still has its morto to take
+        # the side has no morto left to take and the canastra the ruleset requires
+        self.may_go_out = may_go_out
+        self.has_clean = has_clean  # the side has a clean canastra
+        self.want_out = want_out  # going out now would leave the side ahead (estimated)
+        self.pressed = pressed  # the hand may end any time: cards in hand will soon count against the side
+        self.opp_ready = opp_ready  # the opponents may go out
+        self.next_seat = next_seat
+        # 1: the hand can be emptied this turn, wilds spent (estimate); -1: not worked out
+        self.emptiable = emptiable
 
 
 class HeuristicBot:
@@ -147,14 +173,14 @@ class HeuristicBot:
         else:  # the pile was taken: the taker discarded pile[0], the seats after it the rest
             first = (seat - len(pile)) % players
             for c in before:
-                self._known[first][c] += 1
+                self._known[first][c] = self._known[first][c] + 1
             self._known_any = True
             new = pile
         for i, c in enumerate(new):
             s = (first + i) % players
-            self._discarded[s][c] += 1
+            self._discarded[s][c] = self._discarded[s][c] + 1
             if self._known[s][c]:
-                self._known[s][c] -= 1
+                self._known[s][c] = self._known[s][c] - 1
 
     def _forget_laid(self, t: Turn) -> None:
         """Cards an opponent took from the pile and has since laid down are no longer in its hand."""
@@ -162,14 +188,14 @@ class HeuristicBot:
         now = [0] * NCODES
         for m in t.melds[opp]:
             for c in m.cards:
-                now[c] += 1
+                now[c] = now[c] + 1
         old = self._table[opp]
         for c in range(NCODES):
             grew = now[c] - old[c]
             s = opp
             while grew > 0 and s < t.players:
                 if self._known[s][c]:
-                    self._known[s][c] -= 1
+                    self._known[s][c] = self._known[s][c] - 1
                     grew -= 1
                 else:
                     s += 2
@@ -182,14 +208,17 @@ class HeuristicBot:
         side = seat & 1
         opp = 1 - side
         hand = [0] * NCODES
-        for c in view["hand"]:
-            hand[CODE[c]] += 1
+        # the view's values typed (lists, as every view gives them): compiled, typed reads
+        held: list[str] = view["hand"]
+        for c in held:
+            code = CODE[c]
+            hand[code] = hand[code] + 1
         melds = melds_of(view)
         if not self.groups:
             self.groups = any(not m.is_sequence for ms in melds for m in ms)
-        taken = view["mortos_taken"]
-        in_stock = view["mortos_in_stock"]
-        sizes = view["hand_sizes"]
+        taken: list[bool] = view["mortos_taken"]
+        in_stock: list[bool] = view["mortos_in_stock"]
+        sizes: list[int] = view["hand_sizes"]
         clean_needed = self.clean_needed
         morto_available = not taken[side] and not in_stock[side]
         has_clean = any(m.size >= CANASTRA and m.wild < 0 for m in melds[side])
@@ -209,7 +238,7 @@ class HeuristicBot:
             opp_close = near and min(sizes[s] for s in range(opp, players, 2)) <= self.close_hand
         want_out = False
         if may_go_out:
-            score = view["score"]
+            score: list[dict[str, int]] = view["score"]
             avg = 7  # a card left in a hand costs about this much
             mine = score[side]["total"] + rules.going_out_bonus - avg * sum(
                 sizes[s] for s in range(side, players, 2) if s != seat)
@@ -273,7 +302,7 @@ class HeuristicBot:
         both = t.hand[:]
         wilds = 0
         for c in t.pile:
-            both[c] += 1
+            both[c] = both[c] + 1
             wilds += is_wild_card(c)
         after = plan_naturals(both, mine, self.groups, self.values)
         laid = after.count - base.count
@@ -397,7 +426,7 @@ class HeuristicBot:
                     if pile_counts is None:
                         pile_counts = [0] * NCODES
                         for p in t.pile:
-                            pile_counts[p] += 1
+                            pile_counts[p] = pile_counts[p] + 1
                     fits = m.fits_with(pile_counts)
                 weight = self.feed_danger
                 if m.size >= CANASTRA - 2 and not t.opp_ready:
@@ -435,19 +464,31 @@ class HeuristicBot:
 
     def _closeness(self, counts: list[int], c: int, own: bool) -> float:
         """How well ``c`` connects to the cards in ``counts``: neighbours in its suit, its rank."""
-        suit, r = divmod(c, 13)
-        base = suit * 13
-        score = 0.0
-        for slot in ((1, 14) if r == 0 else (r + 1,)):
-            for delta, weight in ((1, 25.0), (2, 10.0)):
-                for s in (slot - delta, slot + delta):
-                    if 1 <= s <= 14 and counts[base + (0 if s == 14 else s - 1)]:
-                        score += weight
+        r = c % 13
+        base = c - r  # the suit's first code
+        # each held neighbour one slot away weighs 25, two slots away 10 (sums of whole numbers: exact
+        # in any order); an ace stands at both ends, slots 1 and 14
+        if r == 0:
+            near = _held(counts, base, 2) + _held(counts, base, 13)
+            far = _held(counts, base, 3) + _held(counts, base, 12)
+        else:
+            slot = r + 1
+            near = _held(counts, base, slot - 1) + _held(counts, base, slot + 1)
+            far = _held(counts, base, slot - 2) + _held(counts, base, slot + 2)
+        score = 25.0 * near + 10.0 * far
         if self.groups and r != 1:
             same = counts[r] + counts[13 + r] + counts[26 + r] + counts[39 + r] - (1 if own else 0)
             if same > 0:
                 score += 18.0 * same
         return score
+
+
+def _held(counts: list[int], base: int, slot: int) -> int:
+    """1 if the hand holds the card of slot ``slot`` (1..14, the ace at both ends) of the suit whose
+    first code is ``base``, else 0 (a slot off the ends is not held)."""
+    if slot < 1 or slot > 14:
+        return 0
+    return 1 if counts[base + (0 if slot == 14 else slot - 1)] else 0
 
 
 __all__ = ["HeuristicBot", "Turn"]

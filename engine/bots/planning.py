@@ -11,12 +11,13 @@ come from the engine's legal-action list.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from engine.bots.reading import TableMeld, slot_card
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES
 from engine.rules import CANASTRA
 
-_GROUP_RANKS = (ACE, *range(3, 14))
+_GROUP_RANKS: Final[tuple[int, ...]] = (ACE, *range(3, 14))
 
 
 @dataclass(slots=True)
@@ -49,7 +50,7 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                 if wild_slot and (lo > ACE or hi < HIGH_ACE):
                     code = slot_card(suit, wild_slot)
                     if avail[code]:  # the natural card takes the wild's place; the wild moves to an end
-                        avail[code] -= 1
+                        avail[code] = avail[code] - 1
                         mask |= 1 << wild_slot
                         if hi < HIGH_ACE:
                             hi += 1
@@ -62,7 +63,7 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                 if lo > ACE and not mask >> (lo - 1) & 1:
                     code = slot_card(suit, lo - 1)
                     if avail[code]:
-                        avail[code] -= 1
+                        avail[code] = avail[code] - 1
                         lo -= 1
                         mask |= 1 << lo
                         size += 1
@@ -70,16 +71,15 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                 if hi < HIGH_ACE and not mask >> (hi + 1) & 1:
                     code = slot_card(suit, hi + 1)
                     if avail[code]:
-                        avail[code] -= 1
+                        avail[code] = avail[code] - 1
                         hi += 1
                         mask |= 1 << hi
                         size += 1
                         progress = True
         else:
-            rank = m.rank
-            for code in (rank - 1, 13 + rank - 1, 26 + rank - 1, 39 + rank - 1):
-                size += avail[code]
-                avail[code] = 0
+            code = m.rank - 1  # the rank's four codes: code, code + 13, code + 26, code + 39
+            size += avail[code] + avail[code + 13] + avail[code + 26] + avail[code + 39]
+            avail[code] = avail[code + 13] = avail[code + 26] = avail[code + 39] = 0
         if m.size < CANASTRA <= size:
             canastras += 1
             clean += m.wild < 0
@@ -102,17 +102,17 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                     length -= 1  # one ace cannot stand at both ends
                 if length >= 3:
                     for s in range(lo, lo + length):
-                        avail[slot_card(suit, s)] -= 1
+                        code = slot_card(suit, s)
+                        avail[code] = avail[code] - 1
                     if length >= CANASTRA:
                         canastras += 1
                         clean += 1
     if groups:
         for rank in _GROUP_RANKS:
-            codes = (rank - 1, 13 + rank - 1, 26 + rank - 1, 39 + rank - 1)
-            total = avail[codes[0]] + avail[codes[1]] + avail[codes[2]] + avail[codes[3]]
+            code = rank - 1  # the rank's four codes: code, code + 13, code + 26, code + 39
+            total = avail[code] + avail[code + 13] + avail[code + 26] + avail[code + 39]
             if total >= 3:
-                for code in codes:
-                    avail[code] = 0
+                avail[code] = avail[code + 13] = avail[code + 26] = avail[code + 39] = 0
                 if total >= CANASTRA:
                     canastras += 1
                     clean += 1
@@ -124,9 +124,10 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
             while spare and i + 1 < len(left):
                 c, d = left[i], left[i + 1]
                 if (c // 13 == d // 13 and 0 < d - c <= 2) or (groups and c == d):
-                    avail[c] -= 1
-                    avail[d] -= 1
-                    avail[spare.pop()] -= 1
+                    avail[c] = avail[c] - 1
+                    avail[d] = avail[d] - 1
+                    w = spare.pop()
+                    avail[w] = avail[w] - 1
                     i += 2
                 else:
                     i += 1

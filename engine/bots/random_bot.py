@@ -32,18 +32,31 @@ class RandomBot:
             return legal[0]
         # ``legal_actions`` lists the melds and additions first, then the discards: where the discards
         # start is found by bisection rather than by sorting the whole list. ``rng.choice`` over a
-        # range of the same length draws the same index as over the list itself.
+        # range of the same length draws the same index as over the list itself (``_below``).
         plays = _discards_from(legal)
         discards = len(legal) - plays
         if plays and (not discards or (not self.stopped and self.melds_this_turn < 40)):
             if not discards or rng.random() < 0.9:
                 self.melds_this_turn += 1
-                return legal[rng.choice(range(plays))]
+                return legal[_below(rng, plays)]
             self.stopped = True
-        return legal[plays + rng.choice(range(discards))]
+        return legal[plays + _below(rng, discards)]
 
     def choose_discard(self, view: Mapping[str, Any], legal: list[Action]) -> Discard:
         return self.rng.choice([a for a in legal if isinstance(a, Discard)])
+
+
+def _below(rng: random.Random, n: int) -> int:
+    """The index ``rng.choice`` draws from a sequence of ``n`` items: CPython's ``Random._randbelow``
+    (the smallest number of random bits that covers ``n``, drawn again until under ``n``), the same
+    draws of the generator, without ``choice``'s and ``_randbelow``'s interpreted calls."""
+    if n <= 0:
+        raise IndexError("Cannot choose from an empty sequence")
+    k = n.bit_length()
+    r = rng.getrandbits(k)
+    while r >= n:
+        r = rng.getrandbits(k)
+    return r
 
 
 def _discards_from(legal: list[Action]) -> int:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES, TWO, to_str
 
-CODE: dict[str, int] = {to_str(c): c for c in range(NCODES)}
+CODE: Final[dict[str, int]] = {to_str(c): c for c in range(NCODES)}
 
 
 def codes(cards: list[str]) -> list[int]:
@@ -70,9 +69,25 @@ class TableMeld:
         return frozenset(out)
 
 
-@lru_cache(maxsize=8192)
+#: ``read_meld``'s memo: a dict emptied at its bound (an lru_cache is a call through the interpreter's
+#: machinery at every look-up from compiled code, and the bots read every meld at every decision)
+_READ: Final[dict[tuple[str, tuple[str, ...], str], TableMeld]] = {}
+_READ_BOUND: Final = 8192
+
+
 def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     """The shape of a meld from its view form (``cards`` in table order, low to high)."""
+    key = (kind, cards, canastra)
+    found = _READ.get(key)
+    if found is None:
+        found = _read_meld(kind, cards, canastra)
+        if len(_READ) >= _READ_BOUND:
+            _READ.clear()
+        _READ[key] = found
+    return found
+
+
+def _read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     cs = [CODE[c] for c in cards]
     n = len(cs)
     if kind == "group":
@@ -113,7 +128,16 @@ def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
 
 
 def melds_of(view: Mapping[str, Any]) -> list[list[TableMeld]]:
-    return [[read_meld(m["kind"], tuple(m["cards"]), m["canastra"]) for m in side] for side in view["melds"]]
+    # the view's values typed (lists and dicts, as every view gives them): compiled, typed reads
+    sides: list[list[dict[str, Any]]] = view["melds"]
+    out: list[list[TableMeld]] = []
+    for side in sides:
+        row: list[TableMeld] = []
+        for m in side:
+            cards: list[str] = m["cards"]
+            row.append(read_meld(m["kind"], tuple(cards), m["canastra"]))
+        out.append(row)
+    return out
 
 
 __all__ = ["CODE", "TableMeld", "codes", "is_wild_card", "melds_of", "read_meld", "slot_card"]
