@@ -719,6 +719,7 @@ async def bench_end_to_end(kind: str, players: int, rates: list[float], seconds:
                 ]
                 timings = Timings()
                 before = await served.usage()
+                driver_before, database_before = time.process_time(), postgres_cpu_seconds()
                 started = time.perf_counter()
                 async with asyncio.timeout(max(600.0, players / 5)):
                     await asyncio.gather(
@@ -729,11 +730,17 @@ async def bench_end_to_end(kind: str, players: int, rates: list[float], seconds:
                     )
                 elapsed = time.perf_counter() - started
                 after = await served.usage()
+                driver = time.process_time() - driver_before
+                database = postgres_cpu_seconds() - database_before
             report(f"{label}e2e_{kind}_tickets_matched_per_second", len(timings.matched) / elapsed, "tickets/s")
             report(f"{label}e2e_{kind}_burst_{players}_players_seconds", elapsed, "s")
             report(f"{label}e2e_{kind}_time_to_matched_p50", percentile_ms(timings.matched, 0.5), "ms")
             report(f"{label}e2e_{kind}_time_to_matched_p99", percentile_ms(timings.matched, 0.99), "ms")
             per_core = report_usage(f"{label}e2e_{kind}_burst", players, elapsed, before, after)
+            # the players' side (this process) and the database, for the machine's whole budget
+            report(f"{label}e2e_{kind}_burst_driver_cpu_per_ticket", 1000 * driver / players, "ms")
+            if kind == "postgresql":
+                report(f"{label}e2e_{kind}_burst_postgresql_cpu_per_ticket", 1000 * database / players, "ms")
             within = 0.0
             for rate in rates:
                 worst = await steady_arrivals(kind, served, rate, seconds)
@@ -806,6 +813,21 @@ async def steady_arrivals(kind: str, served: Platform, rate: float, seconds: flo
     report(f"{label}_time_to_matched_p99", percentile_ms(timings.matched, 0.99), "ms")
     report_usage(label, count, elapsed, before, after)
     return max(create_p99, confirm_p99)
+
+
+def postgres_cpu_seconds() -> float:
+    """The CPU seconds of this machine's PostgreSQL server processes so far (every process named
+    `postgres`; the benchmark's database is taken to be the local one, as by default)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() == "postgres":
+                total += cpu_seconds(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile
+    return total
 
 
 async def postgres_reachable(url: str) -> bool:
