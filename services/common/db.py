@@ -67,6 +67,7 @@ from sqlalchemy.exc import DisconnectionError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.util import greenlet_spawn
 
 from services.common.config import ConfigError, normalise_database_url
 from services.common.errors import UnavailableError
@@ -414,9 +415,16 @@ class Database:
         if self.dialect != "postgresql":
             raise RuntimeError("driver_connection() is PostgreSQL's")
         try:
-            async with self._write_turn(), self.engine.connect() as connection:
-                raw = await connection.get_raw_connection()
-                yield raw.driver_connection
+            async with self._write_turn():
+                # The pool's connection itself, without a SQLAlchemy Connection around it (its
+                # construction and close cost more than the statement run on it).
+                pooled = await self.engine.raw_connection()
+                try:
+                    # (a statement cancelled mid-way is cancelled on the server by asyncpg, which
+                    # brings the connection back in step before its next use: tested)
+                    yield pooled.driver_connection
+                finally:
+                    await greenlet_spawn(pooled.close)  # back to the pool (its reset: a rollback)
         except PoolTimeoutError:
             raise UnavailableError(BUSY_WRITE) from None
 

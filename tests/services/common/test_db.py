@@ -434,3 +434,35 @@ async def test_a_driver_statement_runs_as_sqlalchemy_would(database: Database) -
         assert (await reader.execute(select(things.c.tags))).scalar_one() == ["x", {"y": 1}]
     with pytest.raises(ValueError, match="expanding"):
         DriverStatement(select(things).where(things.c.id.in_(bindparam("ids", expanding=True))))
+
+
+@pytest.mark.parametrize("db_target", ["postgresql"], indirect=True)
+async def test_a_driver_connection_cancelled_mid_statement_is_not_handed_out_again(database: Database) -> None:
+    db = Database(database.url, schema=database.schema, connections=1)
+    try:
+        async def slow() -> None:
+            async with db.driver_connection() as driver:
+                await driver.fetch("SELECT pg_sleep(5)")
+
+        task = asyncio.create_task(slow())
+        for _ in range(500):  # until the statement is under way on the server
+            async with database.read_connection() as reader:
+                busy = (await reader.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(5)' AND state = 'active'"
+                ))).scalar_one()
+            if busy:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with db.driver_connection() as driver:  # the pool's one slot: a working connection
+            assert await driver.fetchval("SELECT 41 + 1") == 42
+        async with db.driver_connection() as driver:  # a server-reported error keeps it
+            pid = await driver.fetchval("SELECT pg_backend_pid()")
+            with pytest.raises(Exception, match="division by zero"):
+                await driver.fetch("SELECT 1 / 0")
+        async with db.driver_connection() as driver:
+            assert await driver.fetchval("SELECT pg_backend_pid()") == pid
+    finally:
+        await db.dispose()
