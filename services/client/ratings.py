@@ -38,7 +38,6 @@ async def batch_ratings(
     return found
 
 
-
 class CoalescedRatings:
     """`batch_ratings` for many concurrent callers (`services.client.coalesce.Coalesced`): the
     players asked for while a read is under way are read together by the next one, per preset and

@@ -161,21 +161,13 @@ class Core:
     async def prior_answer(self, scope: str, method: str, request: Message, response_type: type[R]) -> R | None:
         """The stored answer of a retried call, read before calling other services, so a retry
         answers as the first call did even when eligibility has changed since."""
-        return (await self.prior(scope, method, request, response_type))[0]
-
-    async def prior(self, scope: str, method: str, request: Message, response_type: type[R]) -> tuple[R | None, bool]:
-        """`prior_answer`, and whether anything at all is stored under the call's key (an answer
-        expired or for another request included): when nothing is, a first call may store its
-        answer without looking again (a concurrent one's answer is then found by the key's clash)."""
         async with self.db.read_each() as session:
             row = await self.idempotency.lookup(session, scope, getattr(request, "request_id", ""))
-        if row is None:
-            return None, False
-        if aware(row.expires_at) <= self.clock():
-            return None, True
+        if row is None or aware(row.expires_at) <= self.clock():
+            return None
         if row.method != method or row.request_hash != request_hash(method, request):
-            return None, True  # the idempotent run reports ALREADY_EXISTS
-        return response_type.FromString(row.response), True
+            return None  # the idempotent run reports ALREADY_EXISTS
+        return response_type.FromString(row.response)
 
     async def once(
         self,

@@ -561,7 +561,7 @@ class Tickets:
                     **{f"k_{name}": value for name, value in key.items()},
                 })
         except IntegrityError:
-            stored, _ = await self.core.prior(scope, "CreateTicket", request, matchmaking_pb2.Ticket)
+            stored = await self.core.prior_answer(scope, "CreateTicket", request, matchmaking_pb2.Ticket)
             if stored is not None:
                 return stored  # the concurrent call's answer
             async with self.db.read_each() as reader:
@@ -673,7 +673,7 @@ class Tickets:
                     **{f"k_{name}": value for name, value in key.items()},
                 })
         except IntegrityError:
-            answered, _ = await self.core.prior(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
+            answered = await self.core.prior_answer(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
             if answered is None:
                 raise
             return answered  # a concurrent call with this request id answered first
