@@ -526,11 +526,10 @@ class Tickets:
         """A lone player's ticket on PostgreSQL in two statements: what it reads (`_CREATE_READS`:
         an answer stored under the call's key, its place in the queue, the player's recent
         opponents), then, after the other services' checks, the queue membership, the ticket and
-        the answer (`_CREATE_AT_ONCE`). The stored answer of a retry is answered as it is; None
-        when something else is stored under the key (an expired answer, another request's): the
-        transactional path answers then. A clash on a key (the player has a live ticket, or a
-        concurrent call with this request id stored its answer first) writes nothing, and is
-        answered as the transactional path answers it."""
+        the answer (`_CREATE_AT_ONCE`). The stored answer of a retry is answered as it is. None,
+        for the transactional path to answer, when something else is stored under the key (an
+        expired answer, another request's) or the write clashed on a key (the player has a live
+        ticket, or a concurrent call with this request id stored its answer first; nothing written)."""
         now = self.clock()
         ticket_id = new_id()
         prefs = preferences
@@ -561,18 +560,9 @@ class Tickets:
                     **{f"k_{name}": value for name, value in key.items()},
                 })
         except IntegrityError:
-            stored = await self.core.prior_answer(scope, "CreateTicket", request, matchmaking_pb2.Ticket)
-            if stored is not None:
-                return stored  # the concurrent call's answer
-            async with self.db.read_each() as reader:
-                live = (await reader.execute(_LIVE_TICKETS, {"players": [player]})).first()
-            if live is not None:
-                raise StateError(f"players/{live.player} already has a live ticket: tickets/{live.ticket_id}") from None
-            # the key's answer expired or belongs to another request, or the live ticket ended since:
-            # the transactional path says which
-            return await self.core.once(
-                scope, "CreateTicket", request, matchmaking_pb2.Ticket,
-                lambda session: self._create_in(session, ticket_id, player, [player], None, preferences, rating))
+            # A key clash wrote nothing: the transactional path answers it (the concurrent call's
+            # stored answer, or the player's live ticket named).
+            return None
         return view
 
     async def cancel_ticket(
@@ -639,8 +629,8 @@ class Tickets:
         (`_CONFIRM_AT_ONCE`), then the saga moved on if every player has now confirmed
         (`_START_IF_ALL_CONFIRMED`). The stored answer of a retry is answered as it is, the start
         checked again (the first call may have stopped before it). None when something else is
-        stored under the key, or the ticket changed since it was read: the transactional path
-        answers then."""
+        stored under the key, the ticket changed since it was read, or a concurrent call with this
+        request id stored its answer first: the transactional path answers then."""
         now = self.clock()
         async with self.db.driver_connection() as driver:
             found = await _CONFIRM_READS.fetchrow(driver, {
@@ -673,10 +663,7 @@ class Tickets:
                     **{f"k_{name}": value for name, value in key.items()},
                 })
         except IntegrityError:
-            answered = await self.core.prior_answer(scope, "ConfirmTicket", request, matchmaking_pb2.Ticket)
-            if answered is None:
-                raise
-            return answered  # a concurrent call with this request id answered first
+            return None  # a concurrent call with this request id answered first: the transaction finds it
         if tickets != 1:
             return None
         self.core.notifier.changed(f"ticket:{ticket_id}")
