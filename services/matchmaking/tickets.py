@@ -76,9 +76,10 @@ def _position_statements() -> tuple[Any, Any, Any]:
     return ahead_of_front, ahead_of_back, mean_wait
 
 
-_AHEAD_OF_FRONT, _AHEAD_OF_BACK, _MEAN_WAIT = _position_statements()
-_DRIVER_AHEAD_OF_FRONT, _DRIVER_AHEAD_OF_BACK, _DRIVER_MEAN_WAIT = (
-    DriverStatement(statement) for statement in (_AHEAD_OF_FRONT, _AHEAD_OF_BACK, _MEAN_WAIT))
+#: A read both ways: the statement, and the same compiled for the driver (PostgreSQL)
+_Read = tuple[Any, DriverStatement]
+_AHEAD_OF_FRONT, _AHEAD_OF_BACK, _MEAN_WAIT = ((statement, DriverStatement(statement))
+                                               for statement in _position_statements())
 _TICKET = select(models.tickets).where(models.tickets.c.id == bindparam("ticket_id"))
 _LIVE_TICKETS = select(models.queue_members).where(
     models.queue_members.c.player.in_(bindparam("players", expanding=True)))
@@ -122,7 +123,7 @@ def _create_reads() -> Any:
     stored = one.outerjoin(k, and_(k.c.scope == bindparam("scope"), k.c.request_id == bindparam("request_id")))
     recent = select(r.c.others).where(r.c.player == bindparam("player")).scalar_subquery()
     return select(k.c.method, k.c.request_hash, k.c.response, k.c.expires_at,
-                  _AHEAD_OF_BACK.scalar_subquery().label("ahead"), recent.label("recent")).select_from(stored)
+                  _AHEAD_OF_BACK[0].scalar_subquery().label("ahead"), recent.label("recent")).select_from(stored)
 
 
 _CREATE_READS = DriverStatement(_create_reads())
@@ -284,29 +285,25 @@ class Tickets:
         if position is not None and cached is not None:
             return position, cached[1]
         params = _bucket_params(row)
-        if session is None and self.db.dialect == "postgresql":
-            # the count and the mean are estimates: no snapshot in common needed
-            async with self.db.driver_connection() as driver:
-                if position is None:
-                    ahead = _DRIVER_AHEAD_OF_FRONT if row.front else _DRIVER_AHEAD_OF_BACK
-                    counted = await ahead.fetchval(driver, {**params, "queued_at": row.queued_at, "id": row.id})
-                    position = int(counted) + 1
-                if cached is not None:
-                    return position, cached[1]
-                mean = await _DRIVER_MEAN_WAIT.fetchval(driver, {**params, "since": now - WAIT_HISTORY})
-            mean_wait = None if mean is None else float(mean)
-            self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
-            return position, mean_wait
         async with contextlib.AsyncExitStack() as stack:
-            if session is None:  # the count and the mean are estimates: no snapshot in common needed
-                session = await stack.enter_async_context(self.db.read_each())
+            # the count and the mean are estimates: no snapshot in common needed
+            if session is None and self.db.dialect == "postgresql":
+                driver = await stack.enter_async_context(self.db.driver_connection())
+
+                async def scalar(statement: _Read, values: dict[str, Any]) -> Any:
+                    return await statement[1].fetchval(driver, values)
+            else:
+                reader = session if session is not None else await stack.enter_async_context(self.db.read_each())
+
+                async def scalar(statement: _Read, values: dict[str, Any]) -> Any:
+                    return (await reader.execute(statement[0], values)).scalar_one()
+
             if position is None:
                 ahead = _AHEAD_OF_FRONT if row.front else _AHEAD_OF_BACK
-                count = await session.execute(ahead, {**params, "queued_at": row.queued_at, "id": row.id})
-                position = int(count.scalar_one()) + 1
+                position = int(await scalar(ahead, {**params, "queued_at": row.queued_at, "id": row.id})) + 1
             if cached is not None:
                 return position, cached[1]
-            mean = (await session.execute(_MEAN_WAIT, {**params, "since": now - WAIT_HISTORY})).scalar_one()
+            mean = await scalar(_MEAN_WAIT, {**params, "since": now - WAIT_HISTORY})
         mean_wait = None if mean is None else float(mean)
         self._mean_waits[key] = (now + MEAN_WAIT_TTL, mean_wait)
         return position, mean_wait
