@@ -378,16 +378,9 @@ class Database:
         snapshot of its own. On PostgreSQL it runs in autocommit, so a read costs its statement's
         round trip alone (no BEGIN, no ROLLBACK): for the hot paths' one-statement reads. Under the
         same cap as `read()`; on SQLite the same as `read_connection()`."""
-        if self.dialect == "sqlite":
-            async with self.read_connection() as connection:
-                yield connection
-            return
-        try:
-            async with self._read_turn(), self.engine.connect() as connection:
-                await connection.execution_options(isolation_level="AUTOCOMMIT")
-                yield connection
-        except PoolTimeoutError:
-            raise UnavailableError(BUSY_READ) from None
+        inner = self.read_connection() if self.dialect == "sqlite" else self._autocommit(self._read_turn(), BUSY_READ)
+        async with inner as connection:
+            yield connection
 
     @asynccontextmanager
     async def write_each(self) -> AsyncIterator[AsyncConnection]:
@@ -395,16 +388,21 @@ class Database:
         PostgreSQL (the statement's round trip alone, no BEGIN or COMMIT; a statement is atomic by
         itself), `write_connection()` on SQLite (the process's one writer). Only for a single
         statement: on PostgreSQL two statements would commit separately."""
-        if self.dialect == "sqlite":
-            async with self.write_connection() as connection:
-                yield connection
-            return
+        inner = (self.write_connection() if self.dialect == "sqlite"
+                 else self._autocommit(self._write_turn(), BUSY_WRITE))
+        async with inner as connection:
+            yield connection
+
+    @asynccontextmanager
+    async def _autocommit(self, turn: AbstractAsyncContextManager[object], busy: str) -> AsyncIterator[AsyncConnection]:
+        """A Core connection in autocommit, once `turn` lets it (PostgreSQL); a pool time-out is
+        UNAVAILABLE with `busy`."""
         try:
-            async with self._write_turn(), self.engine.connect() as connection:
+            async with turn, self.engine.connect() as connection:
                 await connection.execution_options(isolation_level="AUTOCOMMIT")
                 yield connection
         except PoolTimeoutError:
-            raise UnavailableError(BUSY_WRITE) from None
+            raise UnavailableError(busy) from None
 
     @asynccontextmanager
     async def driver_connection(self) -> AsyncIterator[Any]:
