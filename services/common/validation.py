@@ -13,7 +13,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.protobuf.descriptor import EnumDescriptor
@@ -106,6 +106,17 @@ def cards(values: Sequence[str], field: str, *, min_count: int = 1, max_count: i
     require(len(values) >= min_count, field, f"at least {min_count} card(s)")
     require(len(values) <= max_count, field, f"at most {max_count} cards")
     return [card(value, f"{field}[{i}]") for i, value in enumerate(values)]
+
+
+def batch(values: Sequence[str], field: str, *, noun: str, maximum: int, parse: Callable[[str, str], str]) -> list[str]:
+    """A batch call's names (AIP-231): 1 to `maximum` of them, each `parse`d (given its field's
+    path, `field[i]`), none named twice; the parsed ids in order. `noun` names one (`player`)."""
+    require(len(values) >= 1, field, f"at least one {noun}")
+    require(len(values) <= maximum, field, f"at most {maximum} {noun}s")
+    ids = [parse(value, f"{field}[{i}]") for i, value in enumerate(values)]
+    article = "an" if noun[:1] in "aeiou" else "a"
+    require(len(set(ids)) == len(ids), field, f"{article} {noun} is listed twice")
+    return ids
 
 
 def page_size(value: int, field: str = "page_size", *, default: int, maximum: int) -> int:

@@ -385,11 +385,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
         self, request: ranking_pb2.BatchGetRatingsRequest, context: Context
     ) -> ranking_pb2.BatchGetRatingsResponse:
         CALLERS.require("BatchGetRatings")
-        names = request.player_names
-        check.require(len(names) >= 1, "player_names", "at least one player")
-        check.require(len(names) <= MAX_BATCH, "player_names", f"at most {MAX_BATCH} players")
-        ids = [check.player(name, f"player_names[{i}]") for i, name in enumerate(names)]
-        check.require(len(set(ids)) == len(ids), "player_names", "a player is listed twice")
+        ids = check.batch(request.player_names, "player_names", noun="player", maximum=MAX_BATCH, parse=check.player)
         preset = _preset(request.preset, "preset")
         players = _table_size(request.players, "players")
         async with self.deps.db.transaction() as session:

@@ -321,11 +321,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
         self, request: wallet_pb2.BatchGetAccountsRequest, context: Context
     ) -> wallet_pb2.BatchGetAccountsResponse:
         CALLERS.require("BatchGetAccounts")
-        names = request.names
-        check.require(len(names) >= 1, "names", "at least one account")
-        check.require(len(names) <= MAX_BATCH_ACCOUNTS, "names", f"at most {MAX_BATCH_ACCOUNTS} accounts")
-        ids = [_account_id(name, f"names[{i}]") for i, name in enumerate(names)]
-        check.require(len(set(ids)) == len(ids), "names", "an account is listed twice")
+        ids = check.batch(request.names, "names", noun="account", maximum=MAX_BATCH_ACCOUNTS, parse=_account_id)
 
         async def read(conn: AsyncConnection) -> wallet_pb2.BatchGetAccountsResponse:
             found = await self.wallet.get_accounts(conn, ids)
