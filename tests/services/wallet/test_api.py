@@ -4,10 +4,11 @@ expiry sweep, its settings, and a real process fuzzed, after which the ledger's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from buraco.v1 import common_pb2, wallet_pb2, wallet_pb2_grpc
 from services.client.channels import act_for
-from services.common.auth import Kind
+from services.common.auth import Kind, Minter
 from services.common.config import ConfigError
 from services.common.db import Database
 from services.wallet import settings as wallet_settings
@@ -31,14 +32,15 @@ from tests.services.wallet.conftest import Clock, make_ledger, migrated
 
 SERVICE = wallet_pb2.DESCRIPTOR.services_by_name["WalletService"]
 
-async def test_a_match_over_grpc_with_the_right_status_codes(tmp_path: Path, db_target: DatabaseTarget) -> None:
+@contextlib.asynccontextmanager
+async def alice_and_bob(tmp_path: Path, db_target: DatabaseTarget) -> AsyncIterator[tuple[Any, Minter, Any]]:
+    """A wallet served over gRPC with alice's and bob's accounts open: its stub, the dev minter,
+    and matchmaking's token."""
     database_env = {"database_url": db_target.url, "database_schema": db_target.schema}
     config = make_config("wallet", tmp_path, **database_env)
     service = WalletService(settings=WalletSettings(expiry_sweep_interval=timedelta(0)))
     minter = dev_minter(config.dev_keys_dir)
     matchmaking = bearer(minter.mint(Kind.SERVICE, "matchmaking"))
-    game = bearer(minter.mint(Kind.SERVICE, "game-session"))
-    alice = bearer(minter.mint(Kind.PLAYER, "alice"))
     async with running(service.spec(), config) as server, grpc.aio.insecure_channel(server.address) as channel:
         stub = wallet_pb2_grpc.WalletServiceStub(channel)
         for name in ("alice", "bob"):
@@ -46,6 +48,13 @@ async def test_a_match_over_grpc_with_the_right_status_codes(tmp_path: Path, db_
                 wallet_pb2.CreateAccountRequest(request_id=f"open-{name}", player=f"players/{name}"),
                 metadata=matchmaking,
             )
+        yield stub, minter, matchmaking
+
+
+async def test_a_match_over_grpc_with_the_right_status_codes(tmp_path: Path, db_target: DatabaseTarget) -> None:
+    async with alice_and_bob(tmp_path, db_target) as (stub, minter, matchmaking):
+        game = bearer(minter.mint(Kind.SERVICE, "game-session"))
+        alice = bearer(minter.mint(Kind.PLAYER, "alice"))
         stakes = [wallet_pb2.Stake(player=f"players/{p}", amount_chips=100) for p in ("alice", "bob")]
         hold = wallet_pb2.HoldBetsRequest(request_id="m1-hold", match_id="m1", stakes=stakes)
         held = await stub.HoldBets(hold, metadata=matchmaking)
@@ -338,18 +347,7 @@ def test_the_process_serves_survives_fuzzing_and_stops_on_sigterm(tmp_path: Path
 async def test_batch_get_accounts_answers_those_found_in_order_and_names_the_missing(
     tmp_path: Path, db_target: DatabaseTarget
 ) -> None:
-    database_env = {"database_url": db_target.url, "database_schema": db_target.schema}
-    config = make_config("wallet", tmp_path, **database_env)
-    service = WalletService(settings=WalletSettings(expiry_sweep_interval=timedelta(0)))
-    minter = dev_minter(config.dev_keys_dir)
-    matchmaking = bearer(minter.mint(Kind.SERVICE, "matchmaking"))
-    async with running(service.spec(), config) as server, grpc.aio.insecure_channel(server.address) as channel:
-        stub = wallet_pb2_grpc.WalletServiceStub(channel)
-        for name in ("alice", "bob"):
-            await stub.CreateAccount(
-                wallet_pb2.CreateAccountRequest(request_id=f"open-{name}", player=f"players/{name}"),
-                metadata=matchmaking,
-            )
+    async with alice_and_bob(tmp_path, db_target) as (stub, minter, matchmaking):
         names = ["accounts/player-bob", "accounts/player-nobody", "accounts/house", "accounts/player-alice"]
         got = await stub.BatchGetAccounts(wallet_pb2.BatchGetAccountsRequest(names=names), metadata=matchmaking)
         assert [a.name for a in got.accounts] == ["accounts/player-bob", "accounts/house", "accounts/player-alice"]
