@@ -46,6 +46,14 @@ def ruleset_number(rules: Ruleset) -> int:
 _NOT_A_MELD: Final = Meld(False, -1, 0, 0, (), -1, 0)  # a failure, as memoised (None: not looked up yet)
 
 
+def remember(table: dict[Any, Any], bound: int, key: Any, value: Any) -> None:
+    """Stores ``value`` under ``key`` in a memo table of at most ``bound`` entries: a full table is
+    emptied first (the hands of the moment fill it again)."""
+    if len(table) >= bound:
+        table.clear()
+    table[key] = value
+
+
 # Placement is a pure function of (cards, ruleset): memoised, since the same hands are examined
 # again and again within a turn and across turns. Failures are memoised too.
 _PLACED: Final[dict[tuple[tuple[int, ...], int, int | None], Meld]] = {}
@@ -60,9 +68,7 @@ def _placed(cards: tuple[int, ...], rules: int, wild_as: int | None) -> Meld | N
             found = make_meld(cards, _BY_NUMBER[rules], wild_as)
         except IllegalActionError:
             found = _NOT_A_MELD
-        if len(_PLACED) >= _PLACED_BOUND:
-            _PLACED.clear()
-        _PLACED[key] = found
+        remember(_PLACED, _PLACED_BOUND, key, found)
     return None if found is _NOT_A_MELD else found
 
 
@@ -82,9 +88,7 @@ def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
             found = _shared_meld(extend_meld(meld, cards, _BY_NUMBER[rules]))
         except IllegalActionError:
             found = _NOT_A_MELD
-        if len(_EXTENDED) >= _EXTENDED_BOUND:
-            _EXTENDED.clear()
-        _EXTENDED[key] = found
+        remember(_EXTENDED, _EXTENDED_BOUND, key, found)
     return None if found is _NOT_A_MELD else found
 
 
@@ -96,9 +100,8 @@ _SHARED_MELDS_BOUND: Final = 1 << 15
 def _shared_meld(meld: Meld) -> Meld:
     found = _SHARED_MELDS.get(meld)
     if found is None:
-        if len(_SHARED_MELDS) >= _SHARED_MELDS_BOUND:
-            _SHARED_MELDS.clear()
-        _SHARED_MELDS[meld] = found = meld
+        found = meld
+        remember(_SHARED_MELDS, _SHARED_MELDS_BOUND, meld, found)
     return found
 
 
@@ -196,9 +199,7 @@ def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
     found = _SUIT_MELDS.get(key)
     if found is None:
         found = _suit_melds(rules_number, suit, suit_counts, wild_counts)
-        if len(_SUIT_MELDS) >= _MELDS_BOUND:
-            _SUIT_MELDS.clear()
-        _SUIT_MELDS[key] = found
+        remember(_SUIT_MELDS, _MELDS_BOUND, key, found)
     return found
 
 
@@ -242,9 +243,7 @@ def rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
     found = _RANK_MELDS.get(key)
     if found is None:
         found = _rank_melds(rules_number, rank, rank_counts, wild_counts)
-        if len(_RANK_MELDS) >= _MELDS_BOUND:
-            _RANK_MELDS.clear()
-        _RANK_MELDS[key] = found
+        remember(_RANK_MELDS, _MELDS_BOUND, key, found)
     return found
 
 
@@ -295,9 +294,8 @@ def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCard
     key = (cards, wild_as)
     found = _SHARED_MELD_ACTIONS.get(key)
     if found is None:
-        if len(_SHARED_MELD_ACTIONS) >= _SHARED_MELD_ACTIONS_BOUND:
-            _SHARED_MELD_ACTIONS.clear()
-        _SHARED_MELD_ACTIONS[key] = found = MeldCards(cards, wild_as)
+        found = MeldCards(cards, wild_as)
+        remember(_SHARED_MELD_ACTIONS, _SHARED_MELD_ACTIONS_BOUND, key, found)
     return found
 
 
@@ -313,9 +311,7 @@ def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
     found = _ADDITIONS.get(key)
     if found is None:
         found = _meld_additions(rules_number, meld, part, wild_counts)
-        if len(_ADDITIONS) >= _ADDITIONS_BOUND:
-            _ADDITIONS.clear()
-        _ADDITIONS[key] = found
+        remember(_ADDITIONS, _ADDITIONS_BOUND, key, found)
     return found
 
 
@@ -612,9 +608,7 @@ def suit_segment(rules_number: int, suit: int, suit_counts: tuple[int, ...],
     if found is None:
         actions, melds = suit_melds(rules_number, suit, suit_counts, wild_counts)
         found = Segment(actions, melds) if actions else EMPTY_SEGMENT
-        if len(_SUIT_SEGMENTS) >= _MELDS_BOUND:
-            _SUIT_SEGMENTS.clear()
-        _SUIT_SEGMENTS[key] = found
+        remember(_SUIT_SEGMENTS, _MELDS_BOUND, key, found)
     return found
 
 
@@ -626,9 +620,7 @@ def rank_segment(rules_number: int, rank: int, rank_counts: tuple[int, ...],
     if found is None:
         actions, melds = rank_melds(rules_number, rank, rank_counts, wild_counts)
         found = Segment(actions, melds) if actions else EMPTY_SEGMENT
-        if len(_RANK_SEGMENTS) >= _MELDS_BOUND:
-            _RANK_SEGMENTS.clear()
-        _RANK_SEGMENTS[key] = found
+        remember(_RANK_SEGMENTS, _MELDS_BOUND, key, found)
     return found
 
 
@@ -650,9 +642,7 @@ def _suit_discards(suit_counts: bytes, suit: int) -> tuple[Discard, ...]:
     if found is None:
         first = suit * 13
         found = tuple([ALL_DISCARDS[first + i] for i in range(13) if suit_counts[i]])
-        if len(_SUIT_DISCARDS) >= 1 << 12:
-            _SUIT_DISCARDS.clear()
-        _SUIT_DISCARDS[key] = found
+        remember(_SUIT_DISCARDS, 1 << 12, key, found)
     return found
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES, TWO, to_str
+from engine.movegen import remember
 
 CODE: Final[dict[str, int]] = {to_str(c): c for c in range(NCODES)}
 
@@ -81,9 +82,7 @@ def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     found = _READ.get(key)
     if found is None:
         found = _read_meld(kind, cards, canastra)
-        if len(_READ) >= _READ_BOUND:
-            _READ.clear()
-        _READ[key] = found
+        remember(_READ, _READ_BOUND, key, found)
     return found
 
 
