@@ -85,20 +85,17 @@ _NOTIFY_AT_ONCE = DriverStatement(text("""
 """))  # PostgreSQL runs every data-modifying statement of a WITH to its end, read by the query or not
 
 
-#: The sagas due now, the most overdue first (`now`, `limit`).
-_DUE_STATEMENT = (
-    select(models.sagas)
-    .where(models.sagas.c.state.in_(ACTIVE), models.sagas.c.next_attempt_at <= bindparam("now"))
-    .order_by(models.sagas.c.next_attempt_at)
-    .limit(bindparam("limit"))
-)
-_DUE = DriverStatement(
-    select(models.sagas)
-    .where(models.sagas.c.state == func.any(bindparam("active", value=list(ACTIVE), type_=ARRAY(String))),
-           models.sagas.c.next_attempt_at <= bindparam("now"))
-    .order_by(models.sagas.c.next_attempt_at)
-    .limit(bindparam("limit"))
-)
+def _due(active: Any) -> Any:
+    """The sagas due now (`now`) whose state is `active`, the most overdue first, `limit` of them."""
+    s = models.sagas
+    return select(s).where(active, s.c.next_attempt_at <= bindparam("now")).order_by(s.c.next_attempt_at).limit(
+        bindparam("limit"))
+
+
+_DUE_STATEMENT = _due(models.sagas.c.state.in_(ACTIVE))
+#: the same for the driver, which takes no IN list: `= ANY` of an array
+_DUE = DriverStatement(_due(models.sagas.c.state == func.any(bindparam("active", value=list(ACTIVE),
+                                                                          type_=ARRAY(String)))))
 
 
 @lru_cache(maxsize=64)
