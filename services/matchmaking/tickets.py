@@ -271,14 +271,17 @@ class Tickets:
             raise TicketNotFoundError(f"tickets/{ticket_id} not found")
         return row
 
-    async def _position(self, session: Executor | None, row: Any, known: int | None = None) -> tuple[int, float | None]:
+    async def _position(self, session: Executor | None, row: Any, known: int | None = None,
+                        last: int | None = None) -> tuple[int, float | None]:
         """The ticket's place in its bucket (1 is next) and the mean recent wait there. The place
         is `known` when given, else the matching loop's (`Core.queue_position`) when it has the
-        ticket at this version, else counted in `session` (or a read of its own); the mean is
-        reused for MEAN_WAIT_TTL."""
+        ticket at this version, else `last` (the place a stream last sent) when given, else
+        counted in `session` (or a read of its own); the mean is reused for MEAN_WAIT_TTL."""
         now = self.clock()
         key = preferences_of(row).key
         position = known if known is not None else self.core.queue_position(row.id, row.version)
+        if position is None:
+            position = last
         cached = self._mean_waits.get(key)
         if cached is not None and cached[0] <= now:
             cached = None
@@ -309,9 +312,10 @@ class Tickets:
         return position, mean_wait
 
     async def ticket_view(self, session: Executor | None, row: Any, viewer: Viewer,
-                          position: int | None = None) -> matchmaking_pb2.Ticket:
+                          position: int | None = None, last: int | None = None) -> matchmaking_pb2.Ticket:
         """The ticket's view from its row; a searching ticket's position is `position` when given,
-        else read in `session` (or, without one, in a read of its own)."""
+        else the matching loop's, else `last` when given, else read in `session` (or, without one,
+        in a read of its own)."""
         now = self.clock()
         out = matchmaking_pb2.Ticket(
             name=f"tickets/{row.id}",
@@ -328,7 +332,7 @@ class Tickets:
             half = self.settings.windows.half_width(waited)
             out.rating_low = row.rating - half
             out.rating_high = row.rating + half
-            position, mean_wait = await self._position(session, row, position)
+            position, mean_wait = await self._position(session, row, position, last)
             out.position = position
             windows = self.settings.windows
             expected = mean_wait if mean_wait is not None else windows.open_seconds or windows.step_seconds
@@ -359,11 +363,16 @@ class Tickets:
         # (NOT_FOUND ends the stream before it sends anything.) The rows come from `_rows`: the
         # streams woken together (a pass's proposals, a saga's tickets) are read together.
         # A refresh with no wake-up reuses the row: every change to it wakes the stream, this
-        # replica's at once and another's through `poll_watched` (the version it reads).
+        # replica's at once and another's through `poll_watched` (the version it reads). It sends
+        # no statement at all: the place comes from the matching loop, or stays the one last sent
+        # when the loop's reading is old (a pass held up by a burst). Counting it again in the
+        # database would cost every waiting stream a scan of its bucket every REFRESH_SECONDS, and
+        # more the longer the queue: work that grows as the square of a burst.
         key = f"ticket:{ticket_id}"
         sent = b""
         row: Any = None
         woken = True
+        place: int | None = None
         self._watchers[ticket_id] = self._watchers.get(ticket_id, 0) + 1
         try:
             while True:
@@ -372,7 +381,8 @@ class Tickets:
                     row = await self._rows.read(ticket_id)
                     if row is None or not (viewer.privileged or viewer.player in row.players):
                         raise TicketNotFoundError(f"tickets/{ticket_id} not found")
-                view = await self.ticket_view(None, row, viewer)
+                view = await self.ticket_view(None, row, viewer, last=None if woken else place)
+                place = view.position if row.state == "searching" else None
                 self._watched_versions[ticket_id] = row.version
                 data = view.SerializeToString(deterministic=True)
                 if data != sent:

@@ -15,6 +15,7 @@ from sqlalchemy import update as sql_update
 
 from buraco.v1 import common_pb2, matchmaking_pb2
 from services.matchmaking import models
+from services.matchmaking import tickets as tickets_module
 from tests.conftest import DatabaseTarget
 from tests.services.matchmaking.support import Platform_, Service, code_of, matchmaking_service
 
@@ -163,6 +164,34 @@ async def test_watch_streams_the_ticket_until_it_is_final(service: Service) -> N
         last = update
     assert last.state == Ticket.STATE_MATCHED
     assert last.assignment.table and last.assignment.game_session_address
+
+
+async def test_a_watch_streams_periodic_view_reads_nothing_from_the_database(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With no pass since the ticket was made, the loop cannot place it: the first view counts its
+    # place in the database, and the refreshes after it keep that place without reading again
+    # (a count per waiting stream every few seconds grows as the square of a burst).
+    monkeypatch.setattr(tickets_module, "REFRESH_SECONDS", 0.05)
+    await service.running.loop.stop()
+    ticket = await service.ticket("ana", players=4)
+    stream = service.stub.WatchTicket(
+        matchmaking_pb2.WatchTicketRequest(name=ticket.name), metadata=service.player("ana")
+    )
+    first: Ticket = await stream.read()  # type: ignore[assignment]
+    assert first.state == Ticket.STATE_SEARCHING and first.position == 1
+    db = service.running.core.db
+
+    def no_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a periodic view read the database")
+
+    for name in ("driver_connection", "read_each", "read_connection", "read", "write", "write_each"):
+        monkeypatch.setattr(db, name, no_read)
+    service.clock.advance(2)  # the estimated wait moves: the next refresh sends a view
+    refreshed: Ticket = await stream.read()  # type: ignore[assignment]
+    assert refreshed.state == Ticket.STATE_SEARCHING and refreshed.position == 1
+    assert refreshed.estimated_wait.seconds == first.estimated_wait.seconds - 2
+    stream.cancel()
 
 
 async def test_retries_are_idempotent(service: Service) -> None:
