@@ -19,8 +19,10 @@ first statement, so two writers never deadlock upgrading a read lock; another pr
 file waits in the busy handler). On PostgreSQL a write is an ordinary transaction; at most
 `connections` sessions of `write()` and `read()` run at once, so that a burst queues here
 rather than timing out in the connection pool, and a pool time-out all the same is UNAVAILABLE
-("busy, retry"), not INTERNAL. A write inside another write of the same task would wait for
-itself on SQLite: it raises instead.
+("busy, retry"), not INTERNAL. The queue is first come, first served, except for the tasks
+marked `first_in_line()` (a service's own background loop, which finishes the work the calls
+started): they go before every call waiting, so a burst of calls cannot hold that loop up.
+A write inside another write of the same task would wait for itself on SQLite: it raises instead.
 
 Reads (`Database.read`): a session on one consistent snapshot, for reads only, rolled back at the
 end: REPEATABLE READ, READ ONLY on PostgreSQL (under the same cap); a deferred `BEGIN` on SQLite
@@ -50,13 +52,15 @@ several services may share one PostgreSQL database or schema without reading eac
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import sqlite3
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -91,6 +95,62 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+#: Whether the running task's turns for a connection go before the calls' (`first_in_line`).
+_FIRST_IN_LINE: contextvars.ContextVar[bool] = contextvars.ContextVar("first_in_line", default=False)
+
+
+@contextmanager
+def first_in_line() -> Iterator[None]:
+    """Within this block, the running task (and the tasks it starts) waits for a connection ahead
+    of every task not marked so (`_Turns`): for a service's background loop, whose work (matching
+    the tickets waiting, starting their matches) must not queue behind a burst of new calls."""
+    token = _FIRST_IN_LINE.set(True)
+    try:
+        yield
+    finally:
+        _FIRST_IN_LINE.reset(token)
+
+
+class _Turns:
+    """At most `size` holders at once, as an asyncio.Semaphore; the waiters are let in in their
+    order of arrival, the tasks marked `first_in_line()` before the others. A freed turn is handed
+    to the next waiter directly, so no task arriving later takes it first."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._first: deque[asyncio.Future[None]] = deque()
+        self._others: deque[asyncio.Future[None]] = deque()
+
+    async def __aenter__(self) -> None:
+        if self._free > 0:
+            self._free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._first if _FIRST_IN_LINE.get() else self._others
+        queue.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._release()  # handed a turn as it was cancelled: pass it on
+            else:
+                with suppress(ValueError):  # (already taken off by a release)
+                    queue.remove(waiter)
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        for queue in (self._first, self._others):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self._free += 1
 
 
 def new_metadata() -> MetaData:
@@ -264,7 +324,7 @@ class Database:
                                connections)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         #: At most this many sessions of write() and read() at once (PostgreSQL).
-        self._connections = asyncio.Semaphore(connections)
+        self._connections = _Turns(connections)
         parsed = make_url(self.url)
         file = parsed.database or ""
         #: An in-memory SQLite database is one shared connection: its reads queue with the writes.

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from services.common.db import first_in_line
 from services.matchmaking import models
 from services.matchmaking.core import Core, aware
 from services.matchmaking.matcher import BucketKey, Waiting, match_pass
@@ -123,6 +124,12 @@ class Loop:
         self._passed.set()
 
     async def _run(self) -> None:
+        # The loop's statements go before the calls' (a burst of CreateTicket would otherwise
+        # hold every pass, and every match start, until the whole burst is in the queue).
+        with first_in_line():
+            await self._run_passes()
+
+    async def _run_passes(self) -> None:
         log.info("matching loop started")
         clock = asyncio.get_running_loop()
         # Passes are at least this far apart, however often the loop is woken: under a burst of

@@ -11,6 +11,7 @@ or before it began: many wait for the write lock).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from sqlalchemy import JSON, Column, MetaData, String, Table, bindparam, event, 
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from services.common.db import Database, DriverStatement, LazyPool, asyncpg_connect, asyncpg_pool
+from services.common.db import Database, DriverStatement, LazyPool, asyncpg_connect, asyncpg_pool, first_in_line
 from tests.conftest import DatabaseTarget
 
 ROWS_PER_TRANSACTION = 4
@@ -294,6 +295,68 @@ async def test_postgresql_sessions_are_capped_and_a_burst_queues(postgres_url: s
         assert most == 3
     finally:
         await db.dispose()
+
+
+async def test_tasks_first_in_line_take_the_next_connections_before_the_calls_waiting(postgres_url: str) -> None:
+    db = Database(postgres_url, connections=2)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def use(name: str, marked: bool = False) -> None:
+        with first_in_line() if marked else contextlib.nullcontext():
+            async with db.read_each() as connection:
+                order.append(name)
+                await connection.execute(text("SELECT 1"))
+                if name.startswith("holder"):
+                    await release.wait()
+
+    async def waiting(count: int) -> None:
+        # every task started so far waits for a connection (the loop runs each until it waits)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert len(order) == count
+
+    try:
+        holders = [asyncio.create_task(use(f"holder{i}")) for i in range(2)]
+        while len(order) < 2:  # both connections held
+            await asyncio.sleep(0.01)
+        calls = [asyncio.create_task(use(f"call{i}")) for i in range(3)]
+        gone = asyncio.create_task(use("cancelled-marked", marked=True))
+        loops = [asyncio.create_task(use(f"loop{i}", marked=True)) for i in range(2)]
+        await waiting(2)
+        gone.cancel()  # a waiter cancelled leaves its place and takes no turn
+        release.set()
+        await asyncio.gather(*holders, *calls, *loops)
+        assert gone.cancelled()
+        assert order == ["holder0", "holder1", "loop0", "loop1", "call0", "call1", "call2"]
+        # every turn came back: the cap's two connections are both free again
+        async with db.read_each(), db.read_each():
+            pass
+    finally:
+        await db.dispose()
+
+
+async def test_a_task_handed_a_connection_as_it_is_cancelled_passes_the_turn_on(postgres_url: str) -> None:
+    db = Database(postgres_url, connections=1)
+    entered: list[str] = []
+    try:
+        holder = db.read_each()
+        await holder.__aenter__()
+        first = asyncio.create_task(_enter(db, entered, "first"))
+        second = asyncio.create_task(_enter(db, entered, "second"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        await holder.__aexit__(None, None, None)  # hands the turn to the first waiter...
+        first.cancel()  # ...which is cancelled before it runs again
+        await asyncio.wait_for(second, 10)
+        assert first.cancelled() and entered == ["second"]
+    finally:
+        await db.dispose()
+
+
+async def _enter(db: Database, entered: list[str], name: str) -> None:
+    async with db.read_each():
+        entered.append(name)
 
 
 @pytest.mark.parametrize("db_target", ["postgresql"], indirect=True)
