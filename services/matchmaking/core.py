@@ -155,6 +155,11 @@ class Core:
         #: A searching ticket's place in its bucket as the matching loop last read the queue, given
         #: the ticket's version; None when the loop cannot tell (set by the service: Loop.position).
         self.queue_position: Callable[[str, int], int | None] = lambda ticket, version: None
+        #: The place of a ticket about to be queued at the back of a bucket, from the loop's last
+        #: reading of the queue and the tickets queued here since; None when the loop cannot tell
+        #: (set by the service: Loop.new_place). `queued_here` counts a ticket queued here.
+        self.new_place: Callable[[BucketKey], int | None] = lambda key: None
+        self.queued_here: Callable[[BucketKey], None] = lambda key: None
 
     # -- idempotency ------------------------------------------------------------------------------
 

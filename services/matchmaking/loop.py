@@ -83,6 +83,12 @@ class Loop:
         self._index: dict[str, _Searching] = {}
         self._index_time = -math.inf
         self._positions: dict[str, int] | None = None
+        #: The searching tickets per bucket in the index (computed with `_positions`), and the
+        #: tickets queued by this replica (`queued_here`) since the reading under way began and,
+        #: while it is under way, between the index's reading and that one.
+        self._sizes: dict[BucketKey, int] = {}
+        self._queued_since: dict[BucketKey, int] = {}
+        self._queued_before: dict[BucketKey, int] = {}
 
     @property
     def stopping(self) -> bool:
@@ -191,6 +197,9 @@ class Loop:
         record: a proposal takes its tickets only if they are still searching in the database."""
         t = models.tickets
         async with self.core.db.read_connection() as connection:
+            # Tickets queued from here on are either in this reading or counted anew (a ticket
+            # committed just before may be both: a new place is at most a few too far back).
+            self._queued_before, self._queued_since = self._queued_since, {}
             versions = dict(
                 (row.id, row.version)
                 for row in await connection.execute(select(t.c.id, t.c.version).where(t.c.state == "searching"))
@@ -234,6 +243,7 @@ class Loop:
             del index[ticket]
         self._index_time = asyncio.get_running_loop().time()
         self._positions = None
+        self._queued_before = {}
         return [entry for ticket, entry in index.items() if entry.version == versions.get(ticket)]
 
     def position(self, ticket: str, version: int) -> int | None:
@@ -241,10 +251,29 @@ class Loop:
         time) as the last pass read the queue, if that pass held the ticket at `version` and was
         at most POSITION_MAX_AGE_SECONDS ago; else None (the caller counts in the database)."""
         entry = self._index.get(ticket)
-        if entry is None or entry.version != version:
+        if entry is None or entry.version != version or not self._recent():
             return None
-        if asyncio.get_running_loop().time() - self._index_time > POSITION_MAX_AGE_SECONDS:
+        return self._places().get(ticket)
+
+    def new_place(self, key: BucketKey) -> int | None:
+        """The place of a ticket about to be queued at the back of bucket `key`: behind the tickets
+        the last pass read there and those queued by this replica since, if that pass was at most
+        POSITION_MAX_AGE_SECONDS ago; else None (the caller counts in the database). An estimate,
+        as a count would be: other replicas' new tickets are in the next pass's reading."""
+        if not self._recent():
             return None
+        self._places()
+        return self._sizes.get(key, 0) + self._queued_before.get(key, 0) + self._queued_since.get(key, 0) + 1
+
+    def queued_here(self, key: BucketKey) -> None:
+        """A ticket was queued at the back of bucket `key` by this replica (`new_place`)."""
+        self._queued_since[key] = self._queued_since.get(key, 0) + 1
+
+    def _recent(self) -> bool:
+        return asyncio.get_running_loop().time() - self._index_time <= POSITION_MAX_AGE_SECONDS
+
+    def _places(self) -> dict[str, int]:
+        """Each indexed ticket's place in its bucket, and the buckets' sizes, computed once per reading."""
         if self._positions is None:
             buckets: dict[BucketKey, list[_Searching]] = {}
             for searching in self._index.values():
@@ -253,7 +282,8 @@ class Loop:
             for members in buckets.values():
                 members.sort(key=lambda m: (not m.front, m.queued_at, m.ticket))
                 self._positions.update((m.ticket, place) for place, m in enumerate(members, start=1))
-        return self._positions.get(ticket)
+            self._sizes = {key: len(members) for key, members in buckets.items()}
+        return self._positions
 
     async def match_once(self) -> int:
         now = self.core.clock()

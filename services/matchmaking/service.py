@@ -70,6 +70,8 @@ def registrar(
         loop = Loop(core, sagas, tickets)
         core.wake = loop.wake
         core.queue_position = loop.position
+        core.new_place = loop.new_place
+        core.queued_here = loop.queued_here
         lobby = Lobby(core, sagas)
         erasure = Erasure(core, tickets)
         servicer = api.MatchmakingApi(deps, tickets, Parties(core), lobby, erasure)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
-from sqlalchemy import String, and_, bindparam, delete, func, insert, literal, or_, select, text, update
+from sqlalchemy import String, and_, bindparam, delete, func, insert, literal, null, or_, select, text, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -113,20 +113,22 @@ def _create_at_once() -> Any:
 _CREATE_AT_ONCE = DriverStatement(_create_at_once())
 
 
-def _create_reads() -> Any:
+def _create_reads(counting: bool) -> Any:
     """What a lone player's new ticket reads first, in one statement (PostgreSQL): the answer stored
     under the call's idempotency key, if any (`scope`, `request_id`; its columns NULL when none),
-    how many tickets are ahead of a new one at the back of its bucket (`_AHEAD_OF_BACK`'s
-    parameters) and the player's recent opponents (`player`; NULL when none)."""
+    the player's recent opponents (`player`; NULL when none) and, `counting`, how many tickets are
+    ahead of a new one at the back of its bucket (`_AHEAD_OF_BACK`'s parameters; a scan of the
+    bucket, for when the matching loop cannot tell)."""
     k, r = models.idempotency_keys, models.recent
     one = select(literal(1).label("one")).subquery("one")
     stored = one.outerjoin(k, and_(k.c.scope == bindparam("scope"), k.c.request_id == bindparam("request_id")))
     recent = select(r.c.others).where(r.c.player == bindparam("player")).scalar_subquery()
+    ahead = _AHEAD_OF_BACK[0].scalar_subquery() if counting else null()
     return select(k.c.method, k.c.request_hash, k.c.response, k.c.expires_at,
-                  _AHEAD_OF_BACK[0].scalar_subquery().label("ahead"), recent.label("recent")).select_from(stored)
+                  ahead.label("ahead"), recent.label("recent")).select_from(stored)
 
 
-_CREATE_READS = DriverStatement(_create_reads())
+_CREATE_READS, _CREATE_READS_COUNTING = (DriverStatement(_create_reads(counting)) for counting in (False, True))
 
 
 def _confirm_at_once() -> Any:
@@ -246,6 +248,26 @@ class TicketRows:
                         future.set_result(rows.get(name))
 
 
+class _Places:
+    """Places given to new tickets, by ticket and version: a bounded memory (emptied when full),
+    since a stream that never opens never takes its ticket's place out."""
+
+    LIMIT = 20_000
+
+    def __init__(self) -> None:
+        self._places: dict[str, tuple[int, int]] = {}
+
+    def remember(self, ticket_id: str, version: int, place: int) -> None:
+        if len(self._places) >= self.LIMIT:
+            self._places.clear()
+        self._places[ticket_id] = (version, place)
+
+    def get(self, ticket_id: str, version: int) -> int | None:
+        """The place given at `version` (once: a stream's first view takes it out), else None."""
+        found = self._places.pop(ticket_id, None)
+        return found[1] if found is not None and found[0] == version else None
+
+
 class Tickets:
     """A replica's tickets. One instance serves the API and the matching loop: the loop's
     `poll_watched` reads the versions of the tickets this instance's watch streams follow."""
@@ -260,6 +282,8 @@ class Tickets:
         self._watchers: dict[str, int] = {}
         self._watched_versions: dict[str, int] = {}
         self._rows = TicketRows(core.db)
+        #: The places CreateTicket gave the tickets it made, for their watch streams' first views.
+        self._placed = _Places()
         #: The mean recent wait per kind of ticket, and until when it is reused (MEAN_WAIT_TTL).
         self._mean_waits: dict[BucketKey, tuple[datetime, float | None]] = {}
 
@@ -373,6 +397,7 @@ class Tickets:
         row: Any = None
         woken = True
         place: int | None = None
+        first = True
         self._watchers[ticket_id] = self._watchers.get(ticket_id, 0) + 1
         try:
             while True:
@@ -381,7 +406,11 @@ class Tickets:
                     row = await self._rows.read(ticket_id)
                     if row is None or not (viewer.privileged or viewer.player in row.players):
                         raise TicketNotFoundError(f"tickets/{ticket_id} not found")
-                view = await self.ticket_view(None, row, viewer, last=None if woken else place)
+                if first:  # the place CreateTicket gave, if it was made here and has not changed
+                    place, first = self._placed.get(ticket_id, row.version), False
+                elif woken:
+                    place = None
+                view = await self.ticket_view(None, row, viewer, last=place)
                 place = view.position if row.state == "searching" else None
                 self._watched_versions[ticket_id] = row.version
                 data = view.SerializeToString(deterministic=True)
@@ -540,13 +569,19 @@ class Tickets:
         now = self.clock()
         ticket_id = new_id()
         prefs = preferences
+        # Its place at the back of its bucket, from the matching loop when it can tell (counting
+        # it here scans the bucket: work that grows with the queue, at every ticket of a burst).
+        place = self.core.new_place(prefs.key)
+        reads = _CREATE_READS if place is not None else _CREATE_READS_COUNTING
         async with self.db.driver_connection() as driver:
-            found = await _CREATE_READS.fetchrow(driver, {
+            found = await reads.fetchrow(driver, {
                 "scope": scope, "request_id": request.request_id, "player": player, "queued_at": now, "id": ticket_id,
                 "preset": prefs.preset, "seats": prefs.seats, "length": prefs.length,
                 "target_points": prefs.target_points, "mode": prefs.mode, "bet_chips": prefs.bet_chips,
             })
         assert found is not None  # one row, whatever it finds
+        if place is None:
+            place = found.ahead + 1
         digest = request_hash("CreateTicket", request)
         if found.method is not None:
             if found.method == "CreateTicket" and found.request_hash == digest and aware(found.expires_at) > now:
@@ -556,7 +591,7 @@ class Tickets:
             await self.core.check_eligible([player], preferences.bet_chips)
         rating = await self._rating([player], preferences)
         values = self._ticket_values(ticket_id, player, [player], None, preferences, rating, found.recent or [])
-        view = await self.ticket_view(None, SimpleNamespace(**values), Viewer(player), position=found.ahead + 1)
+        view = await self.ticket_view(None, SimpleNamespace(**values), Viewer(player), position=place)
         stored_at, expires = self.core.idempotency.window()
         key = {"scope": scope, "request_id": request.request_id, "method": "CreateTicket", "request_hash": digest,
                "response": view.SerializeToString(deterministic=True), "created_at": stored_at, "expires_at": expires}
@@ -570,6 +605,8 @@ class Tickets:
             # A key clash wrote nothing: the transactional path answers it (the concurrent call's
             # stored answer, or the player's live ticket named).
             return None
+        self.core.queued_here(prefs.key)
+        self._placed.remember(ticket_id, values["version"], place)
         return view
 
     async def cancel_ticket(

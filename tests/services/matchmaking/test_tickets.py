@@ -194,6 +194,38 @@ async def test_a_watch_streams_periodic_view_reads_nothing_from_the_database(
     stream.cancel()
 
 
+class _Refused:
+    """A statement that must not run."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError("a ticket's place was counted in the database")
+
+
+@pytest.mark.parametrize("db_target", ["postgresql"], indirect=True)  # a lone player's one-statement path
+async def test_new_tickets_are_placed_from_the_loops_reading_without_counting_the_queue(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Counting a new ticket's place scans its bucket: in a burst, work that grows with the queue at
+    # every ticket. While the loop's last reading is recent, the place is the tickets it read in
+    # the bucket plus those queued here since; the first view of the ticket's stream repeats it.
+    await service.settle()
+    await service.running.loop.stop()  # no pass from here on: the places come from the last one
+    refused = (_Refused(), _Refused())
+    monkeypatch.setattr(tickets_module, "_CREATE_READS_COUNTING", _Refused())
+    monkeypatch.setattr(tickets_module, "_AHEAD_OF_BACK", refused)
+    monkeypatch.setattr(tickets_module, "_AHEAD_OF_FRONT", refused)
+    made = [await service.ticket(player, players=4) for player in ("ana", "bia", "caio")]
+    assert [ticket.position for ticket in made] == [1, 2, 3]
+    other_bucket = await service.ticket("duda", players=2)
+    assert other_bucket.position == 1
+    stream = service.stub.WatchTicket(
+        matchmaking_pb2.WatchTicketRequest(name=made[1].name), metadata=service.player("bia")
+    )
+    first: Ticket = await stream.read()  # type: ignore[assignment]
+    assert first.state == Ticket.STATE_SEARCHING and first.position == 2
+    stream.cancel()
+
+
 async def test_retries_are_idempotent(service: Service) -> None:
     first = await service.ticket("ana", request_id="r1")
     assert await service.ticket("ana", request_id="r1") == first
