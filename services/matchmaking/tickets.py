@@ -173,7 +173,8 @@ _TICKET_COLUMNS = tuple(c.name for c in models.tickets.c)
 #: confirmed (PostgreSQL): what `confirmed_values` writes, as one conditional statement. Run after
 #: a confirmation committed, on a snapshot taken after it: of two last confirmations landing at
 #: once, the later one's statement sees both (the other's finds the saga moved, or moves it
-#: first). Returns the saga's id when it moved it.
+#: first). Returns the saga's id when it moved it. The tickets are looked up by key (`= ANY` of
+#: an array): as `IN (SELECT ...)` of a set-returning function the planner scans the whole table.
 _START_IF_ALL_CONFIRMED = DriverStatement(text("""
     UPDATE matchmaking_sagas AS s
        SET state = CASE WHEN s.bet_chips > 0 THEN 'holding' ELSE 'creating' END,
@@ -182,7 +183,7 @@ _START_IF_ALL_CONFIRMED = DriverStatement(text("""
      WHERE s.id = :saga AND s.state = 'confirming'
        AND NOT EXISTS (
            SELECT 1 FROM matchmaking_tickets AS t
-            WHERE t.id IN (SELECT json_array_elements_text(s.tickets))
+            WHERE t.id = ANY (ARRAY(SELECT json_array_elements_text(s.tickets)))
               AND NOT (t.confirmed::jsonb @> t.players::jsonb))
  RETURNING s.id
 """))
@@ -308,6 +309,10 @@ class Tickets:
             position = last
         cached = self._mean_waits.get(key)
         if cached is not None and cached[0] <= now:
+            # This call reads the mean again; the calls until it has are answered with the last
+            # one (the read scans the bucket's recent history: once per MEAN_WAIT_TTL, not once
+            # per view asked for while it runs).
+            self._mean_waits[key] = (now + MEAN_WAIT_TTL, cached[1])
             cached = None
         if position is not None and cached is not None:
             return position, cached[1]

@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy import update as sql_update
 
 from buraco.v1 import common_pb2, matchmaking_pb2
@@ -224,6 +224,50 @@ async def test_new_tickets_are_placed_from_the_loops_reading_without_counting_th
     first: Ticket = await stream.read()  # type: ignore[assignment]
     assert first.state == Ticket.STATE_SEARCHING and first.position == 2
     stream.cancel()
+
+
+@pytest.mark.parametrize("db_target", ["postgresql"], indirect=True)
+async def test_a_last_confirmation_looks_its_tickets_up_by_key_not_by_scanning_them_all(service: Service) -> None:
+    # A scan of every ticket ever made, at every match's last confirmation, grows with the table.
+    made = await service.ticket("ana")
+    db = service.running.core.db
+    async with db.driver_connection() as driver:
+        await driver.execute("""
+            INSERT INTO matchmaking_tickets
+            SELECT (jsonb_populate_record(NULL::matchmaking_tickets,
+                    to_jsonb(t) || jsonb_build_object('id', 'old-' || n, 'state', 'matched'))).*
+              FROM matchmaking_tickets AS t, generate_series(1, 3000) AS n WHERE t.id = $1""", made.name[8:])
+        await driver.execute("ANALYZE matchmaking_tickets")
+        start = tickets_module._START_IF_ALL_CONFIRMED
+        now = service.clock.now
+        plan = "\n".join(r[0] for r in await driver.fetch(
+            "EXPLAIN " + start.sql, *start.args({"saga": "s1", "deadline": now, "now": now})))
+    assert "Seq Scan on matchmaking_tickets" not in plan, plan
+    assert "matchmaking_tickets" in plan, plan
+
+
+async def test_the_mean_wait_is_read_once_however_many_views_ask_for_it_at_once(service: Service) -> None:
+    made = []
+    for player in ("ana", "bia"):
+        made.append(await service.ticket(player, players=4))
+        service.clock.advance(1)
+    await service.settle()
+    await service.get(made[0])  # the mean wait read and kept for a while
+    service.clock.advance(tickets_module.MEAN_WAIT_TTL.total_seconds() + 1)
+    reads: list[str] = []
+
+    def executed(connection: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if "avg(" in statement:
+            reads.append(statement)
+
+    engine = service.running.core.db.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", executed)
+    try:
+        views = await asyncio.gather(*(service.get(made[n % 2]) for n in range(10)))
+    finally:
+        event.remove(engine, "before_cursor_execute", executed)
+    assert [view.position for view in views] == [1, 2] * 5
+    assert len(reads) == 1
 
 
 async def test_retries_are_idempotent(service: Service) -> None:
