@@ -55,13 +55,15 @@ _STAKE = re.compile(r"stakes\[(\d+)\]")
 
 
 #: A quick match's start made known in one statement (PostgreSQL), the whole of it only if the saga
-#: was still notifying: the saga started, its tickets MATCHED with the table's name and address,
-#: their queue memberships ended, and each player's recent opponents replaced (the rematch rule;
-#: `others` one JSON list per player). Returns 1 when it started the saga, 0 when someone else had.
+#: was still in the state read (`expected`): the saga started with its table, its tickets MATCHED
+#: with the table's name and address, their queue memberships ended, and each player's recent
+#: opponents replaced (the rematch rule; `others` one JSON list per player). Returns 1 when it
+#: started the saga, 0 when someone else had.
 _NOTIFY_AT_ONCE = DriverStatement(text("""
     WITH s AS (
-        UPDATE matchmaking_sagas SET state = 'started', update_time = :now
-         WHERE id = :saga AND state = 'notifying'
+        UPDATE matchmaking_sagas
+           SET state = 'started', game_table = :game_table, game_address = :game_address, update_time = :now
+         WHERE id = :saga AND state = :expected
      RETURNING id
     ), t AS (
         UPDATE matchmaking_tickets
@@ -125,12 +127,14 @@ def moved(saga: Any, values: dict[str, Any]) -> Any:
 
 def confirmed_values(saga: Any, start_seconds: float, now: datetime) -> dict[str, Any]:
     """What a quick match's saga becomes once every player has confirmed: it holds the bets (or,
-    at a practice table, asks for the table), due now, with the start's own deadline."""
+    at a practice table, asks for the table), due now, with the start's own deadline. The table
+    is asked for in the same step as the hold, with no write between: from here on a table may
+    exist (`table_requested`)."""
     needs_hold = saga.bet_chips > 0
     return {
         "state": "holding" if needs_hold else "creating",
         "held": needs_hold,
-        "table_requested": not needs_hold,
+        "table_requested": True,
         "deadline": now + timedelta(seconds=start_seconds),
         "next_attempt_at": now,
         "attempts": 0,
@@ -278,7 +282,7 @@ class Sagas:
                 next_attempt_at=now,
                 attempts=0,
                 held=competitive and options.bet_chips > 0,
-                table_requested=not (competitive and options.bet_chips > 0),
+                table_requested=True,  # asked for in the hold's step (confirmed_values)
                 game_table="",
                 game_address="",
                 culprits=[],
@@ -402,11 +406,14 @@ class Sagas:
                 failure_reason=reason,
                 next_attempt_at=self.clock(),
             )
-        return await self._set(
-            saga, "holding", state="creating", table_requested=True, attempts=0, next_attempt_at=self.clock()
-        )
+        # The table next, in this step: the row stays `holding` (a retry holds again, with the
+        # same request id, which the wallet answers as the first time).
+        return await self._creating(saga)
 
     async def _creating(self, saga: Any) -> Any | None:
+        """Asks for the table, then notifies, from the saga's state (`holding` after the hold, or
+        `creating`): a failure leaves that state to retry from, and both calls are answered as
+        the first time on a retry (same request ids), so the row is written only once, at the end."""
         seats = [SeatSpec(seat["player"], int(seat["bot"])) for seat in saga.seats]
         try:
             self.before_step("table", saga.id)
@@ -419,22 +426,18 @@ class Sagas:
         except Refused as refused:
             return await self._set(
                 saga,
-                "creating",
+                saga.state,
                 state="compensating",
                 failure_reason=f"the game-session service refused the table ({refused.code})",
                 next_attempt_at=self.clock(),
             )
-        return await self._set(
-            saga,
-            "creating",
-            state="notifying",
-            game_table=table.name,
-            game_address=table.owner_address,
-            attempts=0,
-            next_attempt_at=self.clock(),
-        )
+        return await self._notifying(moved(saga, {"game_table": table.name, "game_address": table.owner_address}))
 
     async def _notifying(self, saga: Any) -> Any | None:
+        """The match started: the saga `started` with its table (from the state it is in), the
+        tickets MATCHED (or the lobby table IN_MATCH), the players' last opponents remembered; one
+        transaction (one statement for a quick match on PostgreSQL). `notifying` rows were written
+        by earlier versions between the table and this step."""
         self.before_step("notify", saga.id)
         now = self.clock()
         t = models.tickets
@@ -442,8 +445,8 @@ class Sagas:
         if self.db.dialect == "postgresql" and not saga.lobby_table:
             async with self.db.driver_connection() as driver:
                 made = await _NOTIFY_AT_ONCE.fetchrow(driver, {
-                    "saga": saga.id, "now": now, "tickets": list(saga.tickets), "game_table": saga.game_table,
-                    "game_address": saga.game_address, "players": players,
+                    "saga": saga.id, "expected": saga.state, "now": now, "tickets": list(saga.tickets),
+                    "game_table": saga.game_table, "game_address": saga.game_address, "players": players,
                     "others": [json.dumps([o for o in players if o != p]) for p in players],
                 })
             if made is None or made.started != 1:
@@ -454,8 +457,9 @@ class Sagas:
         async with self.db.write_connection() as session:
             started = await session.execute(
                 update(models.sagas)
-                .where(models.sagas.c.id == saga.id, models.sagas.c.state == "notifying")
-                .values(state="started", update_time=now)
+                .where(models.sagas.c.id == saga.id, models.sagas.c.state == saga.state)
+                .values(state="started", game_table=saga.game_table, game_address=saga.game_address,
+                        update_time=now)
             )
             if getattr(started, "rowcount", 0) != 1:
                 return None

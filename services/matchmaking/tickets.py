@@ -178,7 +178,7 @@ _TICKET_COLUMNS = tuple(c.name for c in models.tickets.c)
 _START_IF_ALL_CONFIRMED = DriverStatement(text("""
     UPDATE matchmaking_sagas AS s
        SET state = CASE WHEN s.bet_chips > 0 THEN 'holding' ELSE 'creating' END,
-           held = s.bet_chips > 0, table_requested = s.bet_chips <= 0,
+           held = s.bet_chips > 0, table_requested = TRUE,
            deadline = :deadline, next_attempt_at = :now, attempts = 0, update_time = :now
      WHERE s.id = :saga AND s.state = 'confirming'
        AND NOT EXISTS (

@@ -8,6 +8,7 @@ import asyncio
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -128,6 +129,26 @@ async def test_a_table_given_up_on_is_cancelled_at_its_owner(service: Service) -
     assert table.state == game_session_pb2.Table.STATE_CANCELLED
     assert service.platform.tables.redirects >= 1  # asked replica 0, followed it to replica 1
     assert await service.platform.held("ana") == await service.platform.held("bia") == 0
+
+
+async def test_a_start_writes_its_saga_once_after_the_hold_and_the_table(service: Service) -> None:
+    # The hold and the table are asked for in one step, and the saga's row is written once, when
+    # the match has started: a retry from `holding` asks both again with the same request ids.
+    moves: list[tuple[str, object]] = []
+    set_state = service.running.sagas._set
+
+    async def recorded(saga: Any, expected: str, **values: Any) -> Any:
+        moves.append((expected, values.get("state")))
+        return await set_state(saga, expected, **values)
+
+    service.running.sagas._set = recorded  # type: ignore[method-assign]
+    tickets = await proposed_pair(service)
+    await service.confirm_all(*tickets)
+    await service.settle()
+    assert await states(service, tickets) == [Ticket.STATE_MATCHED] * 2
+    assert moves == []
+    assert await service.platform.held("ana") == await service.platform.held("bia") == BET
+    assert len(service.platform.tables.tables) == 1
 
 
 async def test_a_failed_notification_is_retried_without_a_second_table(service: Service) -> None:
