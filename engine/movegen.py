@@ -39,25 +39,44 @@ def ruleset_number(rules: Ruleset) -> int:
     return number
 
 
-# The memo tables are plain dicts, each emptied when it reaches its bound (the hands of the moment
-# fill it again: an entry is rarely looked up again once its hand is over). An ``lru_cache`` costs a
-# call through the interpreter's machinery at every look-up from compiled code, and keeps a linked
-# entry per key that Python's collector re-scans at every full collection.
+# The memo tables are plain dicts bounded by a ``Ring`` each: once a table is full, every new entry
+# evicts the oldest one. A table emptied at its bound instead would let every entry the hands of the
+# moment add count towards Python's collector's thresholds (the objects freed by the emptying do
+# not count back), and each entry survives into the oldest generation, which every full
+# collection re-scans: evicting one entry per entry added keeps the collector's counts level. An
+# ``lru_cache`` costs a call through the interpreter's machinery at every look-up from compiled code,
+# and keeps a linked entry per key that the collector re-scans too.
 _NOT_A_MELD: Final = Meld(False, -1, 0, 0, (), -1, 0)  # a failure, as memoised (None: not looked up yet)
 
 
-def remember(table: dict[Any, Any], bound: int, key: Any, value: Any) -> None:
-    """Stores ``value`` under ``key`` in a memo table of at most ``bound`` entries: a full table is
-    emptied first (the hands of the moment fill it again)."""
-    if len(table) >= bound:
-        table.clear()
+class Ring:
+    """The keys of one memo table in the order they were stored, at most ``bound`` of them."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.keys: list[Any] = []
+        self.next = 0  # once full: the slot of the oldest key, the next to evict
+
+
+def remember(table: dict[Any, Any], ring: Ring, key: Any, value: Any) -> None:
+    """Stores ``value`` under ``key`` (not in ``table``) in a memo table bounded by ``ring``: a full
+    table first drops its oldest entry."""
+    keys = ring.keys
+    if len(keys) < ring.bound:
+        keys.append(key)
+    else:
+        slot = ring.next
+        table.pop(keys[slot], None)
+        keys[slot] = key
+        slot += 1
+        ring.next = 0 if slot == ring.bound else slot
     table[key] = value
 
 
 # Placement is a pure function of (cards, ruleset): memoised, since the same hands are examined
 # again and again within a turn and across turns. Failures are memoised too.
 _PLACED: Final[dict[tuple[tuple[int, ...], int, int | None], Meld]] = {}
-_PLACED_BOUND: Final = 1 << 16
+_PLACED_RING: Final = Ring(1 << 16)
 
 
 def _placed(cards: tuple[int, ...], rules: int, wild_as: int | None) -> Meld | None:
@@ -68,7 +87,7 @@ def _placed(cards: tuple[int, ...], rules: int, wild_as: int | None) -> Meld | N
             found = make_meld(cards, _BY_NUMBER[rules], wild_as)
         except IllegalActionError:
             found = _NOT_A_MELD
-        remember(_PLACED, _PLACED_BOUND, key, found)
+        remember(_PLACED, _PLACED_RING, key, found)
     return None if found is _NOT_A_MELD else found
 
 
@@ -77,7 +96,7 @@ def placed(cards: tuple[int, ...], rules: Ruleset, wild_as: int | None) -> Meld 
 
 
 _EXTENDED: Final[dict[tuple[Meld, tuple[int, ...], int], Meld]] = {}
-_EXTENDED_BOUND: Final = 1 << 16
+_EXTENDED_RING: Final = Ring(1 << 16)
 
 
 def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
@@ -88,20 +107,20 @@ def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
             found = _shared_meld(extend_meld(meld, cards, _BY_NUMBER[rules]))
         except IllegalActionError:
             found = _NOT_A_MELD
-        remember(_EXTENDED, _EXTENDED_BOUND, key, found)
+        remember(_EXTENDED, _EXTENDED_RING, key, found)
     return None if found is _NOT_A_MELD else found
 
 
 # Many additions to many melds make the same meld: one object for all of them (see _shared_meld_action).
 _SHARED_MELDS: Final[dict[Meld, Meld]] = {}
-_SHARED_MELDS_BOUND: Final = 1 << 15
+_SHARED_MELDS_RING: Final = Ring(1 << 15)
 
 
 def _shared_meld(meld: Meld) -> Meld:
     found = _SHARED_MELDS.get(meld)
     if found is None:
         found = meld
-        remember(_SHARED_MELDS, _SHARED_MELDS_BOUND, meld, found)
+        remember(_SHARED_MELDS, _SHARED_MELDS_RING, meld, found)
     return found
 
 
@@ -188,7 +207,8 @@ def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tu
 
 _SUIT_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
 _RANK_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
-_MELDS_BOUND: Final = 1 << 14
+_SUIT_MELDS_RING: Final = Ring(1 << 14)
+_RANK_MELDS_RING: Final = Ring(1 << 14)
 
 
 def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
@@ -199,7 +219,7 @@ def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
     found = _SUIT_MELDS.get(key)
     if found is None:
         found = _suit_melds(rules_number, suit, suit_counts, wild_counts)
-        remember(_SUIT_MELDS, _MELDS_BOUND, key, found)
+        remember(_SUIT_MELDS, _SUIT_MELDS_RING, key, found)
     return found
 
 
@@ -243,7 +263,7 @@ def rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
     found = _RANK_MELDS.get(key)
     if found is None:
         found = _rank_melds(rules_number, rank, rank_counts, wild_counts)
-        remember(_RANK_MELDS, _MELDS_BOUND, key, found)
+        remember(_RANK_MELDS, _RANK_MELDS_RING, key, found)
     return found
 
 
@@ -287,7 +307,7 @@ def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandid
 # melds turn up in tens of thousands of entries, and each object of its own would be one more for
 # Python's collector to re-scan.
 _SHARED_MELD_ACTIONS: Final[dict[tuple[tuple[int, ...], int | None], MeldCards]] = {}
-_SHARED_MELD_ACTIONS_BOUND: Final = 1 << 16
+_SHARED_MELD_ACTIONS_RING: Final = Ring(1 << 16)
 
 
 def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCards:
@@ -295,12 +315,12 @@ def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCard
     found = _SHARED_MELD_ACTIONS.get(key)
     if found is None:
         found = MeldCards(cards, wild_as)
-        remember(_SHARED_MELD_ACTIONS, _SHARED_MELD_ACTIONS_BOUND, key, found)
+        remember(_SHARED_MELD_ACTIONS, _SHARED_MELD_ACTIONS_RING, key, found)
     return found
 
 
 _ADDITIONS: Final[dict[tuple[int, Meld, tuple[int, ...], tuple[int, ...]], AddCandidates]] = {}
-_ADDITIONS_BOUND: Final = 1 << 14
+_ADDITIONS_RING: Final = Ring(1 << 14)
 
 
 def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
@@ -311,7 +331,7 @@ def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
     found = _ADDITIONS.get(key)
     if found is None:
         found = _meld_additions(rules_number, meld, part, wild_counts)
-        remember(_ADDITIONS, _ADDITIONS_BOUND, key, found)
+        remember(_ADDITIONS, _ADDITIONS_RING, key, found)
     return found
 
 
@@ -598,6 +618,8 @@ EMPTY_SEGMENT: Final = Segment((), ())
 
 _SUIT_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
 _RANK_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
+_SUIT_SEGMENTS_RING: Final = Ring(1 << 14)
+_RANK_SEGMENTS_RING: Final = Ring(1 << 14)
 
 
 def suit_segment(rules_number: int, suit: int, suit_counts: tuple[int, ...],
@@ -608,7 +630,7 @@ def suit_segment(rules_number: int, suit: int, suit_counts: tuple[int, ...],
     if found is None:
         actions, melds = suit_melds(rules_number, suit, suit_counts, wild_counts)
         found = Segment(actions, melds) if actions else EMPTY_SEGMENT
-        remember(_SUIT_SEGMENTS, _MELDS_BOUND, key, found)
+        remember(_SUIT_SEGMENTS, _SUIT_SEGMENTS_RING, key, found)
     return found
 
 
@@ -620,7 +642,7 @@ def rank_segment(rules_number: int, rank: int, rank_counts: tuple[int, ...],
     if found is None:
         actions, melds = rank_melds(rules_number, rank, rank_counts, wild_counts)
         found = Segment(actions, melds) if actions else EMPTY_SEGMENT
-        remember(_RANK_SEGMENTS, _MELDS_BOUND, key, found)
+        remember(_RANK_SEGMENTS, _RANK_SEGMENTS_RING, key, found)
     return found
 
 
@@ -634,6 +656,7 @@ ADD_PLANS: Final = 18
 
 
 _SUIT_DISCARDS: Final[dict[tuple[bytes, int], tuple[Discard, ...]]] = {}
+_SUIT_DISCARDS_RING: Final = Ring(1 << 12)
 
 
 def _suit_discards(suit_counts: bytes, suit: int) -> tuple[Discard, ...]:
@@ -642,7 +665,7 @@ def _suit_discards(suit_counts: bytes, suit: int) -> tuple[Discard, ...]:
     if found is None:
         first = suit * 13
         found = tuple([ALL_DISCARDS[first + i] for i in range(13) if suit_counts[i]])
-        remember(_SUIT_DISCARDS, 1 << 12, key, found)
+        remember(_SUIT_DISCARDS, _SUIT_DISCARDS_RING, key, found)
     return found
 
 
