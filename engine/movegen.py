@@ -983,9 +983,10 @@ def must_meld_shortcut(state: PlayPosition) -> int:
     1 rests on a candidate the generator lists (its lists are complete: the property tests check it)
     and that ``plays`` accepts without asking the state (it leaves two cards or more, no lone card):
     three naturals in a row of the card's suit around it, three naturals of its rank (groups), the
-    card alone added to one of the side's melds. 0 rests on ``plays``' own filters: no sequence of
-    the suit can hold the card (``_sequence_around``), no group of its rank has cards enough, and
-    the side has no meld of its suit or rank.
+    card alone added to one of the side's melds. 0 rests on ``plays``' own filters (no sequence of
+    the suit can hold the card: ``_sequence_around``; no group of its rank has cards enough) and on
+    the side's melds: none is a group of its rank, and no addition to a sequence of its suit can
+    hold it (``_may_reach``).
     """
     must = state.must_meld
     if must < 0 or must == JOKER or must % 13 == 1:
@@ -998,12 +999,19 @@ def must_meld_shortcut(state: PlayPosition) -> int:
     suit = must // 13
     rank = must % 13 + 1
     any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
+    # the suit's natural slots held (the card among them)
+    first = 13 * suit
+    avail = 0
+    for r in range(1, 14):
+        if counts[first + r - 1]:
+            avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
+    slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
     # the card alone, added to a meld
     melds = state.melds[seat & 1]
     fits_a_meld = False
     for meld in melds:
         if meld.is_sequence:
-            if meld.suit != suit:
+            if meld.suit != suit or not _may_reach(meld.mask, avail, slots):
                 continue
         elif meld.group_rank != rank:
             continue
@@ -1016,13 +1024,7 @@ def must_meld_shortcut(state: PlayPosition) -> int:
     group_possible = False
     if size >= 3:
         # three naturals of the suit in a row around the card
-        first = 13 * suit
-        avail = 0
-        for r in range(1, 14):
-            if counts[first + r - 1]:
-                avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
         need = 2 if any_wild else 3
-        slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
         for slot in slots:
             for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
                 run = avail >> lo & 7
@@ -1038,3 +1040,27 @@ def must_meld_shortcut(state: PlayPosition) -> int:
     if not fits_a_meld and not sequence_possible and not group_possible:
         return 0
     return -1
+
+
+def _may_reach(mask: int, avail: int, slots: list[int]) -> bool:
+    """Whether an addition to a sequence with natural slots ``mask`` might hold a natural card at one
+    of ``slots``, the hand holding naturals of the suit at ``avail`` (the card's slots among them).
+    A necessary condition only: the sequence after the addition is a run with at most one slot not
+    natural, so between its naturals and the card at most one slot may lack a natural held; a slot
+    inside the naturals' span takes the card only if no natural stands there."""
+    lo = (mask & -mask).bit_length() - 1
+    hi = mask.bit_length() - 1
+    for slot in slots:
+        if lo < slot < hi:
+            if not mask >> slot & 1:
+                return True
+            continue
+        if slot > hi:
+            gap = ((1 << slot) - (1 << (hi + 1))) & ~avail  # the slots hi+1 .. slot-1 not held
+        elif slot < lo:
+            gap = ((1 << lo) - (1 << (slot + 1))) & ~avail  # the slots slot+1 .. lo-1 not held
+        else:
+            continue  # a natural of the sequence stands there already
+        if gap & (gap - 1) == 0:  # none, or one
+            return True
+    return False
