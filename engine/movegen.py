@@ -155,7 +155,7 @@ AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld, ...]]
 _WILD_CODES: Final = (JOKER, 1, 14, 27, 40)
 
 
-def _partial_counts(cards: tuple[int, ...], first: int, step: int, wild_counts: tuple[int, ...]) -> list[int]:
+def _partial_counts(cards: bytes, first: int, step: int, wild_counts: bytes) -> list[int]:
     counts = [0] * 53
     code = first
     for n in cards:
@@ -169,7 +169,7 @@ def _partial_counts(cards: tuple[int, ...], first: int, step: int, wild_counts: 
     return counts
 
 
-def _avail_slots(suit_counts: tuple[int, ...]) -> int:
+def _avail_slots(suit_counts: bytes) -> int:
     """The slots (1..14) a suit's 13 counts hold, as a bit mask: an ace holds both 1 and 14."""
     avail = 0
     for i in range(13):
@@ -183,7 +183,7 @@ def _bits3(x: int) -> int:
     return (x & 1) + (x >> 1 & 1) + (x >> 2 & 1)
 
 
-def _group_picks(rank: int, rank_counts: tuple[int, ...]) -> list[list[int]]:
+def _group_picks(rank: int, rank_counts: bytes) -> list[list[int]]:
     """Every multiset of the rank's four cards the counts allow, as ``itertools.product`` over the
     four suits' counts orders them (the last suit's count varying fastest), each as its cards."""
     a, b, c, d = rank - 1, 12 + rank, 25 + rank, 38 + rank  # the rank's card in each suit
@@ -196,6 +196,11 @@ def _group_picks(rank: int, rank_counts: tuple[int, ...]) -> list[list[int]]:
     return out
 
 
+def wild_bytes(counts: list[int]) -> bytes:
+    """The hand's counts of the wild codes, in the order of ``_WILD_CODES`` (a memo key's part)."""
+    return bytes([counts[JOKER], counts[1], counts[14], counts[27], counts[40]])
+
+
 def _present_wilds(counts: list[int]) -> list[int]:
     return [c for c in _WILD_CODES if counts[c]]
 
@@ -205,26 +210,9 @@ def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tu
     return tuple(v[0] for v in values), tuple(v[1] for v in values)
 
 
-_SUIT_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
-_RANK_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
-_SUIT_MELDS_RING: Final = Ring(1 << 14)
-_RANK_MELDS_RING: Final = Ring(1 << 14)
-
-
-def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
-               wild_counts: tuple[int, ...]) -> MeldCandidates:
+def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: bytes) -> MeldCandidates:
     """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
     at most one slot, the wild's), each with the meld it makes."""
-    key = (rules_number, suit, suit_counts, wild_counts)
-    found = _SUIT_MELDS.get(key)
-    if found is None:
-        found = _suit_melds(rules_number, suit, suit_counts, wild_counts)
-        remember(_SUIT_MELDS, _SUIT_MELDS_RING, key, found)
-    return found
-
-
-def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
-                wild_counts: tuple[int, ...]) -> MeldCandidates:
     counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
     wilds = _present_wilds(counts)
     avail = _avail_slots(suit_counts)
@@ -256,19 +244,8 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
     return _split(out)
 
 
-def rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
-               wild_counts: tuple[int, ...]) -> MeldCandidates:
+def _rank_melds(rules_number: int, rank: int, rank_counts: bytes, wild_counts: bytes) -> MeldCandidates:
     """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
-    key = (rules_number, rank, rank_counts, wild_counts)
-    found = _RANK_MELDS.get(key)
-    if found is None:
-        found = _rank_melds(rules_number, rank, rank_counts, wild_counts)
-        remember(_RANK_MELDS, _RANK_MELDS_RING, key, found)
-    return found
-
-
-def _rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
-                wild_counts: tuple[int, ...]) -> MeldCandidates:
     counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
     wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
@@ -319,12 +296,11 @@ def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCard
     return found
 
 
-_ADDITIONS: Final[dict[tuple[int, Meld, tuple[int, ...], tuple[int, ...]], AddCandidates]] = {}
+_ADDITIONS: Final[dict[tuple[int, Meld, bytes, bytes], AddCandidates]] = {}
 _ADDITIONS_RING: Final = Ring(1 << 14)
 
 
-def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
-                   wild_counts: tuple[int, ...]) -> AddCandidates:
+def meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: bytes) -> AddCandidates:
     """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
     of the group's rank) and its wilds, each with the meld it makes."""
     key = (rules_number, meld, part, wild_counts)
@@ -335,8 +311,7 @@ def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
     return found
 
 
-def _meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
-                    wild_counts: tuple[int, ...]) -> AddCandidates:
+def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: bytes) -> AddCandidates:
     out: dict[tuple[int, ...], AddCandidate] = {}
     if meld.is_sequence:
         counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
@@ -416,7 +391,7 @@ def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], r
         out[cards_t] = (cards_t, result)
 
 
-def _sequence_around(suit_counts: tuple[int, ...], any_wild: bool, rank: int) -> bool:
+def _sequence_around(suit_counts: bytes, any_wild: bool, rank: int) -> bool:
     """Whether a sequence of these cards (of one suit) might hold the card of ``rank``: some three
     slots in a row around it hold three naturals, or two and a wild (a sequence holds at most one
     wild, so every three slots in a row of it do). A necessary condition only."""
@@ -461,21 +436,22 @@ def plays(state: PlayPosition, first_only: bool = False,
     # a move that keeps two cards or more always leaves a legal discard, unless a lone card taken
     # from the pile is involved: then the state decides
     simple_from = 2 if state.lone < 0 else 1 << 30
-    wild_counts = (counts[JOKER], counts[1], counts[14], counts[27], counts[40])
+    hand = bytes(counts)  # a byte per card: its count
+    wild_counts = wild_bytes(counts)
     any_wild = any(wild_counts)
     out: list[MeldCards | AddCards] = []
 
-    suits = [tuple(counts[0:13]), tuple(counts[13:26]), tuple(counts[26:39]), tuple(counts[39:52])]
     if size >= 3:
         for suit in range(4):
             if must_natural and must // 13 != suit:
                 continue
-            suit_counts = suits[suit]
+            suit_counts = hand[13 * suit:13 * suit + 13]
             if sum(suit_counts) + any_wild < 3:
                 continue
             if must_natural and not _sequence_around(suit_counts, any_wild, must % 13 + 1):
                 continue  # no sequence of this suit could hold the card that must be melded
-            actions, melds = suit_melds(number, suit, suit_counts, wild_counts)
+            segment = suit_segment(number, suit, suit_counts, wild_counts)
+            actions, melds = segment.actions, segment.melds
             for i in range(len(actions)):
                 action, meld = actions[i], melds[i]
                 if ((must < 0 and size - len(action.cards) >= simple_from)
@@ -489,10 +465,11 @@ def plays(state: PlayPosition, first_only: bool = False,
             need = 3 - any_wild
             ranks = [must % 13 + 1] if must_natural else _GROUP_RANKS[rules.groups_of_twos]
             for rank in ranks:
-                rank_counts = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+                rank_counts = hand[rank - 1:rank + 39:13]  # the rank's card in each suit
                 if sum(rank_counts) < need:
                     continue
-                actions, melds = rank_melds(number, rank, rank_counts, wild_counts)
+                segment = rank_segment(number, rank, rank_counts, wild_counts)
+                actions, melds = segment.actions, segment.melds
                 for i in range(len(actions)):
                     action, meld = actions[i], melds[i]
                     if ((must < 0 and size - len(action.cards) >= simple_from)
@@ -502,7 +479,7 @@ def plays(state: PlayPosition, first_only: bool = False,
                             plans[action] = meld
                         if first_only:
                             return out
-    held = int.from_bytes(bytes(counts), "little")  # a byte per card: its count
+    held = int.from_bytes(hand, "little")
     for index, meld in enumerate(state.melds[seat & 1]):
         takes_wild, touch_bytes = meld._touch or meld.touch()
         if not held & touch_bytes and not (any_wild and takes_wild):
@@ -510,12 +487,12 @@ def plays(state: PlayPosition, first_only: bool = False,
         if meld.is_sequence:
             if must_natural and must // 13 != meld.suit:
                 continue
-            part = suits[meld.suit]
+            part = hand[13 * meld.suit:13 * meld.suit + 13]
         else:
             rank = meld.group_rank
             if must_natural and must % 13 + 1 != rank:
                 continue
-            part = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+            part = hand[rank - 1:rank + 39:13]
         if not any_wild and not any(part):
             continue
         additions, results = meld_additions(number, meld, part, wild_counts)
@@ -616,31 +593,29 @@ class Segment:
 EMPTY_SEGMENT: Final = Segment((), ())
 
 
-_SUIT_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
-_RANK_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
+_SUIT_SEGMENTS: Final[dict[tuple[int, int, bytes, bytes], Segment]] = {}
+_RANK_SEGMENTS: Final[dict[tuple[int, int, bytes, bytes], Segment]] = {}
 _SUIT_SEGMENTS_RING: Final = Ring(1 << 14)
 _RANK_SEGMENTS_RING: Final = Ring(1 << 14)
 
 
-def suit_segment(rules_number: int, suit: int, suit_counts: tuple[int, ...],
-                 wild_counts: tuple[int, ...]) -> Segment:
-    """``suit_melds`` as a segment."""
+def suit_segment(rules_number: int, suit: int, suit_counts: bytes, wild_counts: bytes) -> Segment:
+    """``_suit_melds`` as a segment, memoised (``plays`` and ``SeatPlays`` share the table)."""
     key = (rules_number, suit, suit_counts, wild_counts)
     found = _SUIT_SEGMENTS.get(key)
     if found is None:
-        actions, melds = suit_melds(rules_number, suit, suit_counts, wild_counts)
+        actions, melds = _suit_melds(rules_number, suit, suit_counts, wild_counts)
         found = Segment(actions, melds) if actions else EMPTY_SEGMENT
         remember(_SUIT_SEGMENTS, _SUIT_SEGMENTS_RING, key, found)
     return found
 
 
-def rank_segment(rules_number: int, rank: int, rank_counts: tuple[int, ...],
-                 wild_counts: tuple[int, ...]) -> Segment:
-    """``rank_melds`` as a segment."""
+def rank_segment(rules_number: int, rank: int, rank_counts: bytes, wild_counts: bytes) -> Segment:
+    """``_rank_melds`` as a segment, memoised (``plays`` and ``SeatPlays`` share the table)."""
     key = (rules_number, rank, rank_counts, wild_counts)
     found = _RANK_SEGMENTS.get(key)
     if found is None:
-        actions, melds = rank_melds(rules_number, rank, rank_counts, wild_counts)
+        actions, melds = _rank_melds(rules_number, rank, rank_counts, wild_counts)
         found = Segment(actions, melds) if actions else EMPTY_SEGMENT
         remember(_RANK_SEGMENTS, _RANK_SEGMENTS_RING, key, found)
     return found
@@ -726,7 +701,7 @@ class SeatPlays:
             if not shrunk:
                 self.base = value
             any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
-            wild_counts = (counts[JOKER], counts[1], counts[14], counts[27], counts[40])
+            wild_counts = wild_bytes(counts)
             suits = self.suits
             for suit in range(4):
                 suit_changed = changed_suits >> suit & 1
@@ -740,7 +715,7 @@ class SeatPlays:
                         suits[suit] = self.base_suits[suit] = EMPTY_SEGMENT
                     else:
                         suits[suit] = self.base_suits[suit] = suit_segment(
-                            number, suit, tuple(counts[first:first + 13]), wild_counts)
+                            number, suit, hand[first:first + 13], wild_counts)
                 elif not shrunk:
                     self.base_suits[suit] = suits[suit]
             if groups:
@@ -768,7 +743,7 @@ class SeatPlays:
                                 ranks[rank] = self.base_ranks[rank] = EMPTY_SEGMENT
                             else:
                                 ranks[rank] = self.base_ranks[rank] = rank_segment(
-                                    number, rank, (a, b, c, d), wild_counts)
+                                    number, rank, hand[rank - 1:rank + 39:13], wild_counts)
                         elif not shrunk:
                             self.base_ranks[rank] = ranks[rank]
         # additions: remade for a meld that changed, or whose part of the hand (or the wilds) did
@@ -776,6 +751,7 @@ class SeatPlays:
         adds = self.adds
         base_meld_of = self.base_meld_of
         base_adds = self.base_adds
+        wilds = b""  # wild_bytes(counts), once needed
         for index in range(len(melds)):
             meld = melds[index]
             if index < len(meld_of):
@@ -794,7 +770,9 @@ class SeatPlays:
             if shrunk and base_meld_of[index] is meld:
                 adds[index] = base_adds[index].held(guarded)
             else:
-                adds[index] = _addition_segment(number, index, meld, counts, value)
+                if not wilds:
+                    wilds = wild_bytes(counts)
+                adds[index] = _addition_segment(number, index, meld, hand, wilds, value)
                 if not shrunk:
                     base_meld_of[index] = meld
                     base_adds[index] = adds[index]
@@ -834,22 +812,22 @@ def _held_sum(counts: list[int], first: int) -> int:
     return total
 
 
-def _addition_segment(number: int, index: int, meld: Meld, counts: list[int], held: int) -> Segment:
-    """The additions to meld ``index`` (after ``plays``' filters), as ``AddCards``."""
-    any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
+def _addition_segment(number: int, index: int, meld: Meld, hand: bytes, wilds: bytes, held: int) -> Segment:
+    """The additions to meld ``index`` (after ``plays``' filters), as ``AddCards``: ``hand`` the
+    counts as bytes, ``wilds`` the wild codes' (``wild_bytes``), ``held`` the hand as one integer."""
+    any_wild = any(wilds)
     takes_wild, touch_bytes = meld._touch or meld.touch()
     if not held & touch_bytes and not (any_wild and takes_wild):
         return EMPTY_SEGMENT
     if meld.is_sequence:
         first = 13 * meld.suit
-        part = tuple(counts[first:first + 13])
+        part = hand[first:first + 13]
     else:
         rank = meld.group_rank
-        part = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+        part = hand[rank - 1:rank + 39:13]
     if not any_wild and not any(part):
         return EMPTY_SEGMENT
-    additions, results = meld_additions(number, meld, part,
-                                        (counts[JOKER], counts[1], counts[14], counts[27], counts[40]))
+    additions, results = meld_additions(number, meld, part, wilds)
     if not additions:
         return EMPTY_SEGMENT
     return Segment(tuple([AddCards(index, cards) for cards in additions]), results)
