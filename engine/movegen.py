@@ -95,12 +95,15 @@ def placed(cards: tuple[int, ...], rules: Ruleset, wild_as: int | None) -> Meld 
     return _placed(cards, ruleset_number(rules), wild_as)
 
 
-_EXTENDED: Final[dict[tuple[Meld, tuple[int, ...], int], Meld]] = {}
+# The two tables below key a meld by what makes it equal to another (``Meld.__eq__``: its cards, its
+# wild's slot, its kind) rather than by the object: a key of numbers and tuples of numbers only is
+# one the collector stops tracking, and these tables hold most of the memo entries.
+_EXTENDED: Final[dict[tuple[tuple[int, ...], int, bool, tuple[int, ...], int], Meld]] = {}
 _EXTENDED_RING: Final = Ring(1 << 16)
 
 
 def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
-    key = (meld, cards, rules)
+    key = (meld.cards, meld.wild_slot, meld.is_sequence, cards, rules)
     found = _EXTENDED.get(key)
     if found is None:
         try:
@@ -296,14 +299,14 @@ def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCard
     return found
 
 
-_ADDITIONS: Final[dict[tuple[int, Meld, bytes, bytes], AddCandidates]] = {}
+_ADDITIONS: Final[dict[tuple[int, tuple[int, ...], int, bool, bytes, bytes], AddCandidates]] = {}
 _ADDITIONS_RING: Final = Ring(1 << 14)
 
 
 def meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: bytes) -> AddCandidates:
     """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
     of the group's rank) and its wilds, each with the meld it makes."""
-    key = (rules_number, meld, part, wild_counts)
+    key = (rules_number, meld.cards, meld.wild_slot, meld.is_sequence, part, wild_counts)
     found = _ADDITIONS.get(key)
     if found is None:
         found = _meld_additions(rules_number, meld, part, wild_counts)
