@@ -158,17 +158,17 @@ AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld, ...]]
 _WILD_CODES: Final = (JOKER, 1, 14, 27, 40)
 
 
-def _partial_counts(cards: bytes, first: int, step: int, wild_counts: bytes) -> list[int]:
+def _partial_counts(cards: bytes, first: int, step: int, wild_counts: int) -> list[int]:
     counts = [0] * 53
     code = first
     for n in cards:
         counts[code] = n
         code += step
-    counts[JOKER] = wild_counts[0]  # the order of _WILD_CODES
-    counts[1] = wild_counts[1]
-    counts[14] = wild_counts[2]
-    counts[27] = wild_counts[3]
-    counts[40] = wild_counts[4]
+    counts[JOKER] = wild_counts & 15  # see wild_key
+    counts[1] = wild_counts >> 4 & 15
+    counts[14] = wild_counts >> 8 & 15
+    counts[27] = wild_counts >> 12 & 15
+    counts[40] = wild_counts >> 16 & 15
     return counts
 
 
@@ -199,9 +199,10 @@ def _group_picks(rank: int, rank_counts: bytes) -> list[list[int]]:
     return out
 
 
-def wild_bytes(counts: list[int]) -> bytes:
-    """The hand's counts of the wild codes, in the order of ``_WILD_CODES`` (a memo key's part)."""
-    return bytes([counts[JOKER], counts[1], counts[14], counts[27], counts[40]])
+def wild_key(counts: list[int]) -> int:
+    """The hand's counts of the wild codes (``_WILD_CODES``) as one small integer, four bits each (a
+    memo key's part: a code is held twice at most, the joker as often as the deck has jokers)."""
+    return counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
 
 
 def _present_wilds(counts: list[int]) -> list[int]:
@@ -213,7 +214,7 @@ def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tu
     return tuple(v[0] for v in values), tuple(v[1] for v in values)
 
 
-def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: bytes) -> MeldCandidates:
+def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: int) -> MeldCandidates:
     """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
     at most one slot, the wild's), each with the meld it makes."""
     counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
@@ -247,7 +248,7 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: b
     return _split(out)
 
 
-def _rank_melds(rules_number: int, rank: int, rank_counts: bytes, wild_counts: bytes) -> MeldCandidates:
+def _rank_melds(rules_number: int, rank: int, rank_counts: bytes, wild_counts: int) -> MeldCandidates:
     """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
     counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
     wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
@@ -299,11 +300,11 @@ def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCard
     return found
 
 
-_ADDITIONS: Final[dict[tuple[int, tuple[int, ...], int, bool, bytes, bytes], AddCandidates]] = {}
+_ADDITIONS: Final[dict[tuple[int, tuple[int, ...], int, bool, bytes, int], AddCandidates]] = {}
 _ADDITIONS_RING: Final = Ring(1 << 14)
 
 
-def meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: bytes) -> AddCandidates:
+def meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
     """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
     of the group's rank) and its wilds, each with the meld it makes."""
     key = (rules_number, meld.cards, meld.wild_slot, meld.is_sequence, part, wild_counts)
@@ -314,7 +315,7 @@ def meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: byte
     return found
 
 
-def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: bytes) -> AddCandidates:
+def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
     out: dict[tuple[int, ...], AddCandidate] = {}
     if meld.is_sequence:
         counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
@@ -440,8 +441,8 @@ def plays(state: PlayPosition, first_only: bool = False,
     # from the pile is involved: then the state decides
     simple_from = 2 if state.lone < 0 else 1 << 30
     hand = bytes(counts)  # a byte per card: its count
-    wild_counts = wild_bytes(counts)
-    any_wild = any(wild_counts)
+    wild_counts = wild_key(counts)
+    any_wild = wild_counts != 0
     out: list[MeldCards | AddCards] = []
 
     if size >= 3:
@@ -596,13 +597,13 @@ class Segment:
 EMPTY_SEGMENT: Final = Segment((), ())
 
 
-_SUIT_SEGMENTS: Final[dict[tuple[int, int, bytes, bytes], Segment]] = {}
-_RANK_SEGMENTS: Final[dict[tuple[int, int, bytes, bytes], Segment]] = {}
+_SUIT_SEGMENTS: Final[dict[tuple[int, int, bytes, int], Segment]] = {}
+_RANK_SEGMENTS: Final[dict[tuple[int, int, bytes, int], Segment]] = {}
 _SUIT_SEGMENTS_RING: Final = Ring(1 << 14)
 _RANK_SEGMENTS_RING: Final = Ring(1 << 14)
 
 
-def suit_segment(rules_number: int, suit: int, suit_counts: bytes, wild_counts: bytes) -> Segment:
+def suit_segment(rules_number: int, suit: int, suit_counts: bytes, wild_counts: int) -> Segment:
     """``_suit_melds`` as a segment, memoised (``plays`` and ``SeatPlays`` share the table)."""
     key = (rules_number, suit, suit_counts, wild_counts)
     found = _SUIT_SEGMENTS.get(key)
@@ -613,7 +614,7 @@ def suit_segment(rules_number: int, suit: int, suit_counts: bytes, wild_counts: 
     return found
 
 
-def rank_segment(rules_number: int, rank: int, rank_counts: bytes, wild_counts: bytes) -> Segment:
+def rank_segment(rules_number: int, rank: int, rank_counts: bytes, wild_counts: int) -> Segment:
     """``_rank_melds`` as a segment, memoised (``plays`` and ``SeatPlays`` share the table)."""
     key = (rules_number, rank, rank_counts, wild_counts)
     found = _RANK_SEGMENTS.get(key)
@@ -631,20 +632,6 @@ ALL_DISCARDS: Final = tuple(Discard(code) for code in range(53))
 #: meld i at ``ADD_PLANS + i``
 RANK_PLANS: Final = 4
 ADD_PLANS: Final = 18
-
-
-_SUIT_DISCARDS: Final[dict[tuple[bytes, int], tuple[Discard, ...]]] = {}
-_SUIT_DISCARDS_RING: Final = Ring(1 << 12)
-
-
-def _suit_discards(suit_counts: bytes, suit: int) -> tuple[Discard, ...]:
-    key = (suit_counts, suit)
-    found = _SUIT_DISCARDS.get(key)
-    if found is None:
-        first = suit * 13
-        found = tuple([ALL_DISCARDS[first + i] for i in range(13) if suit_counts[i]])
-        remember(_SUIT_DISCARDS, _SUIT_DISCARDS_RING, key, found)
-    return found
 
 
 class SeatPlays:
@@ -704,14 +691,15 @@ class SeatPlays:
             if not shrunk:
                 self.base = value
             any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
-            wild_counts = wild_bytes(counts)
+            wild_counts = wild_key(counts)
             suits = self.suits
             for suit in range(4):
                 suit_changed = changed_suits >> suit & 1
                 if suit_changed or wilds_changed:
                     first = 13 * suit
                     if suit_changed:
-                        self.discards[suit] = _suit_discards(hand[first:first + 13], suit)
+                        self.discards[suit] = tuple([ALL_DISCARDS[code] for code in range(first, first + 13)
+                                                     if counts[code]])
                     if shrunk:
                         suits[suit] = self.base_suits[suit].held(guarded)
                     elif _held_sum(counts, first) + (1 if any_wild else 0) < 3:
@@ -754,7 +742,7 @@ class SeatPlays:
         adds = self.adds
         base_meld_of = self.base_meld_of
         base_adds = self.base_adds
-        wilds = b""  # wild_bytes(counts), once needed
+        wilds = -1  # wild_key(counts), once needed
         for index in range(len(melds)):
             meld = melds[index]
             if index < len(meld_of):
@@ -773,8 +761,8 @@ class SeatPlays:
             if shrunk and base_meld_of[index] is meld:
                 adds[index] = base_adds[index].held(guarded)
             else:
-                if not wilds:
-                    wilds = wild_bytes(counts)
+                if wilds < 0:
+                    wilds = wild_key(counts)
                 adds[index] = _addition_segment(number, index, meld, hand, wilds, value)
                 if not shrunk:
                     base_meld_of[index] = meld
@@ -815,10 +803,10 @@ def _held_sum(counts: list[int], first: int) -> int:
     return total
 
 
-def _addition_segment(number: int, index: int, meld: Meld, hand: bytes, wilds: bytes, held: int) -> Segment:
+def _addition_segment(number: int, index: int, meld: Meld, hand: bytes, wilds: int, held: int) -> Segment:
     """The additions to meld ``index`` (after ``plays``' filters), as ``AddCards``: ``hand`` the
-    counts as bytes, ``wilds`` the wild codes' (``wild_bytes``), ``held`` the hand as one integer."""
-    any_wild = any(wilds)
+    counts as bytes, ``wilds`` the wild codes' (``wild_key``), ``held`` the hand as one integer."""
+    any_wild = wilds != 0
     takes_wild, touch_bytes = meld._touch or meld.touch()
     if not held & touch_bytes and not (any_wild and takes_wild):
         return EMPTY_SEGMENT
