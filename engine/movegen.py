@@ -16,7 +16,7 @@ from typing import Any, Final
 from engine.actions import Action, AddCards, Discard, MeldCards
 from engine.cards import ACE, HIGH_ACE, JOKER, TWO
 from engine.errors import IllegalActionError
-from engine.melds import Meld, extend_meld, make_meld, slot_card
+from engine.melds import Meld, extended_or_problem, make_meld, slot_card
 from engine.position import PlayPosition
 from engine.rules import Ruleset
 
@@ -106,10 +106,8 @@ def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
     key = (meld.cards, meld.wild_slot, meld.is_sequence, cards, rules)
     found = _EXTENDED.get(key)
     if found is None:
-        try:
-            found = _shared_meld(extend_meld(meld, cards, _BY_NUMBER[rules]))
-        except IllegalActionError:
-            found = _NOT_A_MELD
+        made = extended_or_problem(meld, cards, _BY_NUMBER[rules])
+        found = _NOT_A_MELD if isinstance(made, str) else _shared_meld(made)
         remember(_EXTENDED, _EXTENDED_RING, key, found)
     return None if found is _NOT_A_MELD else found
 
