@@ -208,8 +208,12 @@ def _present_wilds(counts: list[int]) -> list[int]:
 
 
 def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tuple[Meld, ...]]:
-    values = list(candidates.values())
-    return tuple(v[0] for v in values), tuple(v[1] for v in values)
+    firsts: list[Any] = []
+    melds: list[Meld] = []
+    for first, meld in candidates.values():
+        firsts.append(first)
+        melds.append(meld)
+    return tuple(firsts), tuple(melds)
 
 
 def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: int) -> MeldCandidates:
@@ -500,6 +504,8 @@ def plays(state: PlayPosition, first_only: bool = False,
         additions, results = meld_additions(number, meld, part, wild_counts)
         for i in range(len(additions)):
             cards_t, result = additions[i], results[i]
+            if must >= 0 and must not in cards_t:
+                continue  # refused by _accept: no action made for it
             addition = AddCards(index, cards_t)
             if ((must < 0 and size - len(cards_t) >= simple_from)
                     or _accept(state, must, simple_from, addition, result, index)):
