@@ -854,18 +854,19 @@ def _add_checked(out: list[Action], plans: PlanSlots, slot: int, state: PlayPosi
     plans[slot] = Segment(tuple(kept), tuple(kept_melds))
 
 
-def legal_plays(state: PlayPosition, seat_plays: SeatPlays, out: list[Action]) -> PlanSlots | None:
+def legal_plays(state: PlayPosition, seat_plays: SeatPlays, out: list[Action], rules: Ruleset, counts: list[int],
+                size: int, melds: list[Meld]) -> PlanSlots | None:
     """``plays(state)`` appended to ``out`` (the same actions in the same order), from ``seat_plays``
     brought up to date, when no card must be melded and no lone card was taken (``plays`` itself
     otherwise). Returns ``None`` when every segment was listed whole (``seat_plays.plan`` then finds an
-    action's meld), else the plans by segment (see ``RANK_PLANS``; ``plan_of`` finds an action's)."""
-    seat = state.to_act
-    rules = state.rules
-    size = state.sizes[seat]
-    melds = state.melds[seat & 1]
+    action's meld), else the plans by segment (see ``RANK_PLANS``; ``plan_of`` finds an action's).
+
+    ``rules``, ``counts``, ``size`` and ``melds`` are the state's ruleset, the hand of the seat to act,
+    its size and its side's melds, passed by the state (its fields read through the protocol are
+    generic attribute look-ups in compiled code)."""
     groups = rules.groups
     group_ranks = _GROUP_RANKS[rules.groups_of_twos]
-    seat_plays.update(state.counts[seat], groups, group_ranks, melds)
+    seat_plays.update(counts, groups, group_ranks, melds)
     start = len(out)
     new_melds = size >= 3
     seat_plays.new_melds = new_melds
@@ -948,7 +949,7 @@ def all_discards(seat_plays: SeatPlays, counts: list[int], out: list[Action]) ->
         out.append(ALL_DISCARDS[JOKER])
 
 
-def must_meld_shortcut(state: PlayPosition) -> int:
+def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds: list[Meld], rules: Ruleset) -> int:
     """Whether ``plays(state, first_only=True)`` would find a play, when the card ``must_meld`` is
     natural and the answer is plain from a few counts: 1 (it would), 0 (it would not), -1 (not plain:
     ask ``plays``). The closed pile's check (``HandState._may_take_pile``) asks at every draw.
@@ -960,15 +961,14 @@ def must_meld_shortcut(state: PlayPosition) -> int:
     the suit can hold the card: ``_sequence_around``; no group of its rank has cards enough) and on
     the side's melds: none is a group of its rank, and no addition to a sequence of its suit can
     hold it (``_may_reach``).
+
+    The state's fields are passed by the state (``must`` its ``must_meld``, ``lone``; the hand of
+    the seat to act, its size, its side's melds): read through the protocol, each would be a generic
+    attribute look-up in compiled code.
     """
-    must = state.must_meld
     if must < 0 or must == JOKER or must % 13 == 1:
         return -1
-    seat = state.to_act
-    counts = state.counts[seat]
-    size = state.sizes[seat]
-    rules = state.rules
-    plain = state.lone < 0  # else every candidate is the state's to check
+    plain = lone < 0  # else every candidate is the state's to check
     suit = must // 13
     rank = must % 13 + 1
     any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
@@ -980,7 +980,6 @@ def must_meld_shortcut(state: PlayPosition) -> int:
             avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
     slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
     # the card alone, added to a meld
-    melds = state.melds[seat & 1]
     fits_a_meld = False
     for meld in melds:
         if meld.is_sequence:
