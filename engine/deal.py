@@ -16,7 +16,6 @@ The shuffle is what lets players verify a deal once its seed is revealed (docs/f
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,25 +83,28 @@ def seed_bytes(seed: int | str | bytes) -> bytes:
     return seed.encode()
 
 
-def _numbers(seed: bytes) -> Iterator[int]:
-    counter = 0
-    while True:
-        block = hashlib.sha256(seed + counter.to_bytes(8, "big")).digest()
-        for k in range(0, 32, 4):
-            yield int.from_bytes(block[k:k + 4], "big")
-        counter += 1
-
-
 def shuffled(cards: list[int], seed: int | str | bytes) -> list[int]:
-    """Fisher-Yates driven by the SHA-256 counter stream of ``seed`` (see the module docstring)."""
+    """Fisher-Yates driven by the SHA-256 counter stream of ``seed`` (see the module docstring).
+
+    The stream is read block by block in place (no generator, no slice per number): each 32-byte
+    block gives eight big-endian 4-byte numbers, in order."""
     out = list(cards)
-    stream = _numbers(seed_bytes(seed))
+    key = seed_bytes(seed)
+    block = b""
+    at = 32  # where the next number starts in ``block`` (32: a new block is due)
+    counter = 0
     for i in range(len(out) - 1, 0, -1):
         bound = i + 1
         limit = (1 << 32) - (1 << 32) % bound
-        x = next(stream)
-        while x >= limit:
-            x = next(stream)
+        while True:
+            if at == 32:
+                block = hashlib.sha256(key + counter.to_bytes(8, "big")).digest()
+                counter += 1
+                at = 0
+            x = block[at] << 24 | block[at + 1] << 16 | block[at + 2] << 8 | block[at + 3]
+            at += 4
+            if x < limit:
+                break
         j = x % bound
         out[i], out[j] = out[j], out[i]
     return out

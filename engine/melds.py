@@ -333,14 +333,24 @@ def _wild_as_slots(wild_as: int | None, suit: int) -> tuple[int, ...]:
 
 def extend_meld(meld: Meld, cards: list[int] | tuple[int, ...], rules: Ruleset) -> Meld:
     """The meld after adding ``cards``; raises ``INVALID_ADD`` when they do not fit."""
+    made = extended_or_problem(meld, cards, rules)
+    if isinstance(made, str):
+        raise _invalid(made, "INVALID_ADD")
+    return made
+
+
+def extended_or_problem(meld: Meld, cards: list[int] | tuple[int, ...], rules: Ruleset) -> Meld | str:
+    """``extend_meld`` without raising: the meld, or why the cards do not fit (``INVALID_ADD``'s
+    message). The move generator tries many additions that do not fit, and an exception per
+    failure costs more than the check."""
     if not cards:
-        raise _invalid("an addition needs at least one card", "INVALID_ADD")
+        return "an addition needs at least one card"
     if meld.is_sequence:
         return _extend_sequence(meld, cards, rules)
     return _extend_group(meld, cards, rules)
 
 
-def _extend_group(meld: Meld, cards: list[int] | tuple[int, ...], rules: Ruleset) -> Meld:
+def _extend_group(meld: Meld, cards: list[int] | tuple[int, ...], rules: Ruleset) -> Meld | str:
     rank = meld.group_rank
     naturals = list(meld.cards[:-1] if meld.wild >= 0 else meld.cards)
     wild = meld.wild
@@ -349,15 +359,14 @@ def _extend_group(meld: Meld, cards: list[int] | tuple[int, ...], rules: Ruleset
             naturals.append(c)
         elif c == JOKER or is_two(c):
             if wild >= 0:
-                raise _invalid("a meld can hold at most one wild (a 2 or a joker)", "INVALID_ADD")
+                return "a meld can hold at most one wild (a 2 or a joker)"
             wild = c
         else:
-            raise _invalid(f"{to_str(c)} does not belong in a group of rank {to_str(rank - 1)[:-1]}",
-                           "INVALID_ADD")
+            return f"{to_str(c)} does not belong in a group of rank {to_str(rank - 1)[:-1]}"
     return Meld.group(rank, tuple(naturals), wild)
 
 
-def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Ruleset) -> Meld:
+def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Ruleset) -> Meld | str:
     suit = meld.suit
     base = meld.mask
     added_aces = 0
@@ -371,7 +380,7 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
             if is_two(c):
                 new_wilds.append(c)
                 continue
-            raise _invalid(f"{to_str(c)} is not of the sequence's suit", "INVALID_ADD")
+            return f"{to_str(c)} is not of the sequence's suit"
         r = rank_of(c)
         if r == TWO:
             suit_twos.append(c)
@@ -379,11 +388,11 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
             added_aces += 1
         else:
             if base >> r & 1:
-                raise _invalid(f"the sequence already holds {to_str(c)}", "INVALID_ADD")
+                return f"the sequence already holds {to_str(c)}"
             base |= 1 << r
     free_aces = [s for s in (HIGH_ACE, ACE) if not base >> s & 1]
     if added_aces > len(free_aces):
-        raise _invalid("the sequence has no room for another ace", "INVALID_ADD")
+        return "the sequence has no room for another ace"
     if added_aces == 1:
         ace_options = [(1 << s, int(s == ACE)) for s in free_aces]
     elif added_aces == 2:
@@ -433,6 +442,6 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
     if best is None:
         if old_wild >= 0 and _popcount(meld.mask) == 13:
             problem = "a complete ace-to-ace sequence cannot take a replacement for its wild"
-        raise _invalid(problem, "INVALID_ADD")
+        return problem
     return Meld.sequence(suit, best[1], best[2], best[3])
 

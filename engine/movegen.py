@@ -16,7 +16,7 @@ from typing import Any, Final
 from engine.actions import Action, AddCards, Discard, MeldCards
 from engine.cards import ACE, HIGH_ACE, JOKER, TWO
 from engine.errors import IllegalActionError
-from engine.melds import Meld, extend_meld, make_meld, slot_card
+from engine.melds import Meld, extended_or_problem, make_meld, slot_card
 from engine.position import PlayPosition
 from engine.rules import Ruleset
 
@@ -39,25 +39,44 @@ def ruleset_number(rules: Ruleset) -> int:
     return number
 
 
-# The memo tables are plain dicts, each emptied when it reaches its bound (the hands of the moment
-# fill it again: an entry is rarely looked up again once its hand is over). An ``lru_cache`` costs a
-# call through the interpreter's machinery at every look-up from compiled code, and keeps a linked
-# entry per key that Python's collector re-scans at every full collection.
+# The memo tables are plain dicts bounded by a ``Ring`` each: once a table is full, every new entry
+# evicts the oldest one. A table emptied at its bound instead would let every entry the hands of the
+# moment add count towards Python's collector's thresholds (the objects freed by the emptying do
+# not count back), and each entry survives into the oldest generation, which every full
+# collection re-scans: evicting one entry per entry added keeps the collector's counts level. An
+# ``lru_cache`` costs a call through the interpreter's machinery at every look-up from compiled code,
+# and keeps a linked entry per key that the collector re-scans too.
 _NOT_A_MELD: Final = Meld(False, -1, 0, 0, (), -1, 0)  # a failure, as memoised (None: not looked up yet)
 
 
-def remember(table: dict[Any, Any], bound: int, key: Any, value: Any) -> None:
-    """Stores ``value`` under ``key`` in a memo table of at most ``bound`` entries: a full table is
-    emptied first (the hands of the moment fill it again)."""
-    if len(table) >= bound:
-        table.clear()
+class Ring:
+    """The keys of one memo table in the order they were stored, at most ``bound`` of them."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.keys: list[Any] = []
+        self.next = 0  # once full: the slot of the oldest key, the next to evict
+
+
+def remember(table: dict[Any, Any], ring: Ring, key: Any, value: Any) -> None:
+    """Stores ``value`` under ``key`` (not in ``table``) in a memo table bounded by ``ring``: a full
+    table first drops its oldest entry."""
+    keys = ring.keys
+    if len(keys) < ring.bound:
+        keys.append(key)
+    else:
+        slot = ring.next
+        table.pop(keys[slot], None)
+        keys[slot] = key
+        slot += 1
+        ring.next = 0 if slot == ring.bound else slot
     table[key] = value
 
 
 # Placement is a pure function of (cards, ruleset): memoised, since the same hands are examined
 # again and again within a turn and across turns. Failures are memoised too.
 _PLACED: Final[dict[tuple[tuple[int, ...], int, int | None], Meld]] = {}
-_PLACED_BOUND: Final = 1 << 16
+_PLACED_RING: Final = Ring(1 << 16)
 
 
 def _placed(cards: tuple[int, ...], rules: int, wild_as: int | None) -> Meld | None:
@@ -68,7 +87,7 @@ def _placed(cards: tuple[int, ...], rules: int, wild_as: int | None) -> Meld | N
             found = make_meld(cards, _BY_NUMBER[rules], wild_as)
         except IllegalActionError:
             found = _NOT_A_MELD
-        remember(_PLACED, _PLACED_BOUND, key, found)
+        remember(_PLACED, _PLACED_RING, key, found)
     return None if found is _NOT_A_MELD else found
 
 
@@ -76,32 +95,33 @@ def placed(cards: tuple[int, ...], rules: Ruleset, wild_as: int | None) -> Meld 
     return _placed(cards, ruleset_number(rules), wild_as)
 
 
-_EXTENDED: Final[dict[tuple[Meld, tuple[int, ...], int], Meld]] = {}
-_EXTENDED_BOUND: Final = 1 << 16
+# The two tables below key a meld by what makes it equal to another (``Meld.__eq__``: its cards, its
+# wild's slot, its kind) rather than by the object: a key of numbers and tuples of numbers only is
+# one the collector stops tracking, and these tables hold most of the memo entries.
+_EXTENDED: Final[dict[tuple[tuple[int, ...], int, bool, tuple[int, ...], int], Meld]] = {}
+_EXTENDED_RING: Final = Ring(1 << 16)
 
 
 def _extended(meld: Meld, cards: tuple[int, ...], rules: int) -> Meld | None:
-    key = (meld, cards, rules)
+    key = (meld.cards, meld.wild_slot, meld.is_sequence, cards, rules)
     found = _EXTENDED.get(key)
     if found is None:
-        try:
-            found = _shared_meld(extend_meld(meld, cards, _BY_NUMBER[rules]))
-        except IllegalActionError:
-            found = _NOT_A_MELD
-        remember(_EXTENDED, _EXTENDED_BOUND, key, found)
+        made = extended_or_problem(meld, cards, _BY_NUMBER[rules])
+        found = _NOT_A_MELD if isinstance(made, str) else _shared_meld(made)
+        remember(_EXTENDED, _EXTENDED_RING, key, found)
     return None if found is _NOT_A_MELD else found
 
 
 # Many additions to many melds make the same meld: one object for all of them (see _shared_meld_action).
 _SHARED_MELDS: Final[dict[Meld, Meld]] = {}
-_SHARED_MELDS_BOUND: Final = 1 << 15
+_SHARED_MELDS_RING: Final = Ring(1 << 15)
 
 
 def _shared_meld(meld: Meld) -> Meld:
     found = _SHARED_MELDS.get(meld)
     if found is None:
         found = meld
-        remember(_SHARED_MELDS, _SHARED_MELDS_BOUND, meld, found)
+        remember(_SHARED_MELDS, _SHARED_MELDS_RING, meld, found)
     return found
 
 
@@ -136,21 +156,21 @@ AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld, ...]]
 _WILD_CODES: Final = (JOKER, 1, 14, 27, 40)
 
 
-def _partial_counts(cards: tuple[int, ...], first: int, step: int, wild_counts: tuple[int, ...]) -> list[int]:
+def _partial_counts(cards: bytes, first: int, step: int, wild_counts: int) -> list[int]:
     counts = [0] * 53
     code = first
     for n in cards:
         counts[code] = n
         code += step
-    counts[JOKER] = wild_counts[0]  # the order of _WILD_CODES
-    counts[1] = wild_counts[1]
-    counts[14] = wild_counts[2]
-    counts[27] = wild_counts[3]
-    counts[40] = wild_counts[4]
+    counts[JOKER] = wild_counts & 15  # see wild_key
+    counts[1] = wild_counts >> 4 & 15
+    counts[14] = wild_counts >> 8 & 15
+    counts[27] = wild_counts >> 12 & 15
+    counts[40] = wild_counts >> 16 & 15
     return counts
 
 
-def _avail_slots(suit_counts: tuple[int, ...]) -> int:
+def _avail_slots(suit_counts: bytes) -> int:
     """The slots (1..14) a suit's 13 counts hold, as a bit mask: an ace holds both 1 and 14."""
     avail = 0
     for i in range(13):
@@ -164,7 +184,7 @@ def _bits3(x: int) -> int:
     return (x & 1) + (x >> 1 & 1) + (x >> 2 & 1)
 
 
-def _group_picks(rank: int, rank_counts: tuple[int, ...]) -> list[list[int]]:
+def _group_picks(rank: int, rank_counts: bytes) -> list[list[int]]:
     """Every multiset of the rank's four cards the counts allow, as ``itertools.product`` over the
     four suits' counts orders them (the last suit's count varying fastest), each as its cards."""
     a, b, c, d = rank - 1, 12 + rank, 25 + rank, 38 + rank  # the rank's card in each suit
@@ -177,34 +197,28 @@ def _group_picks(rank: int, rank_counts: tuple[int, ...]) -> list[list[int]]:
     return out
 
 
+def wild_key(counts: list[int]) -> int:
+    """The hand's counts of the wild codes (``_WILD_CODES``) as one small integer, four bits each (a
+    memo key's part: a code is held twice at most, the joker as often as the deck has jokers)."""
+    return counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
+
+
 def _present_wilds(counts: list[int]) -> list[int]:
     return [c for c in _WILD_CODES if counts[c]]
 
 
 def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tuple[Meld, ...]]:
-    values = list(candidates.values())
-    return tuple(v[0] for v in values), tuple(v[1] for v in values)
+    firsts: list[Any] = []
+    melds: list[Meld] = []
+    for first, meld in candidates.values():
+        firsts.append(first)
+        melds.append(meld)
+    return tuple(firsts), tuple(melds)
 
 
-_SUIT_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
-_RANK_MELDS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], MeldCandidates]] = {}
-_MELDS_BOUND: Final = 1 << 14
-
-
-def suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
-               wild_counts: tuple[int, ...]) -> MeldCandidates:
+def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: int) -> MeldCandidates:
     """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
     at most one slot, the wild's), each with the meld it makes."""
-    key = (rules_number, suit, suit_counts, wild_counts)
-    found = _SUIT_MELDS.get(key)
-    if found is None:
-        found = _suit_melds(rules_number, suit, suit_counts, wild_counts)
-        remember(_SUIT_MELDS, _MELDS_BOUND, key, found)
-    return found
-
-
-def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
-                wild_counts: tuple[int, ...]) -> MeldCandidates:
     counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
     wilds = _present_wilds(counts)
     avail = _avail_slots(suit_counts)
@@ -236,19 +250,8 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: tuple[int, ...],
     return _split(out)
 
 
-def rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
-               wild_counts: tuple[int, ...]) -> MeldCandidates:
+def _rank_melds(rules_number: int, rank: int, rank_counts: bytes, wild_counts: int) -> MeldCandidates:
     """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
-    key = (rules_number, rank, rank_counts, wild_counts)
-    found = _RANK_MELDS.get(key)
-    if found is None:
-        found = _rank_melds(rules_number, rank, rank_counts, wild_counts)
-        remember(_RANK_MELDS, _MELDS_BOUND, key, found)
-    return found
-
-
-def _rank_melds(rules_number: int, rank: int, rank_counts: tuple[int, ...],
-                wild_counts: tuple[int, ...]) -> MeldCandidates:
     counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
     wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
@@ -287,7 +290,7 @@ def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandid
 # melds turn up in tens of thousands of entries, and each object of its own would be one more for
 # Python's collector to re-scan.
 _SHARED_MELD_ACTIONS: Final[dict[tuple[tuple[int, ...], int | None], MeldCards]] = {}
-_SHARED_MELD_ACTIONS_BOUND: Final = 1 << 16
+_SHARED_MELD_ACTIONS_RING: Final = Ring(1 << 16)
 
 
 def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCards:
@@ -295,28 +298,26 @@ def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCard
     found = _SHARED_MELD_ACTIONS.get(key)
     if found is None:
         found = MeldCards(cards, wild_as)
-        remember(_SHARED_MELD_ACTIONS, _SHARED_MELD_ACTIONS_BOUND, key, found)
+        remember(_SHARED_MELD_ACTIONS, _SHARED_MELD_ACTIONS_RING, key, found)
     return found
 
 
-_ADDITIONS: Final[dict[tuple[int, Meld, tuple[int, ...], tuple[int, ...]], AddCandidates]] = {}
-_ADDITIONS_BOUND: Final = 1 << 14
+_ADDITIONS: Final[dict[tuple[int, tuple[int, ...], int, bool, bytes, int], AddCandidates]] = {}
+_ADDITIONS_RING: Final = Ring(1 << 14)
 
 
-def meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
-                   wild_counts: tuple[int, ...]) -> AddCandidates:
+def meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
     """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
     of the group's rank) and its wilds, each with the meld it makes."""
-    key = (rules_number, meld, part, wild_counts)
+    key = (rules_number, meld.cards, meld.wild_slot, meld.is_sequence, part, wild_counts)
     found = _ADDITIONS.get(key)
     if found is None:
         found = _meld_additions(rules_number, meld, part, wild_counts)
-        remember(_ADDITIONS, _ADDITIONS_BOUND, key, found)
+        remember(_ADDITIONS, _ADDITIONS_RING, key, found)
     return found
 
 
-def _meld_additions(rules_number: int, meld: Meld, part: tuple[int, ...],
-                    wild_counts: tuple[int, ...]) -> AddCandidates:
+def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
     out: dict[tuple[int, ...], AddCandidate] = {}
     if meld.is_sequence:
         counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
@@ -396,7 +397,7 @@ def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], r
         out[cards_t] = (cards_t, result)
 
 
-def _sequence_around(suit_counts: tuple[int, ...], any_wild: bool, rank: int) -> bool:
+def _sequence_around(suit_counts: bytes, any_wild: bool, rank: int) -> bool:
     """Whether a sequence of these cards (of one suit) might hold the card of ``rank``: some three
     slots in a row around it hold three naturals, or two and a wild (a sequence holds at most one
     wild, so every three slots in a row of it do). A necessary condition only."""
@@ -441,21 +442,22 @@ def plays(state: PlayPosition, first_only: bool = False,
     # a move that keeps two cards or more always leaves a legal discard, unless a lone card taken
     # from the pile is involved: then the state decides
     simple_from = 2 if state.lone < 0 else 1 << 30
-    wild_counts = (counts[JOKER], counts[1], counts[14], counts[27], counts[40])
-    any_wild = any(wild_counts)
+    hand = bytes(counts)  # a byte per card: its count
+    wild_counts = wild_key(counts)
+    any_wild = wild_counts != 0
     out: list[MeldCards | AddCards] = []
 
-    suits = [tuple(counts[0:13]), tuple(counts[13:26]), tuple(counts[26:39]), tuple(counts[39:52])]
     if size >= 3:
         for suit in range(4):
             if must_natural and must // 13 != suit:
                 continue
-            suit_counts = suits[suit]
+            suit_counts = hand[13 * suit:13 * suit + 13]
             if sum(suit_counts) + any_wild < 3:
                 continue
             if must_natural and not _sequence_around(suit_counts, any_wild, must % 13 + 1):
                 continue  # no sequence of this suit could hold the card that must be melded
-            actions, melds = suit_melds(number, suit, suit_counts, wild_counts)
+            segment = suit_segment(number, suit, suit_counts, wild_counts)
+            actions, melds = segment.actions, segment.melds
             for i in range(len(actions)):
                 action, meld = actions[i], melds[i]
                 if ((must < 0 and size - len(action.cards) >= simple_from)
@@ -469,10 +471,11 @@ def plays(state: PlayPosition, first_only: bool = False,
             need = 3 - any_wild
             ranks = [must % 13 + 1] if must_natural else _GROUP_RANKS[rules.groups_of_twos]
             for rank in ranks:
-                rank_counts = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+                rank_counts = hand[rank - 1:rank + 39:13]  # the rank's card in each suit
                 if sum(rank_counts) < need:
                     continue
-                actions, melds = rank_melds(number, rank, rank_counts, wild_counts)
+                segment = rank_segment(number, rank, rank_counts, wild_counts)
+                actions, melds = segment.actions, segment.melds
                 for i in range(len(actions)):
                     action, meld = actions[i], melds[i]
                     if ((must < 0 and size - len(action.cards) >= simple_from)
@@ -482,7 +485,7 @@ def plays(state: PlayPosition, first_only: bool = False,
                             plans[action] = meld
                         if first_only:
                             return out
-    held = int.from_bytes(bytes(counts), "little")  # a byte per card: its count
+    held = int.from_bytes(hand, "little")
     for index, meld in enumerate(state.melds[seat & 1]):
         takes_wild, touch_bytes = meld._touch or meld.touch()
         if not held & touch_bytes and not (any_wild and takes_wild):
@@ -490,17 +493,19 @@ def plays(state: PlayPosition, first_only: bool = False,
         if meld.is_sequence:
             if must_natural and must // 13 != meld.suit:
                 continue
-            part = suits[meld.suit]
+            part = hand[13 * meld.suit:13 * meld.suit + 13]
         else:
             rank = meld.group_rank
             if must_natural and must % 13 + 1 != rank:
                 continue
-            part = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+            part = hand[rank - 1:rank + 39:13]
         if not any_wild and not any(part):
             continue
         additions, results = meld_additions(number, meld, part, wild_counts)
         for i in range(len(additions)):
             cards_t, result = additions[i], results[i]
+            if must >= 0 and must not in cards_t:
+                continue  # refused by _accept: no action made for it
             addition = AddCards(index, cards_t)
             if ((must < 0 and size - len(cards_t) >= simple_from)
                     or _accept(state, must, simple_from, addition, result, index)):
@@ -596,31 +601,31 @@ class Segment:
 EMPTY_SEGMENT: Final = Segment((), ())
 
 
-_SUIT_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
-_RANK_SEGMENTS: Final[dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Segment]] = {}
+_SUIT_SEGMENTS: Final[dict[tuple[int, int, bytes, int], Segment]] = {}
+_RANK_SEGMENTS: Final[dict[tuple[int, int, bytes, int], Segment]] = {}
+_SUIT_SEGMENTS_RING: Final = Ring(1 << 14)
+_RANK_SEGMENTS_RING: Final = Ring(1 << 14)
 
 
-def suit_segment(rules_number: int, suit: int, suit_counts: tuple[int, ...],
-                 wild_counts: tuple[int, ...]) -> Segment:
-    """``suit_melds`` as a segment."""
+def suit_segment(rules_number: int, suit: int, suit_counts: bytes, wild_counts: int) -> Segment:
+    """``_suit_melds`` as a segment, memoised (``plays`` and ``SeatPlays`` share the table)."""
     key = (rules_number, suit, suit_counts, wild_counts)
     found = _SUIT_SEGMENTS.get(key)
     if found is None:
-        actions, melds = suit_melds(rules_number, suit, suit_counts, wild_counts)
+        actions, melds = _suit_melds(rules_number, suit, suit_counts, wild_counts)
         found = Segment(actions, melds) if actions else EMPTY_SEGMENT
-        remember(_SUIT_SEGMENTS, _MELDS_BOUND, key, found)
+        remember(_SUIT_SEGMENTS, _SUIT_SEGMENTS_RING, key, found)
     return found
 
 
-def rank_segment(rules_number: int, rank: int, rank_counts: tuple[int, ...],
-                 wild_counts: tuple[int, ...]) -> Segment:
-    """``rank_melds`` as a segment."""
+def rank_segment(rules_number: int, rank: int, rank_counts: bytes, wild_counts: int) -> Segment:
+    """``_rank_melds`` as a segment, memoised (``plays`` and ``SeatPlays`` share the table)."""
     key = (rules_number, rank, rank_counts, wild_counts)
     found = _RANK_SEGMENTS.get(key)
     if found is None:
-        actions, melds = rank_melds(rules_number, rank, rank_counts, wild_counts)
+        actions, melds = _rank_melds(rules_number, rank, rank_counts, wild_counts)
         found = Segment(actions, melds) if actions else EMPTY_SEGMENT
-        remember(_RANK_SEGMENTS, _MELDS_BOUND, key, found)
+        remember(_RANK_SEGMENTS, _RANK_SEGMENTS_RING, key, found)
     return found
 
 
@@ -631,19 +636,6 @@ ALL_DISCARDS: Final = tuple(Discard(code) for code in range(53))
 #: meld i at ``ADD_PLANS + i``
 RANK_PLANS: Final = 4
 ADD_PLANS: Final = 18
-
-
-_SUIT_DISCARDS: Final[dict[tuple[bytes, int], tuple[Discard, ...]]] = {}
-
-
-def _suit_discards(suit_counts: bytes, suit: int) -> tuple[Discard, ...]:
-    key = (suit_counts, suit)
-    found = _SUIT_DISCARDS.get(key)
-    if found is None:
-        first = suit * 13
-        found = tuple([ALL_DISCARDS[first + i] for i in range(13) if suit_counts[i]])
-        remember(_SUIT_DISCARDS, 1 << 12, key, found)
-    return found
 
 
 class SeatPlays:
@@ -703,21 +695,22 @@ class SeatPlays:
             if not shrunk:
                 self.base = value
             any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
-            wild_counts = (counts[JOKER], counts[1], counts[14], counts[27], counts[40])
+            wild_counts = wild_key(counts)
             suits = self.suits
             for suit in range(4):
                 suit_changed = changed_suits >> suit & 1
                 if suit_changed or wilds_changed:
                     first = 13 * suit
                     if suit_changed:
-                        self.discards[suit] = _suit_discards(hand[first:first + 13], suit)
+                        self.discards[suit] = tuple([ALL_DISCARDS[code] for code in range(first, first + 13)
+                                                     if counts[code]])
                     if shrunk:
                         suits[suit] = self.base_suits[suit].held(guarded)
                     elif _held_sum(counts, first) + (1 if any_wild else 0) < 3:
                         suits[suit] = self.base_suits[suit] = EMPTY_SEGMENT
                     else:
                         suits[suit] = self.base_suits[suit] = suit_segment(
-                            number, suit, tuple(counts[first:first + 13]), wild_counts)
+                            number, suit, hand[first:first + 13], wild_counts)
                 elif not shrunk:
                     self.base_suits[suit] = suits[suit]
             if groups:
@@ -745,7 +738,7 @@ class SeatPlays:
                                 ranks[rank] = self.base_ranks[rank] = EMPTY_SEGMENT
                             else:
                                 ranks[rank] = self.base_ranks[rank] = rank_segment(
-                                    number, rank, (a, b, c, d), wild_counts)
+                                    number, rank, hand[rank - 1:rank + 39:13], wild_counts)
                         elif not shrunk:
                             self.base_ranks[rank] = ranks[rank]
         # additions: remade for a meld that changed, or whose part of the hand (or the wilds) did
@@ -753,6 +746,7 @@ class SeatPlays:
         adds = self.adds
         base_meld_of = self.base_meld_of
         base_adds = self.base_adds
+        wilds = -1  # wild_key(counts), once needed
         for index in range(len(melds)):
             meld = melds[index]
             if index < len(meld_of):
@@ -771,7 +765,9 @@ class SeatPlays:
             if shrunk and base_meld_of[index] is meld:
                 adds[index] = base_adds[index].held(guarded)
             else:
-                adds[index] = _addition_segment(number, index, meld, counts, value)
+                if wilds < 0:
+                    wilds = wild_key(counts)
+                adds[index] = _addition_segment(number, index, meld, hand, wilds, value)
                 if not shrunk:
                     base_meld_of[index] = meld
                     base_adds[index] = adds[index]
@@ -811,22 +807,22 @@ def _held_sum(counts: list[int], first: int) -> int:
     return total
 
 
-def _addition_segment(number: int, index: int, meld: Meld, counts: list[int], held: int) -> Segment:
-    """The additions to meld ``index`` (after ``plays``' filters), as ``AddCards``."""
-    any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
+def _addition_segment(number: int, index: int, meld: Meld, hand: bytes, wilds: int, held: int) -> Segment:
+    """The additions to meld ``index`` (after ``plays``' filters), as ``AddCards``: ``hand`` the
+    counts as bytes, ``wilds`` the wild codes' (``wild_key``), ``held`` the hand as one integer."""
+    any_wild = wilds != 0
     takes_wild, touch_bytes = meld._touch or meld.touch()
     if not held & touch_bytes and not (any_wild and takes_wild):
         return EMPTY_SEGMENT
     if meld.is_sequence:
         first = 13 * meld.suit
-        part = tuple(counts[first:first + 13])
+        part = hand[first:first + 13]
     else:
         rank = meld.group_rank
-        part = (counts[rank - 1], counts[12 + rank], counts[25 + rank], counts[38 + rank])
+        part = hand[rank - 1:rank + 39:13]
     if not any_wild and not any(part):
         return EMPTY_SEGMENT
-    additions, results = meld_additions(number, meld, part,
-                                        (counts[JOKER], counts[1], counts[14], counts[27], counts[40]))
+    additions, results = meld_additions(number, meld, part, wilds)
     if not additions:
         return EMPTY_SEGMENT
     return Segment(tuple([AddCards(index, cards) for cards in additions]), results)
@@ -858,18 +854,19 @@ def _add_checked(out: list[Action], plans: PlanSlots, slot: int, state: PlayPosi
     plans[slot] = Segment(tuple(kept), tuple(kept_melds))
 
 
-def legal_plays(state: PlayPosition, seat_plays: SeatPlays, out: list[Action]) -> PlanSlots | None:
+def legal_plays(state: PlayPosition, seat_plays: SeatPlays, out: list[Action], rules: Ruleset, counts: list[int],
+                size: int, melds: list[Meld]) -> PlanSlots | None:
     """``plays(state)`` appended to ``out`` (the same actions in the same order), from ``seat_plays``
     brought up to date, when no card must be melded and no lone card was taken (``plays`` itself
     otherwise). Returns ``None`` when every segment was listed whole (``seat_plays.plan`` then finds an
-    action's meld), else the plans by segment (see ``RANK_PLANS``; ``plan_of`` finds an action's)."""
-    seat = state.to_act
-    rules = state.rules
-    size = state.sizes[seat]
-    melds = state.melds[seat & 1]
+    action's meld), else the plans by segment (see ``RANK_PLANS``; ``plan_of`` finds an action's).
+
+    ``rules``, ``counts``, ``size`` and ``melds`` are the state's ruleset, the hand of the seat to act,
+    its size and its side's melds, passed by the state (its fields read through the protocol are
+    generic attribute look-ups in compiled code)."""
     groups = rules.groups
     group_ranks = _GROUP_RANKS[rules.groups_of_twos]
-    seat_plays.update(state.counts[seat], groups, group_ranks, melds)
+    seat_plays.update(counts, groups, group_ranks, melds)
     start = len(out)
     new_melds = size >= 3
     seat_plays.new_melds = new_melds
@@ -952,7 +949,7 @@ def all_discards(seat_plays: SeatPlays, counts: list[int], out: list[Action]) ->
         out.append(ALL_DISCARDS[JOKER])
 
 
-def must_meld_shortcut(state: PlayPosition) -> int:
+def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds: list[Meld], rules: Ruleset) -> int:
     """Whether ``plays(state, first_only=True)`` would find a play, when the card ``must_meld`` is
     natural and the answer is plain from a few counts: 1 (it would), 0 (it would not), -1 (not plain:
     ask ``plays``). The closed pile's check (``HandState._may_take_pile``) asks at every draw.
@@ -960,27 +957,33 @@ def must_meld_shortcut(state: PlayPosition) -> int:
     1 rests on a candidate the generator lists (its lists are complete: the property tests check it)
     and that ``plays`` accepts without asking the state (it leaves two cards or more, no lone card):
     three naturals in a row of the card's suit around it, three naturals of its rank (groups), the
-    card alone added to one of the side's melds. 0 rests on ``plays``' own filters: no sequence of
-    the suit can hold the card (``_sequence_around``), no group of its rank has cards enough, and
-    the side has no meld of its suit or rank.
+    card alone added to one of the side's melds. 0 rests on ``plays``' own filters (no sequence of
+    the suit can hold the card: ``_sequence_around``; no group of its rank has cards enough) and on
+    the side's melds: none is a group of its rank, and no addition to a sequence of its suit can
+    hold it (``_may_reach``).
+
+    The state's fields are passed by the state (``must`` its ``must_meld``, ``lone``; the hand of
+    the seat to act, its size, its side's melds): read through the protocol, each would be a generic
+    attribute look-up in compiled code.
     """
-    must = state.must_meld
     if must < 0 or must == JOKER or must % 13 == 1:
         return -1
-    seat = state.to_act
-    counts = state.counts[seat]
-    size = state.sizes[seat]
-    rules = state.rules
-    plain = state.lone < 0  # else every candidate is the state's to check
+    plain = lone < 0  # else every candidate is the state's to check
     suit = must // 13
     rank = must % 13 + 1
     any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
+    # the suit's natural slots held (the card among them)
+    first = 13 * suit
+    avail = 0
+    for r in range(1, 14):
+        if counts[first + r - 1]:
+            avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
+    slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
     # the card alone, added to a meld
-    melds = state.melds[seat & 1]
     fits_a_meld = False
     for meld in melds:
         if meld.is_sequence:
-            if meld.suit != suit:
+            if meld.suit != suit or not _may_reach(meld.mask, avail, slots):
                 continue
         elif meld.group_rank != rank:
             continue
@@ -993,13 +996,7 @@ def must_meld_shortcut(state: PlayPosition) -> int:
     group_possible = False
     if size >= 3:
         # three naturals of the suit in a row around the card
-        first = 13 * suit
-        avail = 0
-        for r in range(1, 14):
-            if counts[first + r - 1]:
-                avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
         need = 2 if any_wild else 3
-        slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
         for slot in slots:
             for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
                 run = avail >> lo & 7
@@ -1015,3 +1012,27 @@ def must_meld_shortcut(state: PlayPosition) -> int:
     if not fits_a_meld and not sequence_possible and not group_possible:
         return 0
     return -1
+
+
+def _may_reach(mask: int, avail: int, slots: list[int]) -> bool:
+    """Whether an addition to a sequence with natural slots ``mask`` might hold a natural card at one
+    of ``slots``, the hand holding naturals of the suit at ``avail`` (the card's slots among them).
+    A necessary condition only: the sequence after the addition is a run with at most one slot not
+    natural, so between its naturals and the card at most one slot may lack a natural held; a slot
+    inside the naturals' span takes the card only if no natural stands there."""
+    lo = (mask & -mask).bit_length() - 1
+    hi = mask.bit_length() - 1
+    for slot in slots:
+        if lo < slot < hi:
+            if not mask >> slot & 1:
+                return True
+            continue
+        if slot > hi:
+            gap = ((1 << slot) - (1 << (hi + 1))) & ~avail  # the slots hi+1 .. slot-1 not held
+        elif slot < lo:
+            gap = ((1 << lo) - (1 << (slot + 1))) & ~avail  # the slots slot+1 .. lo-1 not held
+        else:
+            continue  # a natural of the sequence stands there already
+        if gap & (gap - 1) == 0:  # none, or one
+            return True
+    return False

@@ -234,7 +234,8 @@ class HandState:
                 if seat_plays is None:
                     seat_plays = movegen.SeatPlays(movegen.ruleset_number(self.rules))
                     self._seat_plays[seat] = seat_plays
-                routed = movegen.legal_plays(self, seat_plays, actions)
+                routed = movegen.legal_plays(self, seat_plays, actions, self.rules, counts, self.sizes[seat],
+                                             self.melds[seat & 1])
                 if routed is None:
                     whole = seat_plays
                 if self.sizes[seat] > 1:
@@ -555,7 +556,8 @@ class HandState:
         self.lone = pile[0] if len(pile) == 1 and self.rules.lone_discard else -1
         try:
             if self.rules.closed_pile:
-                plain = movegen.must_meld_shortcut(self)
+                plain = movegen.must_meld_shortcut(self.must_meld, counts, self.sizes[seat], self.lone,
+                                                   self.melds[seat & 1], self.rules)
                 ok = plain == 1 if plain >= 0 else bool(movegen.plays(self, first_only=True))
             else:
                 ok = self.lone < 0 or self._any_way_to_finish()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES, TWO, to_str
-from engine.movegen import remember
+from engine.movegen import Ring, remember
 
 CODE: Final[dict[str, int]] = {to_str(c): c for c in range(NCODES)}
 
@@ -70,10 +70,11 @@ class TableMeld:
         return frozenset(out)
 
 
-#: ``read_meld``'s memo: a dict emptied at its bound (an lru_cache is a call through the interpreter's
-#: machinery at every look-up from compiled code, and the bots read every meld at every decision)
+#: ``read_meld``'s memo: a dict bounded by a ring (``movegen.remember``; an lru_cache is a call through
+#: the interpreter's machinery at every look-up from compiled code, and the bots read every meld at
+#: every decision)
 _READ: Final[dict[tuple[str, tuple[str, ...], str], TableMeld]] = {}
-_READ_BOUND: Final = 8192
+_READ_RING: Final = Ring(8192)
 
 
 def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
@@ -82,7 +83,7 @@ def read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     found = _READ.get(key)
     if found is None:
         found = _read_meld(kind, cards, canastra)
-        remember(_READ, _READ_BOUND, key, found)
+        remember(_READ, _READ_RING, key, found)
     return found
 
 
