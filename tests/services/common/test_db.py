@@ -328,7 +328,9 @@ async def test_tasks_first_in_line_take_the_next_connections_before_the_calls_wa
         release.set()
         await asyncio.gather(*holders, *calls, *loops)
         assert gone.cancelled()
-        assert order == ["holder0", "holder1", "loop0", "loop1", "call0", "call1", "call2"]
+        # (the two holders open their connections at once: either may be first)
+        assert sorted(order[:2]) == ["holder0", "holder1"]
+        assert order[2:] == ["loop0", "loop1", "call0", "call1", "call2"]
         # every turn came back: the cap's two connections are both free again
         async with db.read_each(), db.read_each():
             pass
