@@ -263,10 +263,9 @@ class _Places:
             self._places.clear()
         self._places[ticket_id] = (version, place)
 
-    def get(self, ticket_id: str, version: int) -> int | None:
-        """The place given at `version` (once: a stream's first view takes it out), else None."""
-        found = self._places.pop(ticket_id, None)
-        return found[1] if found is not None and found[0] == version else None
+    def take(self, ticket_id: str) -> tuple[int, int] | None:
+        """The version and place given to the ticket, taken out (a stream's first view uses it)."""
+        return self._places.pop(ticket_id, None)
 
 
 class Tickets:
@@ -401,8 +400,8 @@ class Tickets:
         sent = b""
         row: Any = None
         woken = True
+        given = self._placed.take(ticket_id)  # (version, place) from CreateTicket, if made here
         place: int | None = None
-        first = True
         self._watchers[ticket_id] = self._watchers.get(ticket_id, 0) + 1
         try:
             while True:
@@ -411,10 +410,9 @@ class Tickets:
                     row = await self._rows.read(ticket_id)
                     if row is None or not (viewer.privileged or viewer.player in row.players):
                         raise TicketNotFoundError(f"tickets/{ticket_id} not found")
-                if first:  # the place CreateTicket gave, if it was made here and has not changed
-                    place, first = self._placed.get(ticket_id, row.version), False
-                elif woken:
-                    place = None
+                    # a changed row's place is the loop's or counted; the given one only at its version
+                    place = given[1] if given is not None and given[0] == row.version else None
+                    given = None
                 view = await self.ticket_view(None, row, viewer, last=place)
                 place = view.position if row.state == "searching" else None
                 self._watched_versions[ticket_id] = row.version
