@@ -73,7 +73,10 @@ class ExpertBot:
     search_all_plays: bool = False  # search every meld the heuristic makes, not only the critical ones
     prune_after: int = 3  # worlds before a candidate may be dropped
     prune_z: float = 1.0  # dropped when its mean gain is this many standard errors below 0
-    pick_z: float = 1.0  # replaces the heuristic's choice when this many standard errors above 0
+    # replaces the heuristic's choice when this many standard errors above 0: a decision buys a few
+    # worlds, whose score differences are heavy-tailed, so a looser test lets noise overrule a choice
+    # that was as good or better (docs/performance.md, "Bots")
+    pick_z: float = 2.0
     pick_margin: float = 5.0  # ... and at least this many points of mean gain
     win_weight: float = 300.0  # express (one-hand) matches: the worth of winning the hand
     hand_weight: float = 0.6  # at a horizon: cards in hand count this share of their value
