@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--database", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--postgres-url", default=os.environ.get(
         "BURACO_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"))
-    parser.add_argument("--port-base", type=int, default=58051, help="the suite's first port")
+    # below Linux's ephemeral range (32768-60999), as loadtest.smoke: no outgoing connection holds them
+    parser.add_argument("--port-base", type=int, default=27051, help="the suite's first port")
     parser.add_argument("--metrics-base", type=int, default=9401, help="the suite's first metrics port")
     parser.add_argument("--start-timeout", type=float, default=120.0)
     parser.add_argument("--smoke", action="store_true",

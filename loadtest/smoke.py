@@ -83,7 +83,10 @@ class LocalSuite:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.smoke", description=__doc__.splitlines()[0])
-    parser.add_argument("--port-base", type=int, default=56051, help="the suite's first port (default 56051)")
+    # below Linux's ephemeral range (32768-60999): an outgoing connection of any process on the machine
+    # (the services' own, to each other, as they start) cannot be holding one of these ports when the
+    # suite binds it
+    parser.add_argument("--port-base", type=int, default=26051, help="the suite's first port (default 26051)")
     parser.add_argument("--metrics-base", type=int, default=9201, help="the suite's first metrics port")
     parser.add_argument("--start-timeout", type=float, default=90.0, help="seconds to wait for the suite")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then arguments for python -m loadtest")
