@@ -78,7 +78,9 @@ class ExpertBot:
     # that was as good or better (docs/performance.md, "Bots")
     pick_z: float = 2.0
     pick_margin: float = 5.0  # ... and at least this many points of mean gain
-    win_weight: float = 300.0  # express (one-hand) matches: the worth of winning the hand
+    # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
+    # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike
+    win_weight: float = 1000.0
     hand_weight: float = 0.6  # at a horizon: cards in hand count this share of their value
     morto_weight: float = 0.5  # ... a morto not yet taken this share of its penalty
 
