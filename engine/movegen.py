@@ -11,6 +11,7 @@ protocol: this module does not import ``engine.state``, which imports it.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any, Final
 
 from engine.actions import Action, AddCards, Discard, MeldCards
@@ -648,7 +649,9 @@ class SeatPlays:
         self.hand_value = 0  # ``hand`` as one integer
         self.suits: list[Segment] = [EMPTY_SEGMENT] * 4
         self.ranks: list[Segment] = [EMPTY_SEGMENT] * 14  # by rank, 1..13
-        self.discards: list[tuple[Discard, ...]] = [(), (), (), ()]
+        #: every card held as a ``Discard``, in card order, and the codes held (the same order)
+        self.discards: list[Discard] = []
+        self.held_codes: list[int] = []
         self.meld_of: list[Meld | None] = []  # the meld each addition segment was made for
         self.adds: list[Segment] = []
         self.base = -1
@@ -678,11 +681,22 @@ class SeatPlays:
                 changed_suits = 0xF
                 changed_ranks = 0x3FFE
                 wilds_changed = True
+                self.held_codes = [code for code in range(len(counts)) if counts[code]]
+                self.discards = [ALL_DISCARDS[code] for code in self.held_codes]
             else:
                 changed = value ^ self.hand_value  # the hand last seen, as one integer
+                held_codes = self.held_codes
                 while changed:
                     code = (changed.bit_length() - 1) >> 3
                     changed &= ~(0xFF << (code << 3))
+                    if not counts[code]:  # no longer held
+                        at = bisect_left(held_codes, code)
+                        del held_codes[at]
+                        del self.discards[at]
+                    elif not prev[code]:  # held again
+                        at = bisect_left(held_codes, code)
+                        held_codes.insert(at, code)
+                        self.discards.insert(at, ALL_DISCARDS[code])
                     if code == JOKER:
                         wilds_changed = True
                         continue
@@ -701,9 +715,6 @@ class SeatPlays:
                 suit_changed = changed_suits >> suit & 1
                 if suit_changed or wilds_changed:
                     first = 13 * suit
-                    if suit_changed:
-                        self.discards[suit] = tuple([ALL_DISCARDS[code] for code in range(first, first + 13)
-                                                     if counts[code]])
                     if shrunk:
                         suits[suit] = self.base_suits[suit].held(guarded)
                     elif _held_sum(counts, first) + (1 if any_wild else 0) < 3:
@@ -940,13 +951,7 @@ def plan_of(plans: PlanSlots, action: MeldCards | AddCards) -> Meld | None:
 
 def all_discards(seat_plays: SeatPlays, counts: list[int], out: list[Action]) -> None:
     """Every card held, as discards in card order (``seat_plays`` up to date for ``counts``)."""
-    discards = seat_plays.discards
-    out.extend(discards[0])
-    out.extend(discards[1])
-    out.extend(discards[2])
-    out.extend(discards[3])
-    if counts[JOKER]:
-        out.append(ALL_DISCARDS[JOKER])
+    out.extend(seat_plays.discards)
 
 
 def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds: list[Meld], rules: Ruleset) -> int:
