@@ -171,12 +171,22 @@ def _partial_counts(cards: bytes, first: int, step: int, wild_counts: int) -> li
     return counts
 
 
+#: ``_avail_slots`` by the counts (bytes and small integers only: entries Python's collector does not track)
+_AVAIL: Final[dict[bytes, int]] = {}
+
+
 def _avail_slots(suit_counts: bytes) -> int:
     """The slots (1..14) a suit's 13 counts hold, as a bit mask: an ace holds both 1 and 14."""
+    found = _AVAIL.get(suit_counts)
+    if found is not None:
+        return found
+    if len(_AVAIL) >= 1 << 16:
+        _AVAIL.clear()
     avail = 0
     for i in range(13):
         if suit_counts[i]:
             avail |= (1 << ACE | 1 << HIGH_ACE) if i == 0 else 1 << (i + 1)
+    _AVAIL[suit_counts] = avail
     return avail
 
 
@@ -204,8 +214,17 @@ def wild_key(counts: list[int]) -> int:
     return counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
 
 
-def _present_wilds(counts: list[int]) -> list[int]:
-    return [c for c in _WILD_CODES if counts[c]]
+def _present_wilds(counts: list[int]) -> tuple[int, ...]:
+    """The wild codes held, in ``_WILD_CODES``' order."""
+    key = counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
+    found = _PRESENT_WILDS.get(key)
+    if found is None:
+        found = _PRESENT_WILDS[key] = tuple([c for c in _WILD_CODES if counts[c]])
+    return found
+
+
+#: ``_present_wilds`` by ``wild_key`` (a few hundred keys at most: never emptied)
+_PRESENT_WILDS: Final[dict[int, tuple[int, ...]]] = {}
 
 
 def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tuple[Meld, ...]]:
@@ -254,7 +273,7 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
 def _rank_melds(rules_number: int, rank: int, rank_counts: bytes, wild_counts: int) -> MeldCandidates:
     """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
     counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
-    wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
+    wilds = ((JOKER,) if counts[JOKER] else ()) if rank == TWO else _present_wilds(counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
     for naturals in _group_picks(rank, rank_counts):
         k = len(naturals)
@@ -327,8 +346,8 @@ def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int
     else:
         rank = meld.group_rank
         counts = _partial_counts(part, rank - 1, 13, wild_counts)
-        wilds = [] if meld.wild >= 0 else (
-            ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts))
+        wilds = () if meld.wild >= 0 else (
+            ((JOKER,) if counts[JOKER] else ()) if rank == TWO else _present_wilds(counts))
         for naturals in _group_picks(rank, part):
             if naturals:
                 _add_addition(out, counts, rules_number, meld, naturals)
@@ -337,7 +356,7 @@ def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int
     return _split(out)
 
 
-def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail: int, wilds: list[int],
+def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail: int, wilds: tuple[int, ...],
                         out: dict[tuple[int, ...], AddCandidate]) -> None:
     suit = meld.suit
     nat = meld.mask
@@ -717,11 +736,12 @@ class SeatPlays:
                     first = 13 * suit
                     if shrunk:
                         suits[suit] = self.base_suits[suit].held(guarded)
-                    elif _held_sum(counts, first) + (1 if any_wild else 0) < 3:
-                        suits[suit] = self.base_suits[suit] = EMPTY_SEGMENT
                     else:
-                        suits[suit] = self.base_suits[suit] = suit_segment(
-                            number, suit, hand[first:first + 13], wild_counts)
+                        part = hand[first:first + 13]
+                        if sum(part) + (1 if any_wild else 0) < 3:
+                            suits[suit] = self.base_suits[suit] = EMPTY_SEGMENT
+                        else:
+                            suits[suit] = self.base_suits[suit] = suit_segment(number, suit, part, wild_counts)
                 elif not shrunk:
                     self.base_suits[suit] = suits[suit]
             if groups:
@@ -808,14 +828,6 @@ class SeatPlays:
         if meld is not None:
             return meld
         return self.ranks[natural % 13 + 1].plan(action)
-
-
-def _held_sum(counts: list[int], first: int) -> int:
-    """How many cards of the 13 codes from ``first`` (one suit) the counts hold."""
-    total = 0
-    for code in range(first, first + 13):
-        total += counts[code]
-    return total
 
 
 def _addition_segment(number: int, index: int, meld: Meld, hand: bytes, wilds: int, held: int) -> Segment:
@@ -979,10 +991,7 @@ def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds
     any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
     # the suit's natural slots held (the card among them)
     first = 13 * suit
-    avail = 0
-    for r in range(1, 14):
-        if counts[first + r - 1]:
-            avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
+    avail = _avail_slots(bytes(counts[first:first + 13]))
     slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
     # the card alone, added to a meld
     fits_a_meld = False
