@@ -480,8 +480,9 @@ def plays(state: PlayPosition, first_only: bool = False,
             actions, melds = segment.actions, segment.melds
             for i in range(len(actions)):
                 action, meld = actions[i], melds[i]
-                if ((must < 0 and size - len(action.cards) >= simple_from)
-                        or _accept(state, must, simple_from, action, meld, -1)):
+                if must >= 0 and must not in action.cards:
+                    continue  # refused by _accept
+                if size - len(action.cards) >= simple_from or _accept(state, must, simple_from, action, meld, -1):
                     out.append(action)
                     if plans is not None:
                         plans[action] = meld
@@ -498,14 +499,16 @@ def plays(state: PlayPosition, first_only: bool = False,
                 actions, melds = segment.actions, segment.melds
                 for i in range(len(actions)):
                     action, meld = actions[i], melds[i]
-                    if ((must < 0 and size - len(action.cards) >= simple_from)
-                        or _accept(state, must, simple_from, action, meld, -1)):
+                    if must >= 0 and must not in action.cards:
+                        continue  # refused by _accept
+                    if size - len(action.cards) >= simple_from or _accept(state, must, simple_from, action, meld, -1):
                         out.append(action)
                         if plans is not None:
                             plans[action] = meld
                         if first_only:
                             return out
     held = int.from_bytes(hand, "little")
+    must_slots = [ACE, HIGH_ACE] if must % 13 == 0 else [must % 13 + 1]
     for index, meld in enumerate(state.melds[seat & 1]):
         takes_wild, touch_bytes = meld._touch or meld.touch()
         if not held & touch_bytes and not (any_wild and takes_wild):
@@ -514,6 +517,8 @@ def plays(state: PlayPosition, first_only: bool = False,
             if must_natural and must // 13 != meld.suit:
                 continue
             part = hand[13 * meld.suit:13 * meld.suit + 13]
+            if must_natural and not _may_reach(meld.mask, _avail_slots(part), must_slots):
+                continue  # no addition to it can hold the card that must be melded
         else:
             rank = meld.group_rank
             if must_natural and must % 13 + 1 != rank:
@@ -564,6 +569,8 @@ _GROUP_RANKS: Final[dict[bool, list[int]]] = {False: [ACE, *range(3, 14)], True:
 #: the top bit of every card code's byte, in a hand read as one integer: subtracting a candidate's
 #: needs from the hand with these bits set clears one exactly where the hand lacks a card
 _GUARD: Final = int.from_bytes(bytes([0x80] * 53), "little")
+#: by card code: the bits of the codes below it, in a hand read as one integer
+_BELOW: Final[list[int]] = [(1 << (code << 3)) - 1 for code in range(53)]
 
 
 class Segment:
@@ -673,11 +680,15 @@ class SeatPlays:
         self.held_codes: list[int] = []
         self.meld_of: list[Meld | None] = []  # the meld each addition segment was made for
         self.adds: list[Segment] = []
-        self.base = -1
+        self.base = -1  # ``| _GUARD`` (see Segment.held)
         self.base_suits: list[Segment] = [EMPTY_SEGMENT] * 4
         self.base_ranks: list[Segment] = [EMPTY_SEGMENT] * 14
         self.base_meld_of: list[Meld | None] = []
         self.base_adds: list[Segment] = []
+        #: bit r: rank r makes groups under this ruleset
+        self.group_mask = 0
+        for rank in _GROUP_RANKS[_BY_NUMBER[number].groups_of_twos]:
+            self.group_mask |= 1 << rank
         #: whether the last ``legal_plays`` listed new melds (a hand of three cards or more)
         self.new_melds = False
 
@@ -693,7 +704,7 @@ class SeatPlays:
         guarded = value | _GUARD
         # within the turn's largest hand (the hand only shrank since): filter that hand's segments
         base = self.base
-        shrunk = base >= 0 and ((base | _GUARD) - value) & _GUARD == _GUARD
+        shrunk = base >= 0 and (base - value) & _GUARD == _GUARD
         if hand != prev:
             self.hand = hand
             if len(prev) != len(hand):
@@ -707,7 +718,7 @@ class SeatPlays:
                 held_codes = self.held_codes
                 while changed:
                     code = (changed.bit_length() - 1) >> 3
-                    changed &= ~(0xFF << (code << 3))
+                    changed &= _BELOW[code]
                     if not counts[code]:  # no longer held
                         at = bisect_left(held_codes, code)
                         del held_codes[at]
@@ -726,7 +737,7 @@ class SeatPlays:
                     changed_ranks |= 1 << rank
             self.hand_value = value
             if not shrunk:
-                self.base = value
+                self.base = guarded
             any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
             wild_counts = wild_key(counts)
             suits = self.suits
@@ -739,39 +750,33 @@ class SeatPlays:
                     else:
                         part = hand[first:first + 13]
                         if sum(part) + (1 if any_wild else 0) < 3:
-                            suits[suit] = self.base_suits[suit] = EMPTY_SEGMENT
+                            suits[suit] = EMPTY_SEGMENT
                         else:
-                            suits[suit] = self.base_suits[suit] = suit_segment(number, suit, part, wild_counts)
-                elif not shrunk:
-                    self.base_suits[suit] = suits[suit]
+                            suits[suit] = suit_segment(number, suit, part, wild_counts)
+            if not shrunk:  # a new base: the segments of this hand
+                self.base_suits[:] = suits
             if groups:
                 need = 2 if any_wild else 3
                 ranks = self.ranks
-                if shrunk and not wilds_changed:
-                    # the base's segments stay the base's: only the changed ranks' are filtered (a 2
-                    # changes the wilds, so every rank here is a group rank)
-                    remake = changed_ranks
-                    while remake:
-                        rank = remake.bit_length() - 1
-                        remake &= ~(1 << rank)
-                        ranks[rank] = self.base_ranks[rank].held(guarded)
-                else:
-                    for rank in group_ranks:
-                        if wilds_changed or changed_ranks >> rank & 1:
-                            if shrunk:
-                                ranks[rank] = self.base_ranks[rank].held(guarded)
-                                continue
-                            a = counts[rank - 1]
-                            b = counts[12 + rank]
-                            c = counts[25 + rank]
-                            d = counts[38 + rank]
-                            if a + b + c + d < need:
-                                ranks[rank] = self.base_ranks[rank] = EMPTY_SEGMENT
-                            else:
-                                ranks[rank] = self.base_ranks[rank] = rank_segment(
-                                    number, rank, hand[rank - 1:rank + 39:13], wild_counts)
-                        elif not shrunk:
-                            self.base_ranks[rank] = ranks[rank]
+                base_ranks = self.base_ranks
+                # the group ranks to remake (their order does not matter: each is a segment of its own)
+                remake = self.group_mask if wilds_changed else changed_ranks & self.group_mask
+                while remake:
+                    rank = remake.bit_length() - 1
+                    remake ^= 1 << rank
+                    if shrunk:
+                        ranks[rank] = base_ranks[rank].held(guarded)
+                        continue
+                    a = counts[rank - 1]
+                    b = counts[12 + rank]
+                    c = counts[25 + rank]
+                    d = counts[38 + rank]
+                    if a + b + c + d < need:
+                        ranks[rank] = EMPTY_SEGMENT
+                    else:
+                        ranks[rank] = rank_segment(number, rank, hand[rank - 1:rank + 39:13], wild_counts)
+                if not shrunk:
+                    base_ranks[:] = ranks
         # additions: remade for a meld that changed, or whose part of the hand (or the wilds) did
         meld_of = self.meld_of
         adds = self.adds
@@ -783,9 +788,6 @@ class SeatPlays:
             if index < len(meld_of):
                 if meld_of[index] is meld and not wilds_changed and not (
                         changed_suits >> meld.suit & 1 if meld.is_sequence else changed_ranks >> meld.group_rank & 1):
-                    if not shrunk:
-                        base_meld_of[index] = meld
-                        base_adds[index] = adds[index]
                     continue
                 meld_of[index] = meld
             else:
@@ -799,14 +801,14 @@ class SeatPlays:
                 if wilds < 0:
                     wilds = wild_key(counts)
                 adds[index] = _addition_segment(number, index, meld, hand, wilds, value)
-                if not shrunk:
-                    base_meld_of[index] = meld
-                    base_adds[index] = adds[index]
         if len(meld_of) > len(melds):  # fewer melds than before (a state set up by hand)
             del meld_of[len(melds):]
             del adds[len(melds):]
             del base_meld_of[len(melds):]
             del base_adds[len(melds):]
+        if not shrunk:  # a new base: the additions of this hand
+            base_meld_of[:] = meld_of
+            base_adds[:] = adds
 
     def plan(self, action: MeldCards | AddCards) -> Meld | None:
         """The meld ``action`` makes if the last ``legal_plays`` listed it whole from these segments."""
