@@ -532,8 +532,7 @@ def plays(state: PlayPosition, first_only: bool = False,
             if must >= 0 and must not in cards_t:
                 continue  # refused by _accept: no action made for it
             addition = AddCards(index, cards_t)
-            if ((must < 0 and size - len(cards_t) >= simple_from)
-                    or _accept(state, must, simple_from, addition, result, index)):
+            if size - len(cards_t) >= simple_from or _accept(state, must, simple_from, addition, result, index):
                 out.append(addition)
                 if plans is not None:
                     plans[addition] = result

@@ -544,9 +544,23 @@ class HandState:
         which legal_actions asks at every draw and would otherwise build and drop half the time."""
         if not self.rules.closed_pile and not (self.rules.lone_discard and len(self.pile) == 1):
             return True  # the hand grows to two cards or more: a discard is always possible
-        # try the take in place and undo it (cheaper than a copy of the whole state)
         seat, pile = self.to_act, self.pile
         counts = self.counts[seat]
+        if self.rules.closed_pile:
+            # most takes are plain from a few counts of the hand with the pile (must_meld_shortcut):
+            # only those counts change for it, not the state
+            for c in pile:
+                counts[c] = counts[c] + 1
+            try:
+                plain = movegen.must_meld_shortcut(
+                    pile[-1], counts, self.sizes[seat] + len(pile),
+                    pile[0] if len(pile) == 1 and self.rules.lone_discard else -1, self.melds[seat & 1], self.rules)
+            finally:
+                for c in pile:
+                    counts[c] = counts[c] - 1
+            if plain >= 0:
+                return plain == 1
+        # try the take in place and undo it (cheaper than a copy of the whole state)
         for c in pile:
             counts[c] = counts[c] + 1
         self.sizes[seat] = self.sizes[seat] + len(pile)
@@ -556,9 +570,7 @@ class HandState:
         self.lone = pile[0] if len(pile) == 1 and self.rules.lone_discard else -1
         try:
             if self.rules.closed_pile:
-                plain = movegen.must_meld_shortcut(self.must_meld, counts, self.sizes[seat], self.lone,
-                                                   self.melds[seat & 1], self.rules)
-                ok = plain == 1 if plain >= 0 else bool(movegen.plays(self, first_only=True))
+                ok = bool(movegen.plays(self, first_only=True))
             else:
                 ok = self.lone < 0 or self._any_way_to_finish()
         finally:
