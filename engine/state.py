@@ -34,7 +34,7 @@ from engine.actions import (
     TakePile,
     action_from_json,
 )
-from engine.cards import NCODES, cards_of, format_many, is_wild_capable, to_str
+from engine.cards import CARD_STR, NCODES, cards_of, format_many, is_wild_capable, to_str
 from engine.deal import Deal
 from engine.errors import IllegalActionError
 from engine.events import Event
@@ -632,7 +632,7 @@ class HandState:
             counts[card] = counts[card] + 1
             self.sizes[seat] = self.sizes[seat] + 1
             self.phase = PLAY_PHASE
-            events.append(Event("drew", seat, {"stock_count": len(self.stock)}, {seat: {"card": to_str(card)}}))
+            events.append(Event("drew", seat, {"stock_count": len(self.stock)}, {seat: {"card": CARD_STR[card]}}))
             if not self.stock:
                 self._stock_ran_out(events)
         elif isinstance(action, TakePile):
@@ -651,7 +651,7 @@ class HandState:
             counts[action.card] = counts[action.card] - 1
             self.sizes[seat] = self.sizes[seat] - 1
             self.pile.append(action.card)
-            events.append(Event("discarded", seat, {"card": to_str(action.card)}))
+            events.append(Event("discarded", seat, {"card": CARD_STR[action.card]}))
             if self.sizes[seat] == 0:
                 if self.mortos[side] is not None:
                     self._take_morto(seat, direct=False, events=events)
