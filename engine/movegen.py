@@ -216,10 +216,15 @@ def wild_key(counts: list[int]) -> int:
 
 def _present_wilds(counts: list[int]) -> tuple[int, ...]:
     """The wild codes held, in ``_WILD_CODES``' order."""
-    key = counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
-    found = _PRESENT_WILDS.get(key)
+    return _wilds_of(counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16)
+
+
+def _wilds_of(wild_counts: int) -> tuple[int, ...]:
+    """The wild codes a ``wild_key`` holds, in ``_WILD_CODES``' order."""
+    found = _PRESENT_WILDS.get(wild_counts)
     if found is None:
-        found = _PRESENT_WILDS[key] = tuple([c for c in _WILD_CODES if counts[c]])
+        found = _PRESENT_WILDS[wild_counts] = tuple(
+            [_WILD_CODES[i] for i in range(5) if wild_counts >> (4 * i) & 15])
     return found
 
 
@@ -239,9 +244,14 @@ def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tu
 def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: int) -> MeldCandidates:
     """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
     at most one slot, the wild's), each with the meld it makes."""
+    avail = _avail_slots(suit_counts)
+    # every sequence starts with three slots in a row holding three naturals, or two and the wild
+    second = avail >> 1
+    third = avail >> 2
+    if not (avail & second & third if wild_counts == 0 else avail & second | avail & third | second & third):
+        return (), ()
     counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
     wilds = _present_wilds(counts)
-    avail = _avail_slots(suit_counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
     two_aces = suit_counts[0] >= 2
     for lo in range(1, 13):
@@ -338,22 +348,43 @@ def meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int)
 
 
 def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
+    if not meld.is_sequence:
+        return _group_additions(rules_number, meld, part, wild_counts)
     out: dict[tuple[int, ...], AddCandidate] = {}
-    if meld.is_sequence:
-        counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
-        avail = _avail_slots(part)
-        _sequence_additions(rules_number, counts, meld, avail, _present_wilds(counts), out)
-    else:
-        rank = meld.group_rank
-        counts = _partial_counts(part, rank - 1, 13, wild_counts)
-        wilds = () if meld.wild >= 0 else (
-            ((JOKER,) if counts[JOKER] else ()) if rank == TWO else _present_wilds(counts))
-        for naturals in _group_picks(rank, part):
-            if naturals:
-                _add_addition(out, counts, rules_number, meld, naturals)
-            for w in wilds:
-                _add_addition(out, counts, rules_number, meld, [*naturals, w])
+    counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
+    avail = _avail_slots(part)
+    _sequence_additions(rules_number, counts, meld, avail, _present_wilds(counts), out)
     return _split(out)
+
+
+def _group_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
+    """The additions to a group: every multiset of its rank's cards held (``_group_picks``' order), each
+    alone (when not empty), then with each wild held, when the group has none (a group of 2s takes only
+    a joker). Every such addition is held and distinct by construction (a pick takes no more of a card
+    than held; a wild is never of the rank's cards), so none is checked against the counts."""
+    rank = meld.group_rank
+    wilds: tuple[int, ...] = ()
+    if meld.wild < 0 and wild_counts:
+        if rank != TWO:
+            wilds = _wilds_of(wild_counts)
+        elif wild_counts & 15:
+            wilds = (JOKER,)
+    firsts: list[tuple[int, ...]] = []
+    results: list[Meld] = []
+    for naturals in _group_picks(rank, part):
+        if naturals:
+            cards_t = tuple(naturals)  # sorted: the suits' cards of one rank in suit order
+            result = _extended(meld, cards_t, rules_number)
+            if result is not None:
+                firsts.append(cards_t)
+                results.append(result)
+        for w in wilds:
+            cards_t = tuple(sorted([*naturals, w]))
+            result = _extended(meld, cards_t, rules_number)
+            if result is not None:
+                firsts.append(cards_t)
+                results.append(result)
+    return tuple(firsts), tuple(results)
 
 
 def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail: int, wilds: tuple[int, ...],
@@ -368,15 +399,23 @@ def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail:
         avail |= 1 << TWO
     # the final run spans [lo, hi] around the naturals; every slot of it that is not natural yet is
     # filled from the hand, except at most one: the wild's (and slot 2 when the meld's 2 goes home)
-    inner = [s for s in range(nlo, nhi + 1) if not nat >> s & 1]
-    inner_missing = sum(1 for s in inner if not avail >> s & 1)
+    inner: list[int] = []
+    inner_missing = 0
+    for x in range(nlo, nhi + 1):
+        if not nat >> x & 1:
+            inner.append(x)
+            if not avail >> x & 1:
+                inner_missing += 1
+    # whether a slot of the run may stand empty of a natural: a wild held, or the meld's own wild
+    # moving into it; without either, only runs of naturals held are additions
+    most_missing = 1 if wilds or meld.wild >= 0 else 0
     low: list[int] = []
     low_missing = 0
     for lo in range(nlo, 0, -1):
         if lo < nlo:
             low.append(lo)
             low_missing += not avail >> lo & 1
-        if low_missing + inner_missing > 1:
+        if low_missing + inner_missing > most_missing:
             break
         high: list[int] = []
         high_missing = 0
@@ -385,12 +424,17 @@ def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail:
                 high.append(hi)
                 high_missing += not avail >> hi & 1
             missing = low_missing + inner_missing + high_missing
-            if missing > 1:
+            if missing > most_missing:
                 break
             fill = low + inner + high
             if not fill:
                 continue
-            holes = [x for x in fill if not avail >> x & 1] if missing else [0, *fill]
+            if missing:
+                holes = [x for x in fill if not avail >> x & 1]
+            elif most_missing:
+                holes = [0, *fill]
+            else:
+                holes = [0]
             for hole in holes:
                 slots = [x for x in fill if x != hole]
                 variants = [slots]
