@@ -397,31 +397,41 @@ def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail:
     home = meld.wild == slot_card(suit, TWO) and not nat >> TWO & 1
     if home:
         avail |= 1 << TWO
+    first = 13 * suit  # slot x's card: first + x - 1, the high ace's first
     # the final run spans [lo, hi] around the naturals; every slot of it that is not natural yet is
-    # filled from the hand, except at most one: the wild's (and slot 2 when the meld's 2 goes home)
+    # filled from the hand, except at most one: the wild's (and slot 2 when the meld's 2 goes home).
+    # The slots to fill are listed low ones first (downwards), then inner and high ones (upwards),
+    # each with its card
     inner: list[int] = []
+    inner_cards: list[int] = []
     inner_missing = 0
     for x in range(nlo, nhi + 1):
         if not nat >> x & 1:
             inner.append(x)
+            inner_cards.append(first + x - 1 if x != HIGH_ACE else first)
             if not avail >> x & 1:
                 inner_missing += 1
     # whether a slot of the run may stand empty of a natural: a wild held, or the meld's own wild
     # moving into it; without either, only runs of naturals held are additions
     most_missing = 1 if wilds or meld.wild >= 0 else 0
+    moved = meld.wild >= 0  # the meld's wild may move into the slot left empty
     low: list[int] = []
+    low_cards: list[int] = []
     low_missing = 0
     for lo in range(nlo, 0, -1):
         if lo < nlo:
             low.append(lo)
+            low_cards.append(first + lo - 1)
             low_missing += not avail >> lo & 1
         if low_missing + inner_missing > most_missing:
             break
         high: list[int] = []
+        high_cards: list[int] = []
         high_missing = 0
         for hi in range(nhi, min(14, lo + 13) + 1):
             if hi > nhi:
                 high.append(hi)
+                high_cards.append(first + hi - 1 if hi != HIGH_ACE else first)
                 high_missing += not avail >> hi & 1
             missing = low_missing + inner_missing + high_missing
             if missing > most_missing:
@@ -429,24 +439,29 @@ def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail:
             fill = low + inner + high
             if not fill:
                 continue
-            if missing:
-                holes = [x for x in fill if not avail >> x & 1]
-            elif most_missing:
-                holes = [0, *fill]
-            else:
-                holes = [0]
-            for hole in holes:
-                slots = [x for x in fill if x != hole]
-                variants = [slots]
-                if home and TWO in slots:
-                    variants.append([x for x in slots if x != TWO])  # the meld's own 2 fills it
+            fill_cards = low_cards + inner_cards + high_cards
+            if not missing:
+                _add_addition(out, counts, rules_number, meld, fill_cards)  # the hole 0: every slot natural
+                if home and TWO in fill:
+                    _add_addition(out, counts, rules_number, meld, [c for c in fill_cards if c != first + 1])
+                if not most_missing:
+                    continue
+            # each slot that may take the wild (the one lacking its natural, or any when none does),
+            # in the order of ``fill``
+            for i in range(len(fill)):
+                hole = fill[i]
+                if missing and avail >> hole & 1:
+                    continue
+                naturals = fill_cards[:i] + fill_cards[i + 1:]
+                if home and TWO in fill and hole != TWO:
+                    variants = [naturals, [c for c in naturals if c != first + 1]]  # the meld's own 2 fills it
+                else:
+                    variants = [naturals]
                 for chosen in variants:
-                    naturals = [slot_card(suit, x) for x in chosen]
-                    if not hole or meld.wild >= 0:
-                        _add_addition(out, counts, rules_number, meld, naturals)
-                    if hole:
-                        for w in wilds:
-                            _add_addition(out, counts, rules_number, meld, [*naturals, w])
+                    if moved:
+                        _add_addition(out, counts, rules_number, meld, chosen)
+                    for w in wilds:
+                        _add_addition(out, counts, rules_number, meld, [*chosen, w])
 
 
 def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], rules_number: int, meld: Meld,
