@@ -627,6 +627,13 @@ _GROUP_RANKS: Final[dict[bool, list[int]]] = {False: [ACE, *range(3, 14)], True:
 #: the top bit of every card code's byte, in a hand read as one integer: subtracting a candidate's
 #: needs from the hand with these bits set clears one exactly where the hand lacks a card
 _GUARD: Final = int.from_bytes(bytes([0x80] * 53), "little")
+#: by card code: what a change of its count changes, as bits: its suit s (bit s), its rank r (bit
+#: 4 + r), the wilds (``_WILD_PART``, for a 2 or a joker; a joker has no suit nor rank here)
+_WILD_PART: Final = 1 << 18
+_CODE_PARTS: Final[list[int]] = [
+    _WILD_PART if code == JOKER else
+    1 << (code // 13) | 16 << (code % 13 + 1) | (_WILD_PART if code % 13 + 1 == TWO else 0)
+    for code in range(53)]
 #: by card code: the bits of the codes below it, in a hand read as one integer
 _BELOW: Final[list[int]] = [(1 << (code << 3)) - 1 for code in range(53)]
 
@@ -737,6 +744,9 @@ class SeatPlays:
         self.discards: list[Discard] = []
         self.held_codes: list[int] = []
         self.meld_of: list[Meld | None] = []  # the meld each addition segment was made for
+        #: by meld: the part of the hand its additions depend on besides the wilds, as in
+        #: ``_CODE_PARTS`` (a sequence of suit s: bit s; a group of rank r: bit 4 + r)
+        self.part_bits: list[int] = []
         self.adds: list[Segment] = []
         self.base = -1  # ``| _GUARD`` (see Segment.held)
         self.base_suits: list[Segment] = [EMPTY_SEGMENT] * 4
@@ -758,6 +768,7 @@ class SeatPlays:
         changed_suits = 0  # bit s: a card of suit s changed (its count)
         changed_ranks = 0  # bit r: a card of rank r changed
         wilds_changed = False
+        changed_parts = 0  # the parts of the hand that changed (see _CODE_PARTS)
         value = int.from_bytes(hand, "little")
         guarded = value | _GUARD
         # within the turn's largest hand (the hand only shrank since): filter that hand's segments
@@ -769,6 +780,7 @@ class SeatPlays:
                 changed_suits = 0xF
                 changed_ranks = 0x3FFE
                 wilds_changed = True
+                changed_parts = -1
                 self.held_codes = [code for code in range(len(counts)) if counts[code]]
                 self.discards = [ALL_DISCARDS[code] for code in self.held_codes]
             else:
@@ -785,32 +797,29 @@ class SeatPlays:
                         at = bisect_left(held_codes, code)
                         held_codes.insert(at, code)
                         self.discards.insert(at, ALL_DISCARDS[code])
-                    if code == JOKER:
-                        wilds_changed = True
-                        continue
-                    rank = code % 13 + 1
-                    if rank == TWO:
-                        wilds_changed = True
-                    changed_suits |= 1 << (code // 13)
-                    changed_ranks |= 1 << rank
+                    changed_parts |= _CODE_PARTS[code]
+                changed_suits = changed_parts & 0xF
+                changed_ranks = changed_parts >> 4 & 0x3FFE
+                wilds_changed = changed_parts >= _WILD_PART
             self.hand_value = value
             if not shrunk:
                 self.base = guarded
             any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
             wild_counts = wild_key(counts)
             suits = self.suits
-            for suit in range(4):
-                suit_changed = changed_suits >> suit & 1
-                if suit_changed or wilds_changed:
+            remake = 0xF if wilds_changed else changed_suits  # the suits to remake, in any order
+            while remake:
+                suit = remake.bit_length() - 1
+                remake ^= 1 << suit
+                if shrunk:
+                    suits[suit] = self.base_suits[suit].held(guarded)
+                else:
                     first = 13 * suit
-                    if shrunk:
-                        suits[suit] = self.base_suits[suit].held(guarded)
+                    part = hand[first:first + 13]
+                    if sum(part) + (1 if any_wild else 0) < 3:
+                        suits[suit] = EMPTY_SEGMENT
                     else:
-                        part = hand[first:first + 13]
-                        if sum(part) + (1 if any_wild else 0) < 3:
-                            suits[suit] = EMPTY_SEGMENT
-                        else:
-                            suits[suit] = suit_segment(number, suit, part, wild_counts)
+                        suits[suit] = suit_segment(number, suit, part, wild_counts)
             if not shrunk:  # a new base: the segments of this hand
                 self.base_suits[:] = suits
             if groups:
@@ -841,15 +850,21 @@ class SeatPlays:
         base_meld_of = self.base_meld_of
         base_adds = self.base_adds
         wilds = -1  # wild_key(counts), once needed
+        if wilds_changed:
+            changed_parts = -1
+        part_bits = self.part_bits
         for index in range(len(melds)):
             meld = melds[index]
             if index < len(meld_of):
-                if meld_of[index] is meld and not wilds_changed and not (
-                        changed_suits >> meld.suit & 1 if meld.is_sequence else changed_ranks >> meld.group_rank & 1):
-                    continue
-                meld_of[index] = meld
+                if meld_of[index] is meld:
+                    if not changed_parts & part_bits[index]:
+                        continue
+                else:
+                    meld_of[index] = meld
+                    part_bits[index] = 1 << meld.suit if meld.is_sequence else 16 << meld.group_rank
             else:
                 meld_of.append(meld)
+                part_bits.append(1 << meld.suit if meld.is_sequence else 16 << meld.group_rank)
                 adds.append(EMPTY_SEGMENT)
                 base_meld_of.append(None)
                 base_adds.append(EMPTY_SEGMENT)
@@ -861,6 +876,7 @@ class SeatPlays:
                 adds[index] = _addition_segment(number, index, meld, hand, wilds, value)
         if len(meld_of) > len(melds):  # fewer melds than before (a state set up by hand)
             del meld_of[len(melds):]
+            del part_bits[len(melds):]
             del adds[len(melds):]
             del base_meld_of[len(melds):]
             del base_adds[len(melds):]
