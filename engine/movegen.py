@@ -190,11 +190,6 @@ def _avail_slots(suit_counts: bytes) -> int:
     return avail
 
 
-def _bits3(x: int) -> int:
-    """How many of the three low bits of ``x`` are set."""
-    return (x & 1) + (x >> 1 & 1) + (x >> 2 & 1)
-
-
 def _group_picks(rank: int, rank_counts: bytes) -> list[list[int]]:
     """Every multiset of the rank's four cards the counts allow, as ``itertools.product`` over the
     four suits' counts orders them (the last suit's count varying fastest), each as its cards."""
@@ -481,13 +476,10 @@ def _sequence_around(suit_counts: bytes, any_wild: bool, rank: int) -> bool:
     slots in a row around it hold three naturals, or two and a wild (a sequence holds at most one
     wild, so every three slots in a row of it do). A necessary condition only."""
     m = _avail_slots(suit_counts)
-    need = 2 if any_wild else 3
-    slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
-    for slot in slots:
-        for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
-            if _bits3(m >> lo) >= need:
-                return True
-    return False
+    second = m >> 1
+    third = m >> 2
+    starts = m & second | m & third | second & third if any_wild else m & second & third
+    return starts & _WINDOWS[rank] != 0
 
 
 # --- the legal plays of the moment ------------------------------------------------------------------
@@ -970,26 +962,26 @@ def legal_plays(state: PlayPosition, seat_plays: SeatPlays, out: list[Action], r
     new_melds = size >= 3
     seat_plays.new_melds = new_melds
     whole = True
+    most = size - 2  # a candidate laying down more cards leaves under two: the state's to check
     if new_melds:
         for segment in seat_plays.suits:
             if segment.actions:
-                if size - segment.most < 2:
+                if segment.most > most:
                     whole = False
                     break
                 out.extend(segment.actions)
         if whole and groups:
-            ranks = seat_plays.ranks
-            for rank in group_ranks:
-                segment = ranks[rank]
+            # by rank in the group ranks' order: the others' segments stay empty
+            for segment in seat_plays.ranks:
                 if segment.actions:
-                    if size - segment.most < 2:
+                    if segment.most > most:
                         whole = False
                         break
                     out.extend(segment.actions)
     if whole:
         for segment in seat_plays.adds:
             if segment.actions:
-                if size - segment.most < 2:
+                if segment.most > most:
                     whole = False
                     break
                 out.extend(segment.actions)
@@ -1086,14 +1078,15 @@ def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds
     group_possible = False
     if size >= 3:
         # three naturals of the suit in a row around the card
-        need = 2 if any_wild else 3
-        for slot in slots:
-            for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
-                run = avail >> lo & 7
-                if run == 7 and plain and size - 3 >= 2:
-                    return 1
-                if _bits3(run) >= need:
-                    sequence_possible = True
+        # bit lo: the three slots from lo hold three naturals (two); only the windows holding the
+        # card's slot count (_WINDOWS)
+        second = avail >> 1
+        third = avail >> 2
+        full = avail & second & third & _WINDOWS[rank]
+        if full and plain and size - 3 >= 2:
+            return 1
+        pairs = avail & second | avail & third | second & third  # two naturals among three
+        sequence_possible = full != 0 or (any_wild and pairs & _WINDOWS[rank] != 0)
         if rules.groups:
             held = counts[rank - 1] + counts[12 + rank] + counts[25 + rank] + counts[38 + rank]
             if held >= 3 and plain and size - 3 >= 2:
@@ -1102,6 +1095,15 @@ def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds
     if not fits_a_meld and not sequence_possible and not group_possible:
         return 0
     return -1
+
+
+#: by rank: the first slots (bits) of the windows of three slots in a row within 1..14 that hold the
+#: rank's slot (both of an ace's)
+_WINDOWS: Final[list[int]] = [0] * 14
+for _rank in range(1, 14):
+    for _slot in ((ACE, HIGH_ACE) if _rank == ACE else (_rank,)):
+        for _lo in range(max(1, _slot - 2), min(_slot, HIGH_ACE - 2) + 1):
+            _WINDOWS[_rank] |= 1 << _lo
 
 
 def _may_reach(mask: int, avail: int, slots: list[int]) -> bool:
