@@ -1029,11 +1029,6 @@ def plan_of(plans: PlanSlots, action: MeldCards | AddCards) -> Meld | None:
     return None if found is None else found.plan(action)
 
 
-def all_discards(seat_plays: SeatPlays, counts: list[int], out: list[Action]) -> None:
-    """Every card held, as discards in card order (``seat_plays`` up to date for ``counts``)."""
-    out.extend(seat_plays.discards)
-
-
 def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds: list[Meld], rules: Ruleset) -> int:
     """Whether ``plays(state, first_only=True)`` would find a play, when the card ``must_meld`` is
     natural and the answer is plain from a few counts: 1 (it would), 0 (it would not), -1 (not plain:

@@ -239,7 +239,7 @@ class HandState:
                 if routed is None:
                     whole = seat_plays
                 if self.sizes[seat] > 1:
-                    movegen.all_discards(seat_plays, counts, actions)
+                    actions.extend(seat_plays.discards)  # every card held, in card order
                 else:
                     actions.extend([DISCARDS[code] for code in range(NCODES)
                                     if counts[code] and self._discard_problem(code) is None])
@@ -547,17 +547,14 @@ class HandState:
         seat, pile = self.to_act, self.pile
         counts = self.counts[seat]
         if self.rules.closed_pile:
-            # most takes are plain from a few counts of the hand with the pile (must_meld_shortcut):
-            # only those counts change for it, not the state
+            # most takes are plain from a few counts of the hand with the pile (must_meld_shortcut),
+            # asked on a copy of the hand's counts: the state is not changed for it
+            with_pile = counts[:]
             for c in pile:
-                counts[c] = counts[c] + 1
-            try:
-                plain = movegen.must_meld_shortcut(
-                    pile[-1], counts, self.sizes[seat] + len(pile),
-                    pile[0] if len(pile) == 1 and self.rules.lone_discard else -1, self.melds[seat & 1], self.rules)
-            finally:
-                for c in pile:
-                    counts[c] = counts[c] - 1
+                with_pile[c] = with_pile[c] + 1
+            plain = movegen.must_meld_shortcut(
+                pile[-1], with_pile, self.sizes[seat] + len(pile),
+                pile[0] if len(pile) == 1 and self.rules.lone_discard else -1, self.melds[seat & 1], self.rules)
             if plain >= 0:
                 return plain == 1
         # try the take in place and undo it (cheaper than a copy of the whole state)
