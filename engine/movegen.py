@@ -253,14 +253,15 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
         if not avail >> lo & 1 and (not wilds or not avail >> (lo + 1) & 1):
             continue  # a run starts with a natural card, or with the wild just before one
         missing = 0
+        cards: list[int] = []  # the run's cards, slot lo to hi (the callees copy it)
         for hi in range(lo, 15):
             if not avail >> hi & 1 or (hi == HIGH_ACE and lo == ACE and not two_aces):
                 if missing:
                     break
                 missing = hi
+            cards.append(slot_card(suit, hi))
             if hi - lo < 2:
                 continue
-            cards = [slot_card(suit, x) for x in range(lo, hi + 1)]
             if not missing:
                 _add_meld_candidate(out, counts, rules_number, cards, 0, suit)
                 first_hole, last_hole = lo, hi
@@ -667,8 +668,14 @@ class Segment:
         if not keep:
             return EMPTY_SEGMENT
         melds = self.melds
-        return Segment(tuple([actions[i] for i in keep]), tuple([melds[i] for i in keep]),
-                       tuple([needs[i] for i in keep]))
+        kept_actions: list[MeldCards | AddCards] = []
+        kept_melds: list[Meld] = []
+        kept_needs: list[int] = []
+        for i in keep:
+            kept_actions.append(actions[i])
+            kept_melds.append(melds[i])
+            kept_needs.append(needs[i])
+        return Segment(tuple(kept_actions), tuple(kept_melds), tuple(kept_needs))
 
     def plan(self, action: MeldCards | AddCards) -> Meld | None:
         """The meld ``action`` makes, if it is one of this segment's candidates."""
@@ -845,9 +852,10 @@ class SeatPlays:
         if wilds_changed:
             changed_parts = -1
         part_bits = self.part_bits
+        known = len(meld_of)  # the melds seen before (those after are appended in order)
         for index in range(len(melds)):
             meld = melds[index]
-            if index < len(meld_of):
+            if index < known:
                 if meld_of[index] is meld:
                     if not changed_parts & part_bits[index]:
                         continue
@@ -916,7 +924,10 @@ def _addition_segment(number: int, index: int, meld: Meld, hand: bytes, wilds: i
     additions, results = meld_additions(number, meld, part, wilds)
     if not additions:
         return EMPTY_SEGMENT
-    return Segment(tuple([AddCards(index, cards) for cards in additions]), results)
+    made: list[MeldCards | AddCards] = []
+    for cards in additions:
+        made.append(AddCards(index, cards))
+    return Segment(tuple(made), results)
 
 
 PlanSlots = list[Segment | None]

@@ -30,7 +30,9 @@ class RandomBot:
             self.melds_this_turn = 0
             self.stopped = False
             if len(legal) > 1 and rng.random() < 0.5:
-                return next(a for a in legal if isinstance(a, TakePile))
+                for action in legal:
+                    if isinstance(action, TakePile):
+                        return action
             return legal[0]
         # ``legal_actions`` lists the melds and additions first, then the discards: where the discards
         # start is found by bisection rather than by sorting the whole list. ``rng.choice`` over a
