@@ -127,11 +127,12 @@ class Meld:
     # construction -------------------------------------------------------------------------------
     @staticmethod
     def sequence(suit: int, mask: int, wild: int = -1, wild_slot: int = 0) -> Meld:
-        cards = []
-        lo, hi = _span(mask | (1 << wild_slot if wild >= 0 else 0))
-        for slot in range(lo, hi + 1):
+        cards: list[int] = []
+        full = mask | (1 << wild_slot if wild >= 0 else 0)
+        first = suit * 13  # slot s's card: first + s - 1 (slot_card), the high ace's first
+        for slot in range((full & -full).bit_length() - 1, full.bit_length()):
             if mask >> slot & 1:
-                cards.append(slot_card(suit, slot))
+                cards.append(first + slot - 1 if slot != HIGH_ACE else first)
             else:
                 cards.append(wild)
         return Meld(True, suit, mask, 0, tuple(cards), wild, wild_slot if wild >= 0 else 0)

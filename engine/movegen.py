@@ -249,6 +249,7 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
     wilds = _present_wilds(counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
     two_aces = suit_counts[0] >= 2
+    own_two = 13 * suit + 1
     for lo in range(1, 13):
         if not avail >> lo & 1 and (not wilds or not avail >> (lo + 1) & 1):
             continue  # a run starts with a natural card, or with the wild just before one
@@ -259,11 +260,13 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
                 if missing:
                     break
                 missing = hi
-            cards.append(slot_card(suit, hi))
+            cards.append(13 * suit + hi - 1 if hi != HIGH_ACE else 13 * suit)  # slot_card
             if hi - lo < 2:
                 continue
+            # the naturals are held (``avail``; both aces only with two: ``two_aces``), and so is the
+            # wild: only the suit's own 2 as the wild beside its natural 2 needs two of it
             if not missing:
-                _add_meld_candidate(out, counts, rules_number, cards, 0, suit)
+                _add_meld_candidate(out, counts, rules_number, cards, 0, suit, False)
                 first_hole, last_hole = lo, hi
             else:
                 first_hole = last_hole = missing
@@ -272,7 +275,8 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
             for hole in range(first_hole, last_hole + 1):
                 naturals = cards[:hole - lo] + cards[hole - lo + 1:]
                 for w in wilds:
-                    _add_meld_candidate(out, counts, rules_number, [*naturals, w], hole, suit)
+                    _add_meld_candidate(out, counts, rules_number, [*naturals, w], hole, suit,
+                                        w == own_two and lo <= TWO <= hi and hole != TWO)
     return _split(out)
 
 
@@ -285,18 +289,21 @@ def _rank_melds(rules_number: int, rank: int, rank_counts: bytes, wild_counts: i
         k = len(naturals)
         if k < 2:
             continue
+        # held by construction: a pick takes no more of a card than held, a wild is never of the
+        # rank's cards (a group of 2s takes only a joker)
         if k >= 3:
-            _add_meld_candidate(out, counts, rules_number, naturals, 0, -1)
+            _add_meld_candidate(out, counts, rules_number, naturals, 0, -1, False)
         for w in wilds:
-            _add_meld_candidate(out, counts, rules_number, [*naturals, w], 0, -1)
+            _add_meld_candidate(out, counts, rules_number, [*naturals, w], 0, -1, False)
     return _split(out)
 
 
 def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], counts: list[int],
-                        rules_number: int, cards: list[int], wild_slot: int, suit: int) -> None:
-    """Record the meld these cards make, with the wild at ``wild_slot`` (0: where the rules put it)."""
+                        rules_number: int, cards: list[int], wild_slot: int, suit: int, check: bool) -> None:
+    """Record the meld these cards make, with the wild at ``wild_slot`` (0: where the rules put it);
+    ``check``: whether the hand might not hold them (else the caller built them from cards held)."""
     cards_t = tuple(sorted(cards))
-    if not _fits(counts, cards_t):
+    if check and not _fits(counts, cards_t):
         return
     meld = _placed(cards_t, rules_number, None)
     if meld is None:
@@ -804,7 +811,7 @@ class SeatPlays:
             if not shrunk:
                 self.base = guarded
             any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
-            wild_counts = wild_key(counts)
+            wild_counts = counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
             suits = self.suits
             remake = 0xF if wilds_changed else changed_suits  # the suits to remake, in any order
             while remake:

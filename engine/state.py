@@ -621,7 +621,7 @@ class HandState:
     def _do(self, action: Action, plan: Meld | None) -> list[Event]:
         self.version += 1
         seat = self.to_act
-        side = side_of(seat)
+        side = seat & 1  # side_of
         counts = self.counts[seat]
         events: list[Event] = []
         if isinstance(action, Draw):
@@ -715,7 +715,7 @@ class HandState:
         self.lone = -1
         self.must_meld = -1
         self.turns += 1
-        side = side_of(self.to_act)
+        side = self.to_act & 1  # side_of
         if self.morto_pending[side] == self.to_act:
             self.morto_pending[side] = -1  # the morto taken by discarding is now played
 
