@@ -810,8 +810,8 @@ class SeatPlays:
             self.hand_value = value
             if not shrunk:
                 self.base = guarded
-            any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
             wild_counts = counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
+            any_wild = wild_counts != 0
             suits = self.suits
             remake = 0xF if wilds_changed else changed_suits  # the suits to remake, in any order
             while remake:

@@ -313,6 +313,12 @@ class HandState:
         if isinstance(action, (MeldCards, AddCards)):
             plan = self._listed_plan(action)  # listed as legal for exactly this state
             listed = plan is not None
+        elif isinstance(action, Discard):
+            if self.phase == PLAY_PHASE:  # _plan's check of a discard, without its dispatch
+                problem = self._discard_problem(action.card)
+                if problem is not None:
+                    raise problem
+                listed = True
         elif isinstance(action, (Draw, TakePile)):
             cached = self._legal
             listed = cached is not None and cached.version == self.version and action in cached.actions
