@@ -130,17 +130,6 @@ def extended(meld: Meld, cards: tuple[int, ...], rules: Ruleset) -> Meld | None:
     return _extended(meld, cards, ruleset_number(rules))
 
 
-def _fits(counts: list[int], cards: tuple[int, ...]) -> bool:
-    prev = -1
-    run = 0
-    for c in cards:  # sorted: equal cards are adjacent
-        run = run + 1 if c == prev else 1
-        if counts[c] < run:
-            return False
-        prev = c
-    return True
-
-
 # --- the hand's possible melds, memoised by the part of the hand each one depends on -------------
 #
 # A sequence of suit s depends only on the hand's cards of suit s and its wild cards (jokers and
@@ -157,18 +146,33 @@ AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld, ...]]
 _WILD_CODES: Final = (JOKER, 1, 14, 27, 40)
 
 
-def _partial_counts(cards: bytes, first: int, step: int, wild_counts: int) -> list[int]:
-    counts = [0] * 53
-    code = first
-    for n in cards:
-        counts[code] = n
-        code += step
-    counts[JOKER] = wild_counts & 15  # see wild_key
-    counts[1] = wild_counts >> 4 & 15
-    counts[14] = wild_counts >> 8 & 15
-    counts[27] = wild_counts >> 12 & 15
-    counts[40] = wild_counts >> 16 & 15
-    return counts
+class _Counts:
+    """A suit's part of a hand and its wild key, read as counts by card code when a candidate must be
+    checked against them (``fits``): most are held by construction, and the 53 counts are not built."""
+
+    def __init__(self, part: bytes, first: int, wild_counts: int) -> None:
+        self.part = part
+        self.first = first
+        self.wild_counts = wild_counts
+
+    def fits(self, cards: tuple[int, ...]) -> bool:
+        """Whether the counts hold ``cards`` (sorted: equal cards are adjacent)."""
+        prev = -1
+        run = 0
+        for c in cards:
+            run = run + 1 if c == prev else 1
+            if self.first <= c < self.first + 13:
+                held = self.part[c - self.first]
+            elif c == JOKER:
+                held = self.wild_counts & 15
+            elif c % 13 == 1:
+                held = self.wild_counts >> (4 + 4 * (c // 13)) & 15
+            else:
+                held = 0
+            if held < run:
+                return False
+            prev = c
+        return True
 
 
 #: ``_avail_slots`` by the counts (bytes and small integers only: entries Python's collector does not track)
@@ -209,11 +213,6 @@ def wild_key(counts: list[int]) -> int:
     return counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
 
 
-def _present_wilds(counts: list[int]) -> tuple[int, ...]:
-    """The wild codes held, in ``_WILD_CODES``' order."""
-    return _wilds_of(counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16)
-
-
 def _wilds_of(wild_counts: int) -> tuple[int, ...]:
     """The wild codes a ``wild_key`` holds, in ``_WILD_CODES``' order."""
     found = _PRESENT_WILDS.get(wild_counts)
@@ -245,11 +244,11 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
     third = avail >> 2
     if not (avail & second & third if wild_counts == 0 else avail & second | avail & third | second & third):
         return (), ()
-    counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
-    wilds = _present_wilds(counts)
+    wilds = _wilds_of(wild_counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
     two_aces = suit_counts[0] >= 2
     own_two = 13 * suit + 1
+    two_twos = suit_counts[1] >= 2  # the suit's own 2 both natural and the wild
     for lo in range(1, 13):
         if not avail >> lo & 1 and (not wilds or not avail >> (lo + 1) & 1):
             continue  # a run starts with a natural card, or with the wild just before one
@@ -266,7 +265,7 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
             # the naturals are held (``avail``; both aces only with two: ``two_aces``), and so is the
             # wild: only the suit's own 2 as the wild beside its natural 2 needs two of it
             if not missing:
-                _add_meld_candidate(out, counts, rules_number, cards, 0, suit, False)
+                _add_meld_candidate(out, rules_number, cards, 0, suit)
                 first_hole, last_hole = lo, hi
             else:
                 first_hole = last_hole = missing
@@ -275,15 +274,15 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
             for hole in range(first_hole, last_hole + 1):
                 naturals = cards[:hole - lo] + cards[hole - lo + 1:]
                 for w in wilds:
-                    _add_meld_candidate(out, counts, rules_number, [*naturals, w], hole, suit,
-                                        w == own_two and lo <= TWO <= hi and hole != TWO)
+                    if w == own_two and lo <= TWO <= hi and hole != TWO and not two_twos:
+                        continue  # one 2 of the suit held, and it stands as the natural
+                    _add_meld_candidate(out, rules_number, [*naturals, w], hole, suit)
     return _split(out)
 
 
 def _rank_melds(rules_number: int, rank: int, rank_counts: bytes, wild_counts: int) -> MeldCandidates:
     """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
-    counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
-    wilds = ((JOKER,) if counts[JOKER] else ()) if rank == TWO else _present_wilds(counts)
+    wilds = ((JOKER,) if wild_counts & 15 else ()) if rank == TWO else _wilds_of(wild_counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
     for naturals in _group_picks(rank, rank_counts):
         k = len(naturals)
@@ -292,19 +291,17 @@ def _rank_melds(rules_number: int, rank: int, rank_counts: bytes, wild_counts: i
         # held by construction: a pick takes no more of a card than held, a wild is never of the
         # rank's cards (a group of 2s takes only a joker)
         if k >= 3:
-            _add_meld_candidate(out, counts, rules_number, naturals, 0, -1, False)
+            _add_meld_candidate(out, rules_number, naturals, 0, -1)
         for w in wilds:
-            _add_meld_candidate(out, counts, rules_number, [*naturals, w], 0, -1, False)
+            _add_meld_candidate(out, rules_number, [*naturals, w], 0, -1)
     return _split(out)
 
 
-def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], counts: list[int],
-                        rules_number: int, cards: list[int], wild_slot: int, suit: int, check: bool) -> None:
+def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], rules_number: int,
+                        cards: list[int], wild_slot: int, suit: int) -> None:
     """Record the meld these cards make, with the wild at ``wild_slot`` (0: where the rules put it);
-    ``check``: whether the hand might not hold them (else the caller built them from cards held)."""
+    the caller built them from cards held."""
     cards_t = tuple(sorted(cards))
-    if check and not _fits(counts, cards_t):
-        return
     meld = _placed(cards_t, rules_number, None)
     if meld is None:
         return
@@ -354,9 +351,9 @@ def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int
     if not meld.is_sequence:
         return _group_additions(rules_number, meld, part, wild_counts)
     out: dict[tuple[int, ...], AddCandidate] = {}
-    counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
+    counts = _Counts(part, meld.suit * 13, wild_counts)
     avail = _avail_slots(part)
-    _sequence_additions(rules_number, counts, meld, avail, _present_wilds(counts), out)
+    _sequence_additions(rules_number, counts, meld, avail, _wilds_of(wild_counts), out)
     return _split(out)
 
 
@@ -390,7 +387,7 @@ def _group_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: in
     return tuple(firsts), tuple(results)
 
 
-def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail: int, wilds: tuple[int, ...],
+def _sequence_additions(rules_number: int, counts: _Counts, meld: Meld, avail: int, wilds: tuple[int, ...],
                         out: dict[tuple[int, ...], AddCandidate]) -> None:
     suit = meld.suit
     nat = meld.mask
@@ -443,10 +440,15 @@ def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail:
             if not fill:
                 continue
             fill_cards = low_cards + inner_cards + high_cards
+            # the naturals of ``fill`` but the hole are held (``avail``), and so is a wild; the hand
+            # might lack them only when the meld's 2 goes home (slot 2 counted as held), when both
+            # aces are laid down, or the suit's own 2 stands as the wild beside its natural 2
+            check = home or (lo == ACE and hi == HIGH_ACE)
+            two_natural = TWO in fill
             if not missing:
-                _add_addition(out, counts, rules_number, meld, fill_cards)  # the hole 0: every slot natural
-                if home and TWO in fill:
-                    _add_addition(out, counts, rules_number, meld, [c for c in fill_cards if c != first + 1])
+                _add_addition(out, counts, rules_number, meld, fill_cards, check)  # the hole 0: every slot natural
+                if home and two_natural:
+                    _add_addition(out, counts, rules_number, meld, [c for c in fill_cards if c != first + 1], True)
                 if not most_missing:
                     continue
             # each slot that may take the wild (the one lacking its natural, or any when none does),
@@ -462,17 +464,20 @@ def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail:
                     variants = [naturals]
                 for chosen in variants:
                     if moved:
-                        _add_addition(out, counts, rules_number, meld, chosen)
+                        _add_addition(out, counts, rules_number, meld, chosen, check)
                     for w in wilds:
-                        _add_addition(out, counts, rules_number, meld, [*chosen, w])
+                        _add_addition(out, counts, rules_number, meld, [*chosen, w],
+                                      check or (w == first + 1 and two_natural))
 
 
-def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], rules_number: int, meld: Meld,
-                  cards: list[int]) -> None:
+def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: _Counts, rules_number: int, meld: Meld,
+                  cards: list[int], check: bool) -> None:
+    """Record the addition of these cards, if it fits the meld; ``check``: whether the hand might not
+    hold them (else the caller built them from cards held)."""
     if not cards:
         return
     cards_t = tuple(sorted(cards))
-    if cards_t in out or not _fits(counts, cards_t):
+    if cards_t in out or (check and not counts.fits(cards_t)):
         return
     result = _extended(meld, cards_t, rules_number)
     if result is not None:
