@@ -59,8 +59,9 @@ def _span(mask: int) -> tuple[int, int]:
 
 def wild_slots(mask: int) -> list[int]:
     """Slots where one wild makes ``mask`` (naturals) a run, best first: the gap, else high, low end."""
-    lo, hi = _span(mask)
-    count = _popcount(mask)
+    lo = (mask & -mask).bit_length() - 1
+    hi = mask.bit_length() - 1
+    count = mask.bit_count()
     width = hi - lo + 1
     if count == width:
         out = []
@@ -76,8 +77,7 @@ def wild_slots(mask: int) -> list[int]:
 
 
 def is_run(mask: int) -> bool:
-    lo, hi = _span(mask)
-    return _popcount(mask) == hi - lo + 1
+    return mask.bit_count() == mask.bit_length() - (mask & -mask).bit_length() + 1
 
 
 class Meld:
@@ -127,11 +127,12 @@ class Meld:
     # construction -------------------------------------------------------------------------------
     @staticmethod
     def sequence(suit: int, mask: int, wild: int = -1, wild_slot: int = 0) -> Meld:
-        cards = []
-        lo, hi = _span(mask | (1 << wild_slot if wild >= 0 else 0))
-        for slot in range(lo, hi + 1):
+        cards: list[int] = []
+        full = mask | (1 << wild_slot if wild >= 0 else 0)
+        first = suit * 13  # slot s's card: first + s - 1 (slot_card), the high ace's first
+        for slot in range((full & -full).bit_length() - 1, full.bit_length()):
             if mask >> slot & 1:
-                cards.append(slot_card(suit, slot))
+                cards.append(first + slot - 1 if slot != HIGH_ACE else first)
             else:
                 cards.append(wild)
         return Meld(True, suit, mask, 0, tuple(cards), wild, wild_slot if wild >= 0 else 0)
@@ -163,7 +164,12 @@ class Meld:
             else:
                 kind, bonus = "clean", rules.bonus_clean
         values = card_values(rules)
-        facts = (kind, bonus, sum(values[c] for c in self.cards), tuple(CARD_STR[c] for c in self.cards))
+        value = 0
+        names: list[str] = []
+        for c in self.cards:
+            value += values[c]
+            names.append(CARD_STR[c])
+        facts = (kind, bonus, value, tuple(names))
         self._rules = rules
         self._facts = facts
         return facts
@@ -219,8 +225,16 @@ def make_meld(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: int |
     """The meld these cards make, with the wild placed by the rules (or where ``wild_as`` says)."""
     if len(cards) < MIN_MELD:
         raise _invalid(f"a meld needs at least {MIN_MELD} cards")
-    naturals = [c for c in cards if c != JOKER and not is_two(c)]
-    if len(naturals) >= 2 and len({rank_of(c) for c in naturals}) == 1:
+    naturals = 0  # the cards neither 2s nor jokers
+    rank = -1  # their rank, when they share one
+    for c in cards:
+        if c != JOKER and c % 13 != 1:
+            naturals += 1
+            if naturals == 1:
+                rank = c % 13
+            elif c % 13 != rank:
+                rank = -1
+    if naturals >= 2 and rank >= 0:
         # the non-wild cards share a rank: only a group can hold them
         return make_group(cards, rules, wild_as)
     if not naturals and rules.groups:
@@ -254,12 +268,16 @@ def make_group(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: int 
 
 
 def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: int | None = None) -> Meld:
-    others = [c for c in cards if c != JOKER and not is_two(c)]
+    others: list[int] = []
+    for c in cards:
+        if c != JOKER and c % 13 != 1:
+            others.append(c)
     if not others:
         raise _invalid("a sequence needs cards other than wilds")
-    suit = suit_of(others[0])
-    if any(suit_of(c) != suit for c in others):
-        raise _invalid("a sequence is made of cards of one suit (and at most one wild)")
+    suit = others[0] // 13
+    for c in others:
+        if c // 13 != suit:
+            raise _invalid("a sequence is made of cards of one suit (and at most one wild)")
     base = 0
     aces = 0
     for c in others:
@@ -272,8 +290,16 @@ def make_sequence(cards: list[int] | tuple[int, ...], rules: Ruleset, wild_as: i
         base |= 1 << r
     if aces > 2:
         raise _invalid("a sequence holds at most two aces (one at each end)")
-    suit_twos = [c for c in cards if is_two(c) and suit_of(c) == suit]
-    foreign_wilds = [c for c in cards if c == JOKER or (is_two(c) and suit_of(c) != suit)]
+    suit_twos: list[int] = []
+    foreign_wilds: list[int] = []
+    for c in cards:
+        if c == JOKER:
+            foreign_wilds.append(c)
+        elif c % 13 == 1:
+            if c // 13 == suit:
+                suit_twos.append(c)
+            else:
+                foreign_wilds.append(c)
     want_slot = _wild_as_slots(wild_as, suit)
 
     best: tuple[tuple[int, int, int], int, int, int] | None = None  # (preference, mask, wild, slot)
@@ -355,9 +381,9 @@ def _extend_group(meld: Meld, cards: list[int] | tuple[int, ...], rules: Ruleset
     naturals = list(meld.cards[:-1] if meld.wild >= 0 else meld.cards)
     wild = meld.wild
     for c in cards:
-        if c != JOKER and rank_of(c) == rank:
+        if c != JOKER and c % 13 + 1 == rank:
             naturals.append(c)
-        elif c == JOKER or is_two(c):
+        elif c == JOKER or c % 13 == 1:
             if wild >= 0:
                 return "a meld can hold at most one wild (a 2 or a joker)"
             wild = c
@@ -376,12 +402,12 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
         if c == JOKER:
             new_wilds.append(c)
             continue
-        if suit_of(c) != suit:
-            if is_two(c):
+        if c // 13 != suit:
+            if c % 13 == 1:
                 new_wilds.append(c)
                 continue
             return f"{to_str(c)} is not of the sequence's suit"
-        r = rank_of(c)
+        r = c % 13 + 1
         if r == TWO:
             suit_twos.append(c)
         elif r == ACE:
@@ -390,7 +416,11 @@ def _extend_sequence(meld: Meld, cards: list[int] | tuple[int, ...], rules: Rule
             if base >> r & 1:
                 return f"the sequence already holds {to_str(c)}"
             base |= 1 << r
-    free_aces = [s for s in (HIGH_ACE, ACE) if not base >> s & 1]
+    free_aces: list[int] = []
+    if not base >> HIGH_ACE & 1:
+        free_aces.append(HIGH_ACE)
+    if not base >> ACE & 1:
+        free_aces.append(ACE)
     if added_aces > len(free_aces):
         return "the sequence has no room for another ace"
     if added_aces == 1:

@@ -11,6 +11,7 @@ protocol: this module does not import ``engine.state``, which imports it.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any, Final
 
 from engine.actions import Action, AddCards, Discard, MeldCards
@@ -129,17 +130,6 @@ def extended(meld: Meld, cards: tuple[int, ...], rules: Ruleset) -> Meld | None:
     return _extended(meld, cards, ruleset_number(rules))
 
 
-def _fits(counts: list[int], cards: tuple[int, ...]) -> bool:
-    prev = -1
-    run = 0
-    for c in cards:  # sorted: equal cards are adjacent
-        run = run + 1 if c == prev else 1
-        if counts[c] < run:
-            return False
-        prev = c
-    return True
-
-
 # --- the hand's possible melds, memoised by the part of the hand each one depends on -------------
 #
 # A sequence of suit s depends only on the hand's cards of suit s and its wild cards (jokers and
@@ -156,32 +146,52 @@ AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld, ...]]
 _WILD_CODES: Final = (JOKER, 1, 14, 27, 40)
 
 
-def _partial_counts(cards: bytes, first: int, step: int, wild_counts: int) -> list[int]:
-    counts = [0] * 53
-    code = first
-    for n in cards:
-        counts[code] = n
-        code += step
-    counts[JOKER] = wild_counts & 15  # see wild_key
-    counts[1] = wild_counts >> 4 & 15
-    counts[14] = wild_counts >> 8 & 15
-    counts[27] = wild_counts >> 12 & 15
-    counts[40] = wild_counts >> 16 & 15
-    return counts
+class _Counts:
+    """A suit's part of a hand and its wild key, read as counts by card code when a candidate must be
+    checked against them (``fits``): most are held by construction, and the 53 counts are not built."""
+
+    def __init__(self, part: bytes, first: int, wild_counts: int) -> None:
+        self.part = part
+        self.first = first
+        self.wild_counts = wild_counts
+
+    def fits(self, cards: tuple[int, ...]) -> bool:
+        """Whether the counts hold ``cards`` (sorted: equal cards are adjacent)."""
+        prev = -1
+        run = 0
+        for c in cards:
+            run = run + 1 if c == prev else 1
+            if self.first <= c < self.first + 13:
+                held = self.part[c - self.first]
+            elif c == JOKER:
+                held = self.wild_counts & 15
+            elif c % 13 == 1:
+                held = self.wild_counts >> (4 + 4 * (c // 13)) & 15
+            else:
+                held = 0
+            if held < run:
+                return False
+            prev = c
+        return True
+
+
+#: ``_avail_slots`` by the counts (bytes and small integers only: entries Python's collector does not track)
+_AVAIL: Final[dict[bytes, int]] = {}
 
 
 def _avail_slots(suit_counts: bytes) -> int:
     """The slots (1..14) a suit's 13 counts hold, as a bit mask: an ace holds both 1 and 14."""
+    found = _AVAIL.get(suit_counts)
+    if found is not None:
+        return found
+    if len(_AVAIL) >= 1 << 16:
+        _AVAIL.clear()
     avail = 0
     for i in range(13):
         if suit_counts[i]:
             avail |= (1 << ACE | 1 << HIGH_ACE) if i == 0 else 1 << (i + 1)
+    _AVAIL[suit_counts] = avail
     return avail
-
-
-def _bits3(x: int) -> int:
-    """How many of the three low bits of ``x`` are set."""
-    return (x & 1) + (x >> 1 & 1) + (x >> 2 & 1)
 
 
 def _group_picks(rank: int, rank_counts: bytes) -> list[list[int]]:
@@ -203,8 +213,17 @@ def wild_key(counts: list[int]) -> int:
     return counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
 
 
-def _present_wilds(counts: list[int]) -> list[int]:
-    return [c for c in _WILD_CODES if counts[c]]
+def _wilds_of(wild_counts: int) -> tuple[int, ...]:
+    """The wild codes a ``wild_key`` holds, in ``_WILD_CODES``' order."""
+    found = _PRESENT_WILDS.get(wild_counts)
+    if found is None:
+        found = _PRESENT_WILDS[wild_counts] = tuple(
+            [_WILD_CODES[i] for i in range(5) if wild_counts >> (4 * i) & 15])
+    return found
+
+
+#: ``_present_wilds`` by ``wild_key`` (a few hundred keys at most: never emptied)
+_PRESENT_WILDS: Final[dict[int, tuple[int, ...]]] = {}
 
 
 def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tuple[Meld, ...]]:
@@ -219,25 +238,34 @@ def _split(candidates: dict[Any, tuple[Any, Meld]]) -> tuple[tuple[Any, ...], tu
 def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: int) -> MeldCandidates:
     """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
     at most one slot, the wild's), each with the meld it makes."""
-    counts = _partial_counts(suit_counts, suit * 13, 1, wild_counts)
-    wilds = _present_wilds(counts)
     avail = _avail_slots(suit_counts)
+    # every sequence starts with three slots in a row holding three naturals, or two and the wild
+    second = avail >> 1
+    third = avail >> 2
+    if not (avail & second & third if wild_counts == 0 else avail & second | avail & third | second & third):
+        return (), ()
+    wilds = _wilds_of(wild_counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
     two_aces = suit_counts[0] >= 2
+    own_two = 13 * suit + 1
+    two_twos = suit_counts[1] >= 2  # the suit's own 2 both natural and the wild
     for lo in range(1, 13):
         if not avail >> lo & 1 and (not wilds or not avail >> (lo + 1) & 1):
             continue  # a run starts with a natural card, or with the wild just before one
         missing = 0
+        cards: list[int] = []  # the run's cards, slot lo to hi (the callees copy it)
         for hi in range(lo, 15):
             if not avail >> hi & 1 or (hi == HIGH_ACE and lo == ACE and not two_aces):
                 if missing:
                     break
                 missing = hi
+            cards.append(13 * suit + hi - 1 if hi != HIGH_ACE else 13 * suit)  # slot_card
             if hi - lo < 2:
                 continue
-            cards = [slot_card(suit, x) for x in range(lo, hi + 1)]
+            # the naturals are held (``avail``; both aces only with two: ``two_aces``), and so is the
+            # wild: only the suit's own 2 as the wild beside its natural 2 needs two of it
             if not missing:
-                _add_meld_candidate(out, counts, rules_number, cards, 0, suit)
+                _add_meld_candidate(out, rules_number, cards, 0, suit)
                 first_hole, last_hole = lo, hi
             else:
                 first_hole = last_hole = missing
@@ -246,32 +274,34 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
             for hole in range(first_hole, last_hole + 1):
                 naturals = cards[:hole - lo] + cards[hole - lo + 1:]
                 for w in wilds:
-                    _add_meld_candidate(out, counts, rules_number, [*naturals, w], hole, suit)
+                    if w == own_two and lo <= TWO <= hi and hole != TWO and not two_twos:
+                        continue  # one 2 of the suit held, and it stands as the natural
+                    _add_meld_candidate(out, rules_number, [*naturals, w], hole, suit)
     return _split(out)
 
 
 def _rank_melds(rules_number: int, rank: int, rank_counts: bytes, wild_counts: int) -> MeldCandidates:
     """Every new group of ``rank``: any multiset of it (two naturals at least), at most one wild."""
-    counts = _partial_counts(rank_counts, rank - 1, 13, wild_counts)
-    wilds = ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts)
+    wilds = ((JOKER,) if wild_counts & 15 else ()) if rank == TWO else _wilds_of(wild_counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
     for naturals in _group_picks(rank, rank_counts):
         k = len(naturals)
         if k < 2:
             continue
+        # held by construction: a pick takes no more of a card than held, a wild is never of the
+        # rank's cards (a group of 2s takes only a joker)
         if k >= 3:
-            _add_meld_candidate(out, counts, rules_number, naturals, 0, -1)
+            _add_meld_candidate(out, rules_number, naturals, 0, -1)
         for w in wilds:
-            _add_meld_candidate(out, counts, rules_number, [*naturals, w], 0, -1)
+            _add_meld_candidate(out, rules_number, [*naturals, w], 0, -1)
     return _split(out)
 
 
-def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], counts: list[int],
-                        rules_number: int, cards: list[int], wild_slot: int, suit: int) -> None:
-    """Record the meld these cards make, with the wild at ``wild_slot`` (0: where the rules put it)."""
+def _add_meld_candidate(out: dict[tuple[tuple[int, ...], int | None], MeldCandidate], rules_number: int,
+                        cards: list[int], wild_slot: int, suit: int) -> None:
+    """Record the meld these cards make, with the wild at ``wild_slot`` (0: where the rules put it);
+    the caller built them from cards held."""
     cards_t = tuple(sorted(cards))
-    if not _fits(counts, cards_t):
-        return
     meld = _placed(cards_t, rules_number, None)
     if meld is None:
         return
@@ -318,25 +348,46 @@ def meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int)
 
 
 def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
+    if not meld.is_sequence:
+        return _group_additions(rules_number, meld, part, wild_counts)
     out: dict[tuple[int, ...], AddCandidate] = {}
-    if meld.is_sequence:
-        counts = _partial_counts(part, meld.suit * 13, 1, wild_counts)
-        avail = _avail_slots(part)
-        _sequence_additions(rules_number, counts, meld, avail, _present_wilds(counts), out)
-    else:
-        rank = meld.group_rank
-        counts = _partial_counts(part, rank - 1, 13, wild_counts)
-        wilds = [] if meld.wild >= 0 else (
-            ([JOKER] if counts[JOKER] else []) if rank == TWO else _present_wilds(counts))
-        for naturals in _group_picks(rank, part):
-            if naturals:
-                _add_addition(out, counts, rules_number, meld, naturals)
-            for w in wilds:
-                _add_addition(out, counts, rules_number, meld, [*naturals, w])
+    counts = _Counts(part, meld.suit * 13, wild_counts)
+    avail = _avail_slots(part)
+    _sequence_additions(rules_number, counts, meld, avail, _wilds_of(wild_counts), out)
     return _split(out)
 
 
-def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail: int, wilds: list[int],
+def _group_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
+    """The additions to a group: every multiset of its rank's cards held (``_group_picks``' order), each
+    alone (when not empty), then with each wild held, when the group has none (a group of 2s takes only
+    a joker). Every such addition is held and distinct by construction (a pick takes no more of a card
+    than held; a wild is never of the rank's cards), so none is checked against the counts."""
+    rank = meld.group_rank
+    wilds: tuple[int, ...] = ()
+    if meld.wild < 0 and wild_counts:
+        if rank != TWO:
+            wilds = _wilds_of(wild_counts)
+        elif wild_counts & 15:
+            wilds = (JOKER,)
+    firsts: list[tuple[int, ...]] = []
+    results: list[Meld] = []
+    for naturals in _group_picks(rank, part):
+        if naturals:
+            cards_t = tuple(naturals)  # sorted: the suits' cards of one rank in suit order
+            result = _extended(meld, cards_t, rules_number)
+            if result is not None:
+                firsts.append(cards_t)
+                results.append(result)
+        for w in wilds:
+            cards_t = tuple(sorted([*naturals, w]))
+            result = _extended(meld, cards_t, rules_number)
+            if result is not None:
+                firsts.append(cards_t)
+                results.append(result)
+    return tuple(firsts), tuple(results)
+
+
+def _sequence_additions(rules_number: int, counts: _Counts, meld: Meld, avail: int, wilds: tuple[int, ...],
                         out: dict[tuple[int, ...], AddCandidate]) -> None:
     suit = meld.suit
     nat = meld.mask
@@ -346,51 +397,87 @@ def _sequence_additions(rules_number: int, counts: list[int], meld: Meld, avail:
     home = meld.wild == slot_card(suit, TWO) and not nat >> TWO & 1
     if home:
         avail |= 1 << TWO
+    first = 13 * suit  # slot x's card: first + x - 1, the high ace's first
     # the final run spans [lo, hi] around the naturals; every slot of it that is not natural yet is
-    # filled from the hand, except at most one: the wild's (and slot 2 when the meld's 2 goes home)
-    inner = [s for s in range(nlo, nhi + 1) if not nat >> s & 1]
-    inner_missing = sum(1 for s in inner if not avail >> s & 1)
+    # filled from the hand, except at most one: the wild's (and slot 2 when the meld's 2 goes home).
+    # The slots to fill are listed low ones first (downwards), then inner and high ones (upwards),
+    # each with its card
+    inner: list[int] = []
+    inner_cards: list[int] = []
+    inner_missing = 0
+    for x in range(nlo, nhi + 1):
+        if not nat >> x & 1:
+            inner.append(x)
+            inner_cards.append(first + x - 1 if x != HIGH_ACE else first)
+            if not avail >> x & 1:
+                inner_missing += 1
+    # whether a slot of the run may stand empty of a natural: a wild held, or the meld's own wild
+    # moving into it; without either, only runs of naturals held are additions
+    most_missing = 1 if wilds or meld.wild >= 0 else 0
+    moved = meld.wild >= 0  # the meld's wild may move into the slot left empty
     low: list[int] = []
+    low_cards: list[int] = []
     low_missing = 0
     for lo in range(nlo, 0, -1):
         if lo < nlo:
             low.append(lo)
+            low_cards.append(first + lo - 1)
             low_missing += not avail >> lo & 1
-        if low_missing + inner_missing > 1:
+        if low_missing + inner_missing > most_missing:
             break
         high: list[int] = []
+        high_cards: list[int] = []
         high_missing = 0
         for hi in range(nhi, min(14, lo + 13) + 1):
             if hi > nhi:
                 high.append(hi)
+                high_cards.append(first + hi - 1 if hi != HIGH_ACE else first)
                 high_missing += not avail >> hi & 1
             missing = low_missing + inner_missing + high_missing
-            if missing > 1:
+            if missing > most_missing:
                 break
             fill = low + inner + high
             if not fill:
                 continue
-            holes = [x for x in fill if not avail >> x & 1] if missing else [0, *fill]
-            for hole in holes:
-                slots = [x for x in fill if x != hole]
-                variants = [slots]
-                if home and TWO in slots:
-                    variants.append([x for x in slots if x != TWO])  # the meld's own 2 fills it
+            fill_cards = low_cards + inner_cards + high_cards
+            # the naturals of ``fill`` but the hole are held (``avail``), and so is a wild; the hand
+            # might lack them only when the meld's 2 goes home (slot 2 counted as held), when both
+            # aces are laid down, or the suit's own 2 stands as the wild beside its natural 2
+            check = home or (lo == ACE and hi == HIGH_ACE)
+            two_natural = TWO in fill
+            if not missing:
+                _add_addition(out, counts, rules_number, meld, fill_cards, check)  # the hole 0: every slot natural
+                if home and two_natural:
+                    _add_addition(out, counts, rules_number, meld, [c for c in fill_cards if c != first + 1], True)
+                if not most_missing:
+                    continue
+            # each slot that may take the wild (the one lacking its natural, or any when none does),
+            # in the order of ``fill``
+            for i in range(len(fill)):
+                hole = fill[i]
+                if missing and avail >> hole & 1:
+                    continue
+                naturals = fill_cards[:i] + fill_cards[i + 1:]
+                if home and TWO in fill and hole != TWO:
+                    variants = [naturals, [c for c in naturals if c != first + 1]]  # the meld's own 2 fills it
+                else:
+                    variants = [naturals]
                 for chosen in variants:
-                    naturals = [slot_card(suit, x) for x in chosen]
-                    if not hole or meld.wild >= 0:
-                        _add_addition(out, counts, rules_number, meld, naturals)
-                    if hole:
-                        for w in wilds:
-                            _add_addition(out, counts, rules_number, meld, [*naturals, w])
+                    if moved:
+                        _add_addition(out, counts, rules_number, meld, chosen, check)
+                    for w in wilds:
+                        _add_addition(out, counts, rules_number, meld, [*chosen, w],
+                                      check or (w == first + 1 and two_natural))
 
 
-def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: list[int], rules_number: int, meld: Meld,
-                  cards: list[int]) -> None:
+def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: _Counts, rules_number: int, meld: Meld,
+                  cards: list[int], check: bool) -> None:
+    """Record the addition of these cards, if it fits the meld; ``check``: whether the hand might not
+    hold them (else the caller built them from cards held)."""
     if not cards:
         return
     cards_t = tuple(sorted(cards))
-    if cards_t in out or not _fits(counts, cards_t):
+    if cards_t in out or (check and not counts.fits(cards_t)):
         return
     result = _extended(meld, cards_t, rules_number)
     if result is not None:
@@ -402,13 +489,10 @@ def _sequence_around(suit_counts: bytes, any_wild: bool, rank: int) -> bool:
     slots in a row around it hold three naturals, or two and a wild (a sequence holds at most one
     wild, so every three slots in a row of it do). A necessary condition only."""
     m = _avail_slots(suit_counts)
-    need = 2 if any_wild else 3
-    slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
-    for slot in slots:
-        for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
-            if _bits3(m >> lo) >= need:
-                return True
-    return False
+    second = m >> 1
+    third = m >> 2
+    starts = m & second | m & third | second & third if any_wild else m & second & third
+    return starts & _WINDOWS[rank] != 0
 
 
 # --- the legal plays of the moment ------------------------------------------------------------------
@@ -460,8 +544,9 @@ def plays(state: PlayPosition, first_only: bool = False,
             actions, melds = segment.actions, segment.melds
             for i in range(len(actions)):
                 action, meld = actions[i], melds[i]
-                if ((must < 0 and size - len(action.cards) >= simple_from)
-                        or _accept(state, must, simple_from, action, meld, -1)):
+                if must >= 0 and must not in action.cards:
+                    continue  # refused by _accept
+                if size - len(action.cards) >= simple_from or _accept(state, must, simple_from, action, meld, -1):
                     out.append(action)
                     if plans is not None:
                         plans[action] = meld
@@ -478,14 +563,16 @@ def plays(state: PlayPosition, first_only: bool = False,
                 actions, melds = segment.actions, segment.melds
                 for i in range(len(actions)):
                     action, meld = actions[i], melds[i]
-                    if ((must < 0 and size - len(action.cards) >= simple_from)
-                        or _accept(state, must, simple_from, action, meld, -1)):
+                    if must >= 0 and must not in action.cards:
+                        continue  # refused by _accept
+                    if size - len(action.cards) >= simple_from or _accept(state, must, simple_from, action, meld, -1):
                         out.append(action)
                         if plans is not None:
                             plans[action] = meld
                         if first_only:
                             return out
     held = int.from_bytes(hand, "little")
+    must_slots = [ACE, HIGH_ACE] if must % 13 == 0 else [must % 13 + 1]
     for index, meld in enumerate(state.melds[seat & 1]):
         takes_wild, touch_bytes = meld._touch or meld.touch()
         if not held & touch_bytes and not (any_wild and takes_wild):
@@ -494,6 +581,8 @@ def plays(state: PlayPosition, first_only: bool = False,
             if must_natural and must // 13 != meld.suit:
                 continue
             part = hand[13 * meld.suit:13 * meld.suit + 13]
+            if must_natural and not _may_reach(meld.mask, _avail_slots(part), must_slots):
+                continue  # no addition to it can hold the card that must be melded
         else:
             rank = meld.group_rank
             if must_natural and must % 13 + 1 != rank:
@@ -507,8 +596,7 @@ def plays(state: PlayPosition, first_only: bool = False,
             if must >= 0 and must not in cards_t:
                 continue  # refused by _accept: no action made for it
             addition = AddCards(index, cards_t)
-            if ((must < 0 and size - len(cards_t) >= simple_from)
-                    or _accept(state, must, simple_from, addition, result, index)):
+            if size - len(cards_t) >= simple_from or _accept(state, must, simple_from, addition, result, index):
                 out.append(addition)
                 if plans is not None:
                     plans[addition] = result
@@ -544,6 +632,15 @@ _GROUP_RANKS: Final[dict[bool, list[int]]] = {False: [ACE, *range(3, 14)], True:
 #: the top bit of every card code's byte, in a hand read as one integer: subtracting a candidate's
 #: needs from the hand with these bits set clears one exactly where the hand lacks a card
 _GUARD: Final = int.from_bytes(bytes([0x80] * 53), "little")
+#: by card code: what a change of its count changes, as bits: its suit s (bit s), its rank r (bit
+#: 4 + r), the wilds (``_WILD_PART``, for a 2 or a joker; a joker has no suit nor rank here)
+_WILD_PART: Final = 1 << 18
+_CODE_PARTS: Final[list[int]] = [
+    _WILD_PART if code == JOKER else
+    1 << (code // 13) | 16 << (code % 13 + 1) | (_WILD_PART if code % 13 + 1 == TWO else 0)
+    for code in range(53)]
+#: by card code: the bits of the codes below it, in a hand read as one integer
+_BELOW: Final[list[int]] = [(1 << (code << 3)) - 1 for code in range(53)]
 
 
 class Segment:
@@ -583,8 +680,14 @@ class Segment:
         if not keep:
             return EMPTY_SEGMENT
         melds = self.melds
-        return Segment(tuple([actions[i] for i in keep]), tuple([melds[i] for i in keep]),
-                       tuple([needs[i] for i in keep]))
+        kept_actions: list[MeldCards | AddCards] = []
+        kept_melds: list[Meld] = []
+        kept_needs: list[int] = []
+        for i in keep:
+            kept_actions.append(actions[i])
+            kept_melds.append(melds[i])
+            kept_needs.append(needs[i])
+        return Segment(tuple(kept_actions), tuple(kept_melds), tuple(kept_needs))
 
     def plan(self, action: MeldCards | AddCards) -> Meld | None:
         """The meld ``action`` makes, if it is one of this segment's candidates."""
@@ -648,14 +751,23 @@ class SeatPlays:
         self.hand_value = 0  # ``hand`` as one integer
         self.suits: list[Segment] = [EMPTY_SEGMENT] * 4
         self.ranks: list[Segment] = [EMPTY_SEGMENT] * 14  # by rank, 1..13
-        self.discards: list[tuple[Discard, ...]] = [(), (), (), ()]
+        #: every card held as a ``Discard``, in card order, and the codes held (the same order)
+        self.discards: list[Discard] = []
+        self.held_codes: list[int] = []
         self.meld_of: list[Meld | None] = []  # the meld each addition segment was made for
+        #: by meld: the part of the hand its additions depend on besides the wilds, as in
+        #: ``_CODE_PARTS`` (a sequence of suit s: bit s; a group of rank r: bit 4 + r)
+        self.part_bits: list[int] = []
         self.adds: list[Segment] = []
-        self.base = -1
+        self.base = -1  # ``| _GUARD`` (see Segment.held)
         self.base_suits: list[Segment] = [EMPTY_SEGMENT] * 4
         self.base_ranks: list[Segment] = [EMPTY_SEGMENT] * 14
         self.base_meld_of: list[Meld | None] = []
         self.base_adds: list[Segment] = []
+        #: bit r: rank r makes groups under this ruleset
+        self.group_mask = 0
+        for rank in _GROUP_RANKS[_BY_NUMBER[number].groups_of_twos]:
+            self.group_mask |= 1 << rank
         #: whether the last ``legal_plays`` listed new melds (a hand of three cards or more)
         self.new_melds = False
 
@@ -667,98 +779,104 @@ class SeatPlays:
         changed_suits = 0  # bit s: a card of suit s changed (its count)
         changed_ranks = 0  # bit r: a card of rank r changed
         wilds_changed = False
+        changed_parts = 0  # the parts of the hand that changed (see _CODE_PARTS)
         value = int.from_bytes(hand, "little")
         guarded = value | _GUARD
         # within the turn's largest hand (the hand only shrank since): filter that hand's segments
         base = self.base
-        shrunk = base >= 0 and ((base | _GUARD) - value) & _GUARD == _GUARD
+        shrunk = base >= 0 and (base - value) & _GUARD == _GUARD
         if hand != prev:
             self.hand = hand
             if len(prev) != len(hand):
                 changed_suits = 0xF
                 changed_ranks = 0x3FFE
                 wilds_changed = True
+                changed_parts = -1
+                self.held_codes = [code for code in range(len(counts)) if counts[code]]
+                self.discards = [ALL_DISCARDS[code] for code in self.held_codes]
             else:
                 changed = value ^ self.hand_value  # the hand last seen, as one integer
+                held_codes = self.held_codes
                 while changed:
                     code = (changed.bit_length() - 1) >> 3
-                    changed &= ~(0xFF << (code << 3))
-                    if code == JOKER:
-                        wilds_changed = True
-                        continue
-                    rank = code % 13 + 1
-                    if rank == TWO:
-                        wilds_changed = True
-                    changed_suits |= 1 << (code // 13)
-                    changed_ranks |= 1 << rank
+                    changed &= _BELOW[code]
+                    if not counts[code]:  # no longer held
+                        at = bisect_left(held_codes, code)
+                        del held_codes[at]
+                        del self.discards[at]
+                    elif not prev[code]:  # held again
+                        at = bisect_left(held_codes, code)
+                        held_codes.insert(at, code)
+                        self.discards.insert(at, ALL_DISCARDS[code])
+                    changed_parts |= _CODE_PARTS[code]
+                changed_suits = changed_parts & 0xF
+                changed_ranks = changed_parts >> 4 & 0x3FFE
+                wilds_changed = changed_parts >= _WILD_PART
             self.hand_value = value
             if not shrunk:
-                self.base = value
-            any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
-            wild_counts = wild_key(counts)
+                self.base = guarded
+            wild_counts = counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
+            any_wild = wild_counts != 0
             suits = self.suits
-            for suit in range(4):
-                suit_changed = changed_suits >> suit & 1
-                if suit_changed or wilds_changed:
+            remake = 0xF if wilds_changed else changed_suits  # the suits to remake, in any order
+            while remake:
+                suit = remake.bit_length() - 1
+                remake ^= 1 << suit
+                if shrunk:
+                    suits[suit] = self.base_suits[suit].held(guarded)
+                else:
                     first = 13 * suit
-                    if suit_changed:
-                        self.discards[suit] = tuple([ALL_DISCARDS[code] for code in range(first, first + 13)
-                                                     if counts[code]])
-                    if shrunk:
-                        suits[suit] = self.base_suits[suit].held(guarded)
-                    elif _held_sum(counts, first) + (1 if any_wild else 0) < 3:
-                        suits[suit] = self.base_suits[suit] = EMPTY_SEGMENT
+                    part = hand[first:first + 13]
+                    if sum(part) + (1 if any_wild else 0) < 3:
+                        suits[suit] = EMPTY_SEGMENT
                     else:
-                        suits[suit] = self.base_suits[suit] = suit_segment(
-                            number, suit, hand[first:first + 13], wild_counts)
-                elif not shrunk:
-                    self.base_suits[suit] = suits[suit]
+                        suits[suit] = suit_segment(number, suit, part, wild_counts)
+            if not shrunk:  # a new base: the segments of this hand
+                self.base_suits[:] = suits
             if groups:
                 need = 2 if any_wild else 3
                 ranks = self.ranks
-                if shrunk and not wilds_changed:
-                    # the base's segments stay the base's: only the changed ranks' are filtered (a 2
-                    # changes the wilds, so every rank here is a group rank)
-                    remake = changed_ranks
-                    while remake:
-                        rank = remake.bit_length() - 1
-                        remake &= ~(1 << rank)
-                        ranks[rank] = self.base_ranks[rank].held(guarded)
-                else:
-                    for rank in group_ranks:
-                        if wilds_changed or changed_ranks >> rank & 1:
-                            if shrunk:
-                                ranks[rank] = self.base_ranks[rank].held(guarded)
-                                continue
-                            a = counts[rank - 1]
-                            b = counts[12 + rank]
-                            c = counts[25 + rank]
-                            d = counts[38 + rank]
-                            if a + b + c + d < need:
-                                ranks[rank] = self.base_ranks[rank] = EMPTY_SEGMENT
-                            else:
-                                ranks[rank] = self.base_ranks[rank] = rank_segment(
-                                    number, rank, hand[rank - 1:rank + 39:13], wild_counts)
-                        elif not shrunk:
-                            self.base_ranks[rank] = ranks[rank]
+                base_ranks = self.base_ranks
+                # the group ranks to remake (their order does not matter: each is a segment of its own)
+                remake = self.group_mask if wilds_changed else changed_ranks & self.group_mask
+                while remake:
+                    rank = remake.bit_length() - 1
+                    remake ^= 1 << rank
+                    if shrunk:
+                        ranks[rank] = base_ranks[rank].held(guarded)
+                        continue
+                    a = counts[rank - 1]
+                    b = counts[12 + rank]
+                    c = counts[25 + rank]
+                    d = counts[38 + rank]
+                    if a + b + c + d < need:
+                        ranks[rank] = EMPTY_SEGMENT
+                    else:
+                        ranks[rank] = rank_segment(number, rank, hand[rank - 1:rank + 39:13], wild_counts)
+                if not shrunk:
+                    base_ranks[:] = ranks
         # additions: remade for a meld that changed, or whose part of the hand (or the wilds) did
         meld_of = self.meld_of
         adds = self.adds
         base_meld_of = self.base_meld_of
         base_adds = self.base_adds
         wilds = -1  # wild_key(counts), once needed
+        if wilds_changed:
+            changed_parts = -1
+        part_bits = self.part_bits
+        known = len(meld_of)  # the melds seen before (those after are appended in order)
         for index in range(len(melds)):
             meld = melds[index]
-            if index < len(meld_of):
-                if meld_of[index] is meld and not wilds_changed and not (
-                        changed_suits >> meld.suit & 1 if meld.is_sequence else changed_ranks >> meld.group_rank & 1):
-                    if not shrunk:
-                        base_meld_of[index] = meld
-                        base_adds[index] = adds[index]
-                    continue
-                meld_of[index] = meld
+            if index < known:
+                if meld_of[index] is meld:
+                    if not changed_parts & part_bits[index]:
+                        continue
+                else:
+                    meld_of[index] = meld
+                    part_bits[index] = 1 << meld.suit if meld.is_sequence else 16 << meld.group_rank
             else:
                 meld_of.append(meld)
+                part_bits.append(1 << meld.suit if meld.is_sequence else 16 << meld.group_rank)
                 adds.append(EMPTY_SEGMENT)
                 base_meld_of.append(None)
                 base_adds.append(EMPTY_SEGMENT)
@@ -768,14 +886,15 @@ class SeatPlays:
                 if wilds < 0:
                     wilds = wild_key(counts)
                 adds[index] = _addition_segment(number, index, meld, hand, wilds, value)
-                if not shrunk:
-                    base_meld_of[index] = meld
-                    base_adds[index] = adds[index]
         if len(meld_of) > len(melds):  # fewer melds than before (a state set up by hand)
             del meld_of[len(melds):]
+            del part_bits[len(melds):]
             del adds[len(melds):]
             del base_meld_of[len(melds):]
             del base_adds[len(melds):]
+        if not shrunk:  # a new base: the additions of this hand
+            base_meld_of[:] = meld_of
+            base_adds[:] = adds
 
     def plan(self, action: MeldCards | AddCards) -> Meld | None:
         """The meld ``action`` makes if the last ``legal_plays`` listed it whole from these segments."""
@@ -799,14 +918,6 @@ class SeatPlays:
         return self.ranks[natural % 13 + 1].plan(action)
 
 
-def _held_sum(counts: list[int], first: int) -> int:
-    """How many cards of the 13 codes from ``first`` (one suit) the counts hold."""
-    total = 0
-    for code in range(first, first + 13):
-        total += counts[code]
-    return total
-
-
 def _addition_segment(number: int, index: int, meld: Meld, hand: bytes, wilds: int, held: int) -> Segment:
     """The additions to meld ``index`` (after ``plays``' filters), as ``AddCards``: ``hand`` the
     counts as bytes, ``wilds`` the wild codes' (``wild_key``), ``held`` the hand as one integer."""
@@ -825,7 +936,10 @@ def _addition_segment(number: int, index: int, meld: Meld, hand: bytes, wilds: i
     additions, results = meld_additions(number, meld, part, wilds)
     if not additions:
         return EMPTY_SEGMENT
-    return Segment(tuple([AddCards(index, cards) for cards in additions]), results)
+    made: list[MeldCards | AddCards] = []
+    for cards in additions:
+        made.append(AddCards(index, cards))
+    return Segment(tuple(made), results)
 
 
 PlanSlots = list[Segment | None]
@@ -871,26 +985,26 @@ def legal_plays(state: PlayPosition, seat_plays: SeatPlays, out: list[Action], r
     new_melds = size >= 3
     seat_plays.new_melds = new_melds
     whole = True
+    most = size - 2  # a candidate laying down more cards leaves under two: the state's to check
     if new_melds:
         for segment in seat_plays.suits:
             if segment.actions:
-                if size - segment.most < 2:
+                if segment.most > most:
                     whole = False
                     break
                 out.extend(segment.actions)
         if whole and groups:
-            ranks = seat_plays.ranks
-            for rank in group_ranks:
-                segment = ranks[rank]
+            # by rank in the group ranks' order: the others' segments stay empty
+            for segment in seat_plays.ranks:
                 if segment.actions:
-                    if size - segment.most < 2:
+                    if segment.most > most:
                         whole = False
                         break
                     out.extend(segment.actions)
     if whole:
         for segment in seat_plays.adds:
             if segment.actions:
-                if size - segment.most < 2:
+                if segment.most > most:
                     whole = False
                     break
                 out.extend(segment.actions)
@@ -938,17 +1052,6 @@ def plan_of(plans: PlanSlots, action: MeldCards | AddCards) -> Meld | None:
     return None if found is None else found.plan(action)
 
 
-def all_discards(seat_plays: SeatPlays, counts: list[int], out: list[Action]) -> None:
-    """Every card held, as discards in card order (``seat_plays`` up to date for ``counts``)."""
-    discards = seat_plays.discards
-    out.extend(discards[0])
-    out.extend(discards[1])
-    out.extend(discards[2])
-    out.extend(discards[3])
-    if counts[JOKER]:
-        out.append(ALL_DISCARDS[JOKER])
-
-
 def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds: list[Meld], rules: Ruleset) -> int:
     """Whether ``plays(state, first_only=True)`` would find a play, when the card ``must_meld`` is
     natural and the answer is plain from a few counts: 1 (it would), 0 (it would not), -1 (not plain:
@@ -974,10 +1077,7 @@ def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds
     any_wild = counts[JOKER] + counts[1] + counts[14] + counts[27] + counts[40] > 0
     # the suit's natural slots held (the card among them)
     first = 13 * suit
-    avail = 0
-    for r in range(1, 14):
-        if counts[first + r - 1]:
-            avail |= (1 << ACE | 1 << HIGH_ACE) if r == ACE else 1 << r
+    avail = _avail_slots(bytes(counts[first:first + 13]))
     slots = [ACE, HIGH_ACE] if rank == ACE else [rank]
     # the card alone, added to a meld
     fits_a_meld = False
@@ -996,14 +1096,15 @@ def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds
     group_possible = False
     if size >= 3:
         # three naturals of the suit in a row around the card
-        need = 2 if any_wild else 3
-        for slot in slots:
-            for lo in range(max(1, slot - 2), min(slot, HIGH_ACE - 2) + 1):
-                run = avail >> lo & 7
-                if run == 7 and plain and size - 3 >= 2:
-                    return 1
-                if _bits3(run) >= need:
-                    sequence_possible = True
+        # bit lo: the three slots from lo hold three naturals (two); only the windows holding the
+        # card's slot count (_WINDOWS)
+        second = avail >> 1
+        third = avail >> 2
+        full = avail & second & third & _WINDOWS[rank]
+        if full and plain and size - 3 >= 2:
+            return 1
+        pairs = avail & second | avail & third | second & third  # two naturals among three
+        sequence_possible = full != 0 or (any_wild and pairs & _WINDOWS[rank] != 0)
         if rules.groups:
             held = counts[rank - 1] + counts[12 + rank] + counts[25 + rank] + counts[38 + rank]
             if held >= 3 and plain and size - 3 >= 2:
@@ -1012,6 +1113,15 @@ def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds
     if not fits_a_meld and not sequence_possible and not group_possible:
         return 0
     return -1
+
+
+#: by rank: the first slots (bits) of the windows of three slots in a row within 1..14 that hold the
+#: rank's slot (both of an ace's)
+_WINDOWS: Final[list[int]] = [0] * 14
+for _rank in range(1, 14):
+    for _slot in ((ACE, HIGH_ACE) if _rank == ACE else (_rank,)):
+        for _lo in range(max(1, _slot - 2), min(_slot, HIGH_ACE - 2) + 1):
+            _WINDOWS[_rank] |= 1 << _lo
 
 
 def _may_reach(mask: int, avail: int, slots: list[int]) -> bool:

@@ -34,7 +34,7 @@ from engine.actions import (
     TakePile,
     action_from_json,
 )
-from engine.cards import NCODES, cards_of, format_many, is_wild_capable, to_str
+from engine.cards import CARD_STR, NCODES, cards_of, format_many, is_wild_capable, to_str
 from engine.deal import Deal
 from engine.errors import IllegalActionError
 from engine.events import Event
@@ -239,7 +239,7 @@ class HandState:
                 if routed is None:
                     whole = seat_plays
                 if self.sizes[seat] > 1:
-                    movegen.all_discards(seat_plays, counts, actions)
+                    actions.extend(seat_plays.discards)  # every card held, in card order
                 else:
                     actions.extend([DISCARDS[code] for code in range(NCODES)
                                     if counts[code] and self._discard_problem(code) is None])
@@ -313,6 +313,12 @@ class HandState:
         if isinstance(action, (MeldCards, AddCards)):
             plan = self._listed_plan(action)  # listed as legal for exactly this state
             listed = plan is not None
+        elif isinstance(action, Discard):
+            if self.phase == PLAY_PHASE:  # _plan's check of a discard, without its dispatch
+                problem = self._discard_problem(action.card)
+                if problem is not None:
+                    raise problem
+                listed = True
         elif isinstance(action, (Draw, TakePile)):
             cached = self._legal
             listed = cached is not None and cached.version == self.version and action in cached.actions
@@ -544,9 +550,20 @@ class HandState:
         which legal_actions asks at every draw and would otherwise build and drop half the time."""
         if not self.rules.closed_pile and not (self.rules.lone_discard and len(self.pile) == 1):
             return True  # the hand grows to two cards or more: a discard is always possible
-        # try the take in place and undo it (cheaper than a copy of the whole state)
         seat, pile = self.to_act, self.pile
         counts = self.counts[seat]
+        if self.rules.closed_pile:
+            # most takes are plain from a few counts of the hand with the pile (must_meld_shortcut),
+            # asked on a copy of the hand's counts: the state is not changed for it
+            with_pile = counts[:]
+            for c in pile:
+                with_pile[c] = with_pile[c] + 1
+            plain = movegen.must_meld_shortcut(
+                pile[-1], with_pile, self.sizes[seat] + len(pile),
+                pile[0] if len(pile) == 1 and self.rules.lone_discard else -1, self.melds[seat & 1], self.rules)
+            if plain >= 0:
+                return plain == 1
+        # try the take in place and undo it (cheaper than a copy of the whole state)
         for c in pile:
             counts[c] = counts[c] + 1
         self.sizes[seat] = self.sizes[seat] + len(pile)
@@ -556,9 +573,7 @@ class HandState:
         self.lone = pile[0] if len(pile) == 1 and self.rules.lone_discard else -1
         try:
             if self.rules.closed_pile:
-                plain = movegen.must_meld_shortcut(self.must_meld, counts, self.sizes[seat], self.lone,
-                                                   self.melds[seat & 1], self.rules)
-                ok = plain == 1 if plain >= 0 else bool(movegen.plays(self, first_only=True))
+                ok = bool(movegen.plays(self, first_only=True))
             else:
                 ok = self.lone < 0 or self._any_way_to_finish()
         finally:
@@ -612,7 +627,7 @@ class HandState:
     def _do(self, action: Action, plan: Meld | None) -> list[Event]:
         self.version += 1
         seat = self.to_act
-        side = side_of(seat)
+        side = seat & 1  # side_of
         counts = self.counts[seat]
         events: list[Event] = []
         if isinstance(action, Draw):
@@ -620,7 +635,7 @@ class HandState:
             counts[card] = counts[card] + 1
             self.sizes[seat] = self.sizes[seat] + 1
             self.phase = PLAY_PHASE
-            events.append(Event("drew", seat, {"stock_count": len(self.stock)}, {seat: {"card": to_str(card)}}))
+            events.append(Event("drew", seat, {"stock_count": len(self.stock)}, {seat: {"card": CARD_STR[card]}}))
             if not self.stock:
                 self._stock_ran_out(events)
         elif isinstance(action, TakePile):
@@ -639,7 +654,7 @@ class HandState:
             counts[action.card] = counts[action.card] - 1
             self.sizes[seat] = self.sizes[seat] - 1
             self.pile.append(action.card)
-            events.append(Event("discarded", seat, {"card": to_str(action.card)}))
+            events.append(Event("discarded", seat, {"card": CARD_STR[action.card]}))
             if self.sizes[seat] == 0:
                 if self.mortos[side] is not None:
                     self._take_morto(seat, direct=False, events=events)
@@ -706,7 +721,7 @@ class HandState:
         self.lone = -1
         self.must_meld = -1
         self.turns += 1
-        side = side_of(self.to_act)
+        side = self.to_act & 1  # side_of
         if self.morto_pending[side] == self.to_act:
             self.morto_pending[side] = -1  # the morto taken by discarding is now played
 

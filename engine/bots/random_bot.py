@@ -11,7 +11,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from engine.actions import Action, Discard, TakePile
+from engine.actions import Action, Discard, Draw, TakePile
 
 
 class RandomBot:
@@ -24,11 +24,15 @@ class RandomBot:
 
     def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
         rng = self.rng
-        if view["phase"] == "draw":
+        # the draw phase is the one whose legal actions start with the draw (``legal_actions`` lists
+        # it first, and only then): read from the list rather than through the view's mapping
+        if legal and isinstance(legal[0], Draw):
             self.melds_this_turn = 0
             self.stopped = False
             if len(legal) > 1 and rng.random() < 0.5:
-                return next(a for a in legal if isinstance(a, TakePile))
+                for action in legal:
+                    if isinstance(action, TakePile):
+                        return action
             return legal[0]
         # ``legal_actions`` lists the melds and additions first, then the discards: where the discards
         # start is found by bisection rather than by sorting the whole list. ``rng.choice`` over a

@@ -91,3 +91,43 @@ def test_a_state_changed_by_hand_is_read_right() -> None:
     state.sizes[seat] = 9
     state.touch()
     assert state.legal_actions() == from_scratch(state)[0]
+
+
+def test_melds_replaced_or_removed_by_hand_are_read_right() -> None:
+    """A side's meld replaced by one of another suit or rank, or removed, in a state set up by hand
+    and ``touch``-ed: the seat's plays follow the meld's part of the hand (``SeatPlays.part_bits``) and
+    the number of melds, as ``plays`` lists them."""
+    rules = PRESETS["fechado"]
+    state = HandState(rules, 2, deal_from_seed(rules, 2, "melds-by-hand"))
+    state.apply(state.legal_actions()[0])  # draw
+    seat = state.to_act
+    state.counts[seat] = [0] * NCODES
+    for card in (0, 1, 4, 5, 9, 10, 17, 18, 30, 43, 52):  # AS 2S 5S 6S 10S JS 5H 6H 5D 5C JK
+        state.counts[seat][card] += 1
+    state.sizes[seat] = 11
+    side = seat & 1
+    state.melds[side] = [Meld.sequence(0, 0b111 << 6), Meld.group(5, (4, 17, 30))]  # 6S 7S 8S; 5S 5H 5D
+    state.touch()
+    assert state.legal_actions() == from_scratch(state)[0]
+    state.melds[side][0] = Meld.group(6, (5, 18, 31))  # a group where a sequence was
+    state.touch()
+    assert state.legal_actions() == from_scratch(state)[0]
+    for card in (44, 7):  # 6C, then 8S: the group's part of the hand changes, then the old sequence's
+        state.counts[seat][card] += 1
+        state.sizes[seat] += 1
+        state.touch()
+        assert state.legal_actions() == from_scratch(state)[0]
+    state.melds[side][1] = Meld.sequence(1, 0b111 << 7)  # a sequence of hearts where a group was
+    state.touch()
+    assert state.legal_actions() == from_scratch(state)[0]
+    for card in (19, 17):  # 7H, then 5H away: the hearts change
+        state.counts[seat][card] += 1 if card == 19 else -1
+        state.sizes[seat] += 1 if card == 19 else -1
+        state.touch()
+        assert state.legal_actions() == from_scratch(state)[0]
+    del state.melds[side][1]
+    state.touch()
+    assert state.legal_actions() == from_scratch(state)[0]
+    state.melds[side].append(Meld.sequence(0, 0b111 << 11))  # JS QS KS
+    state.touch()
+    assert state.legal_actions() == from_scratch(state)[0]
