@@ -104,10 +104,12 @@ bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_action
 # - expert against heuristic, 2 and 4 players: BENCH_EXPERT_GAMES matches each (BENCH_EXPERT_EXPRESS_GAMES
 #   in the one-hand presets) with the expert's default budget of CPU per decision, on the mypyc build
 #   (what a server runs), over BENCH_JOBS processes; the win rates with their 95% intervals and the
-#   CPU per expert decision. The expert suite takes about 45 minutes here (`BENCH_EXPERT_GAMES=4` for a look).
+#   CPU per expert decision. 60 duplicate matches a pairing: fewer cannot tell 60% from 50% (a 95% interval
+#   of about +-12 points at 60); the expert suite takes about an hour and a half here
+#   (`BENCH_EXPERT_GAMES=4 BENCH_EXPERT_EXPRESS_GAMES=4` for a look).
 BENCH_BOTS_PRESETS := aberto aberto_sujo fechado fechado_stbl fechado_sujo classico_104 buraco_2005 aberto_joker50
-BENCH_EXPERT_GAMES := 12
-BENCH_EXPERT_EXPRESS_GAMES := 30
+BENCH_EXPERT_GAMES := 60
+BENCH_EXPERT_EXPRESS_GAMES := 60
 BENCH_JOBS := 2
 
 bench-bots: venv engine-native ## bot strength: heuristic vs random-legal, expert vs heuristic (2 and 4 players), CPU per decision
