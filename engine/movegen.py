@@ -222,7 +222,7 @@ def _wilds_of(wild_counts: int) -> tuple[int, ...]:
     return found
 
 
-#: ``_present_wilds`` by ``wild_key`` (a few hundred keys at most: never emptied)
+#: ``_wilds_of`` by ``wild_key`` (a few hundred keys at most: never emptied)
 _PRESENT_WILDS: Final[dict[int, tuple[int, ...]]] = {}
 
 
@@ -239,10 +239,7 @@ def _suit_melds(rules_number: int, suit: int, suit_counts: bytes, wild_counts: i
     """Every new sequence of ``suit`` these cards allow (an interval of slots, natural everywhere but
     at most one slot, the wild's), each with the meld it makes."""
     avail = _avail_slots(suit_counts)
-    # every sequence starts with three slots in a row holding three naturals, or two and the wild
-    second = avail >> 1
-    third = avail >> 2
-    if not (avail & second & third if wild_counts == 0 else avail & second | avail & third | second & third):
+    if not _run_starts(avail, wild_counts != 0):
         return (), ()
     wilds = _wilds_of(wild_counts)
     out: dict[tuple[tuple[int, ...], int | None], MeldCandidate] = {}
@@ -458,7 +455,7 @@ def _sequence_additions(rules_number: int, counts: _Counts, meld: Meld, avail: i
                 if missing and avail >> hole & 1:
                     continue
                 naturals = fill_cards[:i] + fill_cards[i + 1:]
-                if home and TWO in fill and hole != TWO:
+                if home and two_natural and hole != TWO:
                     variants = [naturals, [c for c in naturals if c != first + 1]]  # the meld's own 2 fills it
                 else:
                     variants = [naturals]
@@ -484,15 +481,19 @@ def _add_addition(out: dict[tuple[int, ...], AddCandidate], counts: _Counts, rul
         out[cards_t] = (cards_t, result)
 
 
+def _run_starts(avail: int, any_wild: bool) -> int:
+    """Bit lo: the three slots from lo hold three naturals at ``avail`` (two, with a wild held). Every
+    sequence holds such three slots (it has at most one wild), so a suit without one has none."""
+    second = avail >> 1
+    third = avail >> 2
+    return avail & second | avail & third | second & third if any_wild else avail & second & third
+
+
 def _sequence_around(suit_counts: bytes, any_wild: bool, rank: int) -> bool:
     """Whether a sequence of these cards (of one suit) might hold the card of ``rank``: some three
-    slots in a row around it hold three naturals, or two and a wild (a sequence holds at most one
-    wild, so every three slots in a row of it do). A necessary condition only."""
-    m = _avail_slots(suit_counts)
-    second = m >> 1
-    third = m >> 2
-    starts = m & second | m & third | second & third if any_wild else m & second & third
-    return starts & _WINDOWS[rank] != 0
+    slots in a row around it hold three naturals, or two and a wild (``_run_starts``). A necessary
+    condition only."""
+    return _run_starts(_avail_slots(suit_counts), any_wild) & _WINDOWS[rank] != 0
 
 
 # --- the legal plays of the moment ------------------------------------------------------------------
@@ -639,6 +640,11 @@ _CODE_PARTS: Final[list[int]] = [
     _WILD_PART if code == JOKER else
     1 << (code // 13) | 16 << (code % 13 + 1) | (_WILD_PART if code % 13 + 1 == TWO else 0)
     for code in range(53)]
+def _part_bit(meld: Meld) -> int:
+    """The part of the hand a meld's additions depend on besides the wilds, as in ``_CODE_PARTS``."""
+    return 1 << meld.suit if meld.is_sequence else 16 << meld.group_rank
+
+
 #: by card code: the bits of the codes below it, in a hand read as one integer
 _BELOW: Final[list[int]] = [(1 << (code << 3)) - 1 for code in range(53)]
 
@@ -776,10 +782,9 @@ class SeatPlays:
         hand = bytes(counts)
         prev = self.hand
         number = self.number
-        changed_suits = 0  # bit s: a card of suit s changed (its count)
-        changed_ranks = 0  # bit r: a card of rank r changed
         wilds_changed = False
         changed_parts = 0  # the parts of the hand that changed (see _CODE_PARTS)
+        wild_counts = -1  # wild_key(counts), once needed
         value = int.from_bytes(hand, "little")
         guarded = value | _GUARD
         # within the turn's largest hand (the hand only shrank since): filter that hand's segments
@@ -788,10 +793,7 @@ class SeatPlays:
         if hand != prev:
             self.hand = hand
             if len(prev) != len(hand):
-                changed_suits = 0xF
-                changed_ranks = 0x3FFE
-                wilds_changed = True
-                changed_parts = -1
+                changed_parts = -1  # every part
                 self.held_codes = [code for code in range(len(counts)) if counts[code]]
                 self.discards = [ALL_DISCARDS[code] for code in self.held_codes]
             else:
@@ -809,13 +811,13 @@ class SeatPlays:
                         held_codes.insert(at, code)
                         self.discards.insert(at, ALL_DISCARDS[code])
                     changed_parts |= _CODE_PARTS[code]
-                changed_suits = changed_parts & 0xF
-                changed_ranks = changed_parts >> 4 & 0x3FFE
-                wilds_changed = changed_parts >= _WILD_PART
+            changed_suits = changed_parts & 0xF  # bit s: a card of suit s changed (its count)
+            changed_ranks = changed_parts >> 4 & 0x3FFE  # bit r: a card of rank r changed
+            wilds_changed = changed_parts & _WILD_PART != 0
             self.hand_value = value
             if not shrunk:
                 self.base = guarded
-            wild_counts = counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
+            wild_counts = wild_key(counts)
             any_wild = wild_counts != 0
             suits = self.suits
             remake = 0xF if wilds_changed else changed_suits  # the suits to remake, in any order
@@ -860,7 +862,6 @@ class SeatPlays:
         adds = self.adds
         base_meld_of = self.base_meld_of
         base_adds = self.base_adds
-        wilds = -1  # wild_key(counts), once needed
         if wilds_changed:
             changed_parts = -1
         part_bits = self.part_bits
@@ -873,19 +874,19 @@ class SeatPlays:
                         continue
                 else:
                     meld_of[index] = meld
-                    part_bits[index] = 1 << meld.suit if meld.is_sequence else 16 << meld.group_rank
+                    part_bits[index] = _part_bit(meld)
             else:
                 meld_of.append(meld)
-                part_bits.append(1 << meld.suit if meld.is_sequence else 16 << meld.group_rank)
+                part_bits.append(_part_bit(meld))
                 adds.append(EMPTY_SEGMENT)
                 base_meld_of.append(None)
                 base_adds.append(EMPTY_SEGMENT)
             if shrunk and base_meld_of[index] is meld:
                 adds[index] = base_adds[index].held(guarded)
             else:
-                if wilds < 0:
-                    wilds = wild_key(counts)
-                adds[index] = _addition_segment(number, index, meld, hand, wilds, value)
+                if wild_counts < 0:
+                    wild_counts = wild_key(counts)
+                adds[index] = _addition_segment(number, index, meld, hand, wild_counts, value)
         if len(meld_of) > len(melds):  # fewer melds than before (a state set up by hand)
             del meld_of[len(melds):]
             del part_bits[len(melds):]
@@ -1095,16 +1096,12 @@ def must_meld_shortcut(must: int, counts: list[int], size: int, lone: int, melds
     sequence_possible = False
     group_possible = False
     if size >= 3:
-        # three naturals of the suit in a row around the card
-        # bit lo: the three slots from lo hold three naturals (two); only the windows holding the
-        # card's slot count (_WINDOWS)
-        second = avail >> 1
-        third = avail >> 2
-        full = avail & second & third & _WINDOWS[rank]
+        # three naturals of the suit in a row around the card (only the windows holding the card's
+        # slot count: _WINDOWS), or two and a wild
+        full = _run_starts(avail, False) & _WINDOWS[rank]
         if full and plain and size - 3 >= 2:
             return 1
-        pairs = avail & second | avail & third | second & third  # two naturals among three
-        sequence_possible = full != 0 or (any_wild and pairs & _WINDOWS[rank] != 0)
+        sequence_possible = full != 0 or (any_wild and _run_starts(avail, True) & _WINDOWS[rank] != 0)
         if rules.groups:
             held = counts[rank - 1] + counts[12 + rank] + counts[25 + rank] + counts[38 + rank]
             if held >= 3 and plain and size - 3 >= 2:
