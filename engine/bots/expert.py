@@ -50,6 +50,7 @@ from typing import Any
 
 from engine.actions import DRAW, TAKE_PILE, Action, AddCards, Discard, MeldCards
 from engine.bots.heuristic import HeuristicBot
+from engine.bots.reading import TableMeld, TypedView, read_meld
 from engine.bots.sampling import Information, PublicMemory, SamplingError, information, sample
 from engine.cards import CARD_STR, JOKER
 from engine.errors import EngineError
@@ -105,6 +106,7 @@ class ExpertBot:
         self.clock = clock
         self.strict = strict
         self._printed: dict[Meld, dict[str, Any]] = {}  # melds' view form, for RolloutView
+        self._tables: dict[Meld, TableMeld] = {}  # melds as the rollouts' players read them, for RolloutView
         # counters (read by tests and benches): decisions searched, worlds dealt, rollouts played
         self.searches = 0
         self.worlds = 0
@@ -200,6 +202,8 @@ class ExpertBot:
         self.searches += 1
         if len(self._printed) > 4096:
             self._printed.clear()  # bounded: a hand's melds are a few hundred forms at most
+        if len(self._tables) > 4096:
+            self._tables.clear()
         side = info.seat & 1
         k = len(candidates)
         total = [0.0] * k  # per candidate: sum of its gain over candidate 0, world by world
@@ -280,7 +284,8 @@ class ExpertBot:
             if actions % CLOCK_EVERY == 0 and clock() > deadline:
                 return None
             seat = state.to_act
-            state.apply(bots[seat].choose(RolloutView(state, seat, self._printed), state.legal_actions()))
+            view = RolloutView(state, seat, self._printed, self._tables)
+            state.apply(bots[seat].choose(view, state.legal_actions()))
             actions += 1
         return self._utility(state, side)
 
@@ -312,39 +317,62 @@ def _hand_strings(counts: list[int]) -> list[str]:
     return [CARD_STR[c] for c, n in enumerate(counts) if n for _ in range(n)]
 
 
-class RolloutView(Mapping[str, Any]):
+class RolloutView(TypedView):
     """A seat's view of one of the expert's own simulated positions, for its rollout players.
 
     The same keys and values as ``HandState.view(seat)`` of a hand being played (the tests compare
     them), computed on each read, with each meld's printed form cached across positions (``cache``,
     one per bot): the rollout's heuristic players read every meld at every decision, and a meld,
-    immutable, prints the same every time. Read it before the position changes, as a ``View``.
+    immutable, prints the same every time. As a ``TypedView`` it also gives those players the hand,
+    the pile and the melds as they would read them from its fields, without printing them (each
+    meld's reading cached in ``tables``, one per bot). Read it before the position changes, as a
+    ``View``.
     """
 
-    __slots__ = ("_cache", "_seat", "_state")
+    __slots__ = ("_cache", "_seat", "_state", "_tables")
 
     KEYS = ("seat", "players", "hand_number", "dealer", "phase", "to_act", "hand_sizes", "melds", "discard",
             "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "hand")
 
-    def __init__(self, state: HandState, seat: int, cache: dict[Meld, dict[str, Any]]) -> None:
+    def __init__(self, state: HandState, seat: int, cache: dict[Meld, dict[str, Any]],
+                 tables: dict[Meld, TableMeld]) -> None:
         self._state = state
         self._seat = seat
         self._cache = cache
+        self._tables = tables
+
+    def hand_counts(self) -> list[int]:
+        return self._state.counts[self._seat][:]
+
+    def pile_codes(self) -> list[int]:
+        return self._state.pile[:]
+
+    def table_melds(self) -> list[list[TableMeld]]:
+        s = self._state
+        tables = self._tables
+        out: list[list[TableMeld]] = []
+        for side in s.melds:
+            row: list[TableMeld] = []
+            for m in side:
+                read = tables.get(m)
+                if read is None:
+                    printed = self._printed(m)
+                    read = tables[m] = read_meld(printed["kind"], tuple(printed["cards"]), printed["canastra"])
+                row.append(read)
+            out.append(row)
+        return out
+
+    def _printed(self, m: Meld) -> dict[str, Any]:
+        cache = self._cache
+        printed = cache.get(m)
+        if printed is None:
+            printed = cache[m] = m.to_json(self._state.rules)
+        return printed
 
     def __getitem__(self, key: str) -> Any:
         s = self._state
         if key == "melds":
-            cache = self._cache
-            out: list[list[dict[str, Any]]] = []
-            for side in s.melds:
-                row: list[dict[str, Any]] = []
-                for m in side:
-                    printed = cache.get(m)
-                    if printed is None:
-                        printed = cache[m] = m.to_json(s.rules)
-                    row.append(printed)
-                out.append(row)
-            return out
+            return [[self._printed(m) for m in side] for side in s.melds]
         if key == "phase":
             return s.phase
         if key == "discard":

@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 
 from engine.actions import DRAW, Action, AddCards, Discard, MeldCards, TakePile
 from engine.bots.planning import plan_naturals
-from engine.bots.reading import CODE, TableMeld, codes, is_wild_card, melds_of
+from engine.bots.reading import TableMeld, hand_counts, is_wild_card, melds_of, pile_codes
 from engine.cards import JOKER, NCODES
 from engine.melds import card_values
 from engine.rules import CANASTRA, MORTO_SIZE, Ruleset
@@ -207,12 +207,7 @@ class HeuristicBot:
         players = int(view["players"])
         side = seat & 1
         opp = 1 - side
-        hand = [0] * NCODES
-        # the view's values typed (lists, as every view gives them): compiled, typed reads
-        held: list[str] = view["hand"]
-        for c in held:
-            code = CODE[c]
-            hand[code] = hand[code] + 1
+        hand = hand_counts(view)
         melds = melds_of(view)
         if not self.groups:
             self.groups = any(not m.is_sequence for ms in melds for m in ms)
@@ -262,7 +257,7 @@ class HeuristicBot:
 
     # --- the Bot interface ---------------------------------------------------------------------------
     def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
-        pile = codes(view["discard"])
+        pile = pile_codes(view)
         if view["phase"] == "draw":
             self._observe(view, pile)
             take = next((a for a in legal if isinstance(a, TakePile)), None)
@@ -293,7 +288,7 @@ class HeuristicBot:
         discards = [a for a in legal if isinstance(a, Discard)]
         if not discards:
             raise ValueError("choose_discard needs legal discards")
-        return self._pick_discard(self._read(view, codes(view["discard"])), discards)
+        return self._pick_discard(self._read(view, pile_codes(view)), discards)
 
     # --- taking the pile -----------------------------------------------------------------------------
     def _pile_gain(self, t: Turn) -> float:

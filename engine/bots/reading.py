@@ -127,7 +127,50 @@ def _read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     return TableMeld(True, suit, 0, lo, hi, mask, wild, wild_slot, n, canastra, tuple(cs), fits)
 
 
+class TypedView(Mapping[str, Any]):
+    """A view that also hands a bot its readings directly, as card codes and ``TableMeld`` s.
+
+    For views of positions a bot builds itself (the expert's rollouts), where printing the cards as
+    strings for the bot to parse back would be most of a decision's reading. Every method must
+    return exactly what reading the mapping's fields gives (``hand_counts``: the counts of
+    ``codes(view["hand"])``; ``pile_codes``: ``codes(view["discard"])``; ``table_melds``:
+    ``melds_of`` of the mapping), as new lists the caller may change."""
+
+    __slots__ = ()
+
+    def hand_counts(self) -> list[int]:
+        raise NotImplementedError
+
+    def pile_codes(self) -> list[int]:
+        raise NotImplementedError
+
+    def table_melds(self) -> list[list[TableMeld]]:
+        raise NotImplementedError
+
+
+def hand_counts(view: Mapping[str, Any]) -> list[int]:
+    """The seat's own hand as counts per card code."""
+    if isinstance(view, TypedView):
+        return view.hand_counts()
+    hand = [0] * NCODES
+    held: list[str] = view["hand"]  # typed (a list, as every view gives it): compiled, typed reads
+    for c in held:
+        code = CODE[c]
+        hand[code] = hand[code] + 1
+    return hand
+
+
+def pile_codes(view: Mapping[str, Any]) -> list[int]:
+    """The discard pile as card codes, bottom first."""
+    if isinstance(view, TypedView):
+        return view.pile_codes()
+    return codes(view["discard"])
+
+
 def melds_of(view: Mapping[str, Any]) -> list[list[TableMeld]]:
+    """Each side's melds as ``TableMeld`` s, in table order."""
+    if isinstance(view, TypedView):
+        return view.table_melds()
     # the view's values typed (lists and dicts, as every view gives them): compiled, typed reads
     sides: list[list[dict[str, Any]]] = view["melds"]
     out: list[list[TableMeld]] = []
@@ -140,4 +183,5 @@ def melds_of(view: Mapping[str, Any]) -> list[list[TableMeld]]:
     return out
 
 
-__all__ = ["CODE", "TableMeld", "codes", "is_wild_card", "melds_of", "read_meld", "slot_card"]
+__all__ = ["CODE", "TableMeld", "TypedView", "codes", "hand_counts", "is_wild_card", "melds_of", "pile_codes",
+           "read_meld", "slot_card"]

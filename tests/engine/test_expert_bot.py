@@ -16,6 +16,7 @@ from engine.actions import DRAW, TAKE_PILE, Action, Discard
 from engine.bots import Bot, ExpertBot, HeuristicBot, make_bot
 from engine.bots.base import BOT_KINDS
 from engine.bots.expert import RolloutView
+from engine.bots.reading import TypedView, codes, read_meld
 from engine.bots.sampling import PublicMemory, SamplingError, information, meld_from_view, sample
 from engine.cards import format_many, parse_many
 from engine.match import MatchState
@@ -327,11 +328,41 @@ def test_a_meld_that_does_not_read_back_is_refused() -> None:
 def test_the_rollout_view_shows_what_the_view_shows(name: str, players: int) -> None:
     """The rollouts' players read ``RolloutView``: it must equal ``HandState.view(seat)`` field by field."""
     cache: dict[Any, dict[str, Any]] = {}
+    tables: dict[Any, Any] = {}
     for turns in (1, 9, 25, 60):
         state = played_position(name, players, 1, turns=turns)
         if state.is_terminal():
             continue
         for seat in range(players):
-            fast = RolloutView(state, seat, cache)
+            fast = RolloutView(state, seat, cache, tables)
             assert dict(fast) == state.view(seat).to_dict()
-            assert dict(RolloutView(state, seat, cache)) == dict(fast)  # from the cache, the same
+            assert dict(RolloutView(state, seat, cache, tables)) == dict(fast)  # from the cache, the same
+
+
+@pytest.mark.parametrize("name", ["fechado", "aberto", "buraco_2005"])
+@pytest.mark.parametrize("players", [2, 4])
+def test_the_rollout_view_reads_as_its_fields_read(name: str, players: int) -> None:
+    """``RolloutView``'s typed reads (what the rollouts' players use) are what its fields read as,
+    the melds on the table included, and new lists each time (the reader may change them)."""
+    cache: dict[Any, dict[str, Any]] = {}
+    tables: dict[Any, Any] = {}
+    melds_seen = 0
+    for turns in (1, 9, 25, 60, 90):
+        state = played_position(name, players, 2, turns=turns)
+        for seat in range(players):
+            for _ in range(2):  # the second time from the caches
+                view = RolloutView(state, seat, cache, tables)
+                assert isinstance(view, TypedView)
+                counts = [0] * len(state.counts[seat])
+                for c in codes(view["hand"]):
+                    counts[c] += 1
+                assert view.hand_counts() == counts
+                assert view.pile_codes() == codes(view["discard"])
+                read = [[read_meld(m["kind"], tuple(m["cards"]), m["canastra"]) for m in side]
+                        for side in view["melds"]]
+                assert view.table_melds() == read
+                melds_seen += sum(len(side) for side in read)
+                view.hand_counts().append(99)
+                view.pile_codes().append(99)
+                assert view.hand_counts() == counts and view.pile_codes() == codes(view["discard"])
+    assert melds_seen > 0
