@@ -366,3 +366,56 @@ def test_the_rollout_view_reads_as_its_fields_read(name: str, players: int) -> N
                 view.pile_codes().append(99)
                 assert view.hand_counts() == counts and view.pile_codes() == codes(view["discard"])
     assert melds_seen > 0
+
+
+# --- what it plays for ------------------------------------------------------------------------------
+
+def test_the_hand_that_ends_a_match_to_a_target_weighs_the_match_won_or_lost() -> None:
+    """In a match to a target the utility is the hand's score difference, and once a side's total
+    (the match's before the hand, from the view, plus the hand's) reaches the target, winning the
+    match weighs ``win_weight`` more and losing it as much less; a tie at the target weighs nothing."""
+    rules = PRESETS["fechado"]
+    assert rules.target > 0
+    state = played_position("fechado", 2, 3, turns=10_000)
+    assert state.is_terminal()
+    score = state.score()
+    a, b = score[0]["total"], score[1]["total"]
+    assert max(a, b) < rules.target
+    bot = small(1, rules)
+    weight = bot.win_weight
+    assert weight > 0
+
+    def utility(totals: list[int], side: int) -> float:
+        bot.match_totals = totals
+        return bot._utility(state, side)
+
+    assert utility([0, 0], 0) == a - b and utility([0, 0], 1) == b - a  # no side at the target
+    near = rules.target - min(a, b) + 10  # side 0 reaches the target with this hand, far ahead
+    assert utility([near, 0], 0) == a - b + weight
+    assert utility([near, 0], 1) == b - a - weight
+    assert utility([0, near], 0) == a - b - weight  # side 1 gets there: a loss for side 0
+    level = rules.target + 50  # both over the target, level: the ruleset's tie rule settles it
+    assert utility([level - a, level - b], 0) == a - b
+    # the bot reads the totals from each view it is given
+    match = MatchState(rules, 2)
+    match.start_hand(seed="totals")
+    assert match.hand is not None
+    match.hand.match_totals = [1500, 1700]
+    hand = match.hand
+    bot = small(2, rules)
+    bot.choose(hand.view(hand.to_act), hand.legal_actions())
+    assert bot.match_totals == [1500, 1700]
+
+
+def test_a_one_hand_match_weighs_the_hand_won_or_lost() -> None:
+    rules = PRESETS["classico_104"]
+    assert rules.target == 0
+    state = played_position("classico_104", 2, 4, turns=10_000)
+    assert state.is_terminal()
+    score = state.score()
+    diff = score[0]["total"] - score[1]["total"]
+    assert diff != 0
+    bot = small(1, rules)
+    sign = 1 if diff > 0 else -1
+    assert bot._utility(state, 0) == diff + sign * bot.win_weight
+    assert bot._utility(state, 1) == -diff - sign * bot.win_weight
