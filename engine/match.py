@@ -61,7 +61,6 @@ class MatchState:
         else:
             deal.check(self.rules)
         self.hand = HandState(self.rules, self.players, deal, self.next_dealer(), self.hands_played + 1)
-        self.hand.match_totals = self.totals[:]
         return self.hand.started_event()
 
     def apply(self, action: Action, seat: int | None = None) -> list[Event]:
@@ -127,11 +126,6 @@ class MatchState:
         match.totals = [int(x) for x in data["totals"]]
         match.winner = int(data["winner"])
         match.hand = None if data["hand"] is None else HandState.from_json(data["hand"])
-        if match.hand is not None:
-            before = match.totals[:]
-            if match.hand.is_terminal() and match.hand_scores:  # its score is in the totals already
-                before = [before[side] - match.hand_scores[-1][side]["total"] for side in (0, 1)]
-            match.hand.match_totals = before
         return match
 
     def __eq__(self, other: object) -> bool:

@@ -60,8 +60,6 @@ class ViewedPosition(Protocol):
     lone: int
     went_out: int
     end_reason: str
-    #: per side, the match's totals before this hand
-    match_totals: list[int]
     #: counts the changes: a view is valid for one version
     version: int
 

@@ -65,7 +65,6 @@ class HandState:
         "hand_number",
         "history",
         "lone",
-        "match_totals",
         "melds",
         "morto_pending",
         "morto_taken",
@@ -107,7 +106,6 @@ class HandState:
     turns: int
     history: list[tuple[int, Action]]
     version: int
-    match_totals: list[int]
     _legal: LegalMemo | None
     _seat_plays: list[movegen.SeatPlays | None]
 
@@ -147,8 +145,6 @@ class HandState:
         self.turns = 1
         self.history = []
         self.version = 0  # counts the changes; a view (and the legal-action memo) is valid for one version
-        # per side, the match's totals before this hand (public; set by the match, zero in a lone hand)
-        self.match_totals = [0, 0]
         self._legal = None
         self._seat_plays = [None] * players  # per seat, its legal plays kept up to date (movegen.SeatPlays)
 
@@ -184,7 +180,6 @@ class HandState:
         other.turns = self.turns
         other.history = self.history[:]
         other.version = self.version
-        other.match_totals = self.match_totals[:]
         return other
 
     # --- facts the rules ask about ------------------------------------------------------------------

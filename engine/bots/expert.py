@@ -10,9 +10,7 @@ At each decision that is a real choice, the bot
    (its view and the public history it remembered, ``engine/bots/sampling.py``);
 3. in each world plays every candidate, then the rest of the hand with the heuristic bot in every
    seat (the opponents are played as the heuristic plays, the seat itself too), up to the end of
-   the hand or ``horizon`` turns, and scores the result for its side (``_utility``): the hand's
-   score difference, and where the hand ends the match (a one-hand match, or a side reaching the
-   target, from the match's totals the view shows) ``win_weight`` more for winning it;
+   the hand or ``horizon`` turns, and scores the result for its side (``_utility``);
 4. keeps the heuristic's choice unless another candidate beats it by a margin the evidence
    supports: the differences are paired (every candidate is played in the same worlds, with the same
    seeds: common random numbers), a candidate is dropped once it is clearly worse, and it replaces
@@ -81,9 +79,8 @@ class ExpertBot:
     # that was as good or better (docs/performance.md, "Bots")
     pick_z: float = 2.0
     pick_margin: float = 5.0  # ... and at least this many points of mean gain
-    # the worth of winning the match, where the hand ends it (every hand of a one-hand match; the hand
-    # that takes a side to the target): only the win counts then, so it outweighs any likely margin;
-    # the points difference still ranks lines that win (or lose) alike
+    # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
+    # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike
     win_weight: float = 1000.0
     hand_weight: float = 0.6  # at a horizon: cards in hand count this share of their value
     morto_weight: float = 0.5  # ... a morto not yet taken this share of its penalty
@@ -103,7 +100,6 @@ class ExpertBot:
         self.advisor = HeuristicBot(seed, rules)
         self.rng = random.Random(f"expert/{seed}")
         self.memory = PublicMemory()
-        self.match_totals = [0, 0]  # per side, the match's totals before this hand (from the view)
         self.budget_ms = budget_ms
         self.max_worlds = max_worlds
         self.horizon = horizon
@@ -123,8 +119,6 @@ class ExpertBot:
         start = self.clock()
         self.last_worlds = self.last_rollouts = 0
         self.memory.observe(view)
-        totals = view.get("match_totals")  # a view from before this field, or a lone hand's: none
-        self.match_totals = [int(totals[0]), int(totals[1])] if totals is not None else [0, 0]
         if view["phase"] == "draw":
             advice = self.advisor.choose(view, legal)
             if len(legal) == 1 or TAKE_PILE not in legal:
@@ -296,26 +290,14 @@ class ExpertBot:
         return self._utility(state, side)
 
     def _utility(self, state: HandState, side: int) -> float:
-        """The hand's score difference for ``side`` (estimated at a horizon); where the hand ends the
-        match, winning it weighs ``win_weight`` more: in a one-hand match the hand's winner wins it; in
-        a match to a target, once a side's total reaches the target, the higher total (a tie, which the
-        ruleset settles by the starter or another hand, weighs nothing)."""
+        """The hand's score difference for ``side`` (estimated at a horizon); in a one-hand match,
+        winning the hand weighs ``win_weight`` more."""
         score = state.score()
-        mine = score[side]["total"]
-        theirs = score[1 - side]["total"]
-        diff = float(mine - theirs)
-        terminal = state.is_terminal()
-        if not terminal:
+        diff = float(score[side]["total"] - score[1 - side]["total"])
+        if not state.is_terminal():
             diff += self._static(state, side) - self._static(state, 1 - side)
-        target = self.rules.target
-        if target == 0:
-            if diff != 0.0:
-                diff += self.win_weight if diff > 0 else -self.win_weight
-        elif terminal:
-            ours = self.match_totals[side] + mine
-            others = self.match_totals[1 - side] + theirs
-            if (ours >= target or others >= target) and ours != others:
-                diff += self.win_weight if ours > others else -self.win_weight
+        if self.rules.target == 0 and diff != 0.0:
+            diff += self.win_weight if diff > 0 else -self.win_weight
         return diff
 
     def _static(self, state: HandState, side: int) -> float:
@@ -350,7 +332,7 @@ class RolloutView(TypedView):
     __slots__ = ("_cache", "_seat", "_state", "_tables")
 
     KEYS = ("seat", "players", "hand_number", "dealer", "phase", "to_act", "hand_sizes", "melds", "discard",
-            "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "match_totals", "hand")
+            "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "hand")
 
     def __init__(self, state: HandState, seat: int, cache: dict[Meld, dict[str, Any]],
                  tables: dict[Meld, TableMeld]) -> None:
@@ -421,8 +403,6 @@ class RolloutView(TypedView):
             return CARD_STR[s.lone] if s.lone >= 0 else None
         if key == "score":
             return s.score()
-        if key == "match_totals":
-            return s.match_totals[:]
         raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:

@@ -502,7 +502,6 @@ def shadow_state(model: TableModel, rules: Ruleset) -> HandState:
     state.phase = model.phase or DRAW_PHASE
     state.must_meld = parse(model.must_meld) if model.must_meld else -1
     state.lone = parse(model.lone) if model.lone else -1
-    state.match_totals = list(model.match_scores)  # the match's totals before this hand
     state.touch()
     return state
 

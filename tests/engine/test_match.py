@@ -36,27 +36,6 @@ def test_points_match_continues_until_a_side_reaches_the_target() -> None:
     assert m.totals == [2100, 950] and m.winner == 0 and m.hands_played == 3
 
 
-def test_a_hand_shows_the_match_totals_before_it_and_keeps_them_through_a_snapshot() -> None:
-    """Every seat sees the match's totals before the hand (public: each hand's score was); a snapshot
-    of the match, taken in a hand or after it ended, restores them; a clone keeps them."""
-    m = MatchState(preset("fechado"), 4)
-    m.start_hand(seed=1)
-    assert m.hand is not None
-    assert all(m.hand.view(seat)["match_totals"] == [0, 0] for seat in range(4))
-    finish_hand(m, (900, 200))
-    m.start_hand(seed=2)
-    assert m.hand is not None
-    assert [m.hand.view(seat)["match_totals"] for seat in (0, 1)] == [[900, 200], [900, 200]]
-    assert m.hand.view(None)["match_totals"] == [900, 200]  # spectators too
-    assert m.hand.clone().view(2)["match_totals"] == [900, 200]
-    restored = MatchState.from_json(m.to_json())
-    assert restored.hand is not None and restored.hand.view(3)["match_totals"] == [900, 200]
-    finish_hand(m, (-100, 650))
-    restored = MatchState.from_json(m.to_json())
-    assert restored.totals == [800, 850]
-    assert restored.hand is not None and restored.hand.match_totals == [900, 200]
-
-
 def test_both_over_the_target_the_higher_total_wins() -> None:
     m = MatchState(preset("buraco_2005"), 4)
     m.start_hand(seed=1)
