@@ -16,6 +16,7 @@ The shuffle is what lets players verify a deal once its seed is revealed (docs/f
 from __future__ import annotations
 
 import hashlib
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,26 +84,30 @@ def seed_bytes(seed: int | str | bytes) -> bytes:
     return seed.encode()
 
 
+#: a SHA-256 block of the stream as its eight big-endian 4-byte numbers
+_BLOCK = struct.Struct(">8I")
+
+
 def shuffled(cards: list[int], seed: int | str | bytes) -> list[int]:
     """Fisher-Yates driven by the SHA-256 counter stream of ``seed`` (see the module docstring).
 
-    The stream is read block by block in place (no generator, no slice per number): each 32-byte
-    block gives eight big-endian 4-byte numbers, in order."""
+    The stream is read block by block (no generator, no slice per number): each 32-byte block gives
+    eight big-endian 4-byte numbers, in order, unpacked at once (``_BLOCK``)."""
     out = list(cards)
     key = seed_bytes(seed)
-    block = b""
-    at = 32  # where the next number starts in ``block`` (32: a new block is due)
+    numbers: tuple[int, ...] = ()
+    at = 8  # the next number's index in ``numbers`` (8: a new block is due)
     counter = 0
     for i in range(len(out) - 1, 0, -1):
         bound = i + 1
         limit = (1 << 32) - (1 << 32) % bound
         while True:
-            if at == 32:
-                block = hashlib.sha256(key + counter.to_bytes(8, "big")).digest()
+            if at == 8:
+                numbers = _BLOCK.unpack(hashlib.sha256(key + counter.to_bytes(8, "big")).digest())
                 counter += 1
                 at = 0
-            x = block[at] << 24 | block[at + 1] << 16 | block[at + 2] << 8 | block[at + 3]
-            at += 4
+            x = numbers[at]
+            at += 1
             if x < limit:
                 break
         j = x % bound
