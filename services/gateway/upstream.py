@@ -8,7 +8,9 @@
   gone. The browser never sees a redirect.
 - A call that is safe to repeat (`methods.Method.retry_safe`) is retried while its deadline lasts
   when the service does not answer or is stopping (UNAVAILABLE, DEADLINE_EXCEEDED of one attempt,
-  ABORTED), with the same request, so with the same `request_id`.
+  ABORTED, and CANCELLED: a replica that stops cancels the calls it was serving, and a table's
+  owner found gone has its channel closed under them; the gateway's own cancellation, a browser
+  gone, ends its task instead), with the same request, so with the same `request_id`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from services.common.config import Config
 from services.gateway.methods import Method
 
 #: Statuses after which a retry-safe call is tried again (while its deadline lasts).
-RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED})
+RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED,
+                     grpc.StatusCode.CANCELLED})
 #: The gateway's own identity, for the one call it makes as a service: opening a new player's
 #: wallet account at sign-in.
 #: Cached player tokens kept at most (the least recently minted go first).
