@@ -640,6 +640,8 @@ _CODE_PARTS: Final[list[int]] = [
     _WILD_PART if code == JOKER else
     1 << (code // 13) | 16 << (code % 13 + 1) | (_WILD_PART if code % 13 + 1 == TWO else 0)
     for code in range(53)]
+
+
 def _part_bit(meld: Meld) -> int:
     """The part of the hand a meld's additions depend on besides the wilds, as in ``_CODE_PARTS``."""
     return 1 << meld.suit if meld.is_sequence else 16 << meld.group_rank

@@ -356,13 +356,14 @@ class RolloutView(TypedView):
             for m in side:
                 read = tables.get(m)
                 if read is None:
-                    printed = self._printed(m)
+                    printed = self._view_form(m)
                     read = tables[m] = read_meld(printed["kind"], tuple(printed["cards"]), printed["canastra"])
                 row.append(read)
             out.append(row)
         return out
 
-    def _printed(self, m: Meld) -> dict[str, Any]:
+    def _view_form(self, m: Meld) -> dict[str, Any]:
+        """The meld as the view's ``melds`` field shows it, from the bot's cache."""
         cache = self._cache
         printed = cache.get(m)
         if printed is None:
@@ -372,7 +373,7 @@ class RolloutView(TypedView):
     def __getitem__(self, key: str) -> Any:
         s = self._state
         if key == "melds":
-            return [[self._printed(m) for m in side] for side in s.melds]
+            return [[self._view_form(m) for m in side] for side in s.melds]
         if key == "phase":
             return s.phase
         if key == "discard":
