@@ -103,8 +103,9 @@ bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_action
 #   (a 95% interval of about +-3% on the hand win rate);
 # - expert against heuristic, 2 and 4 players: BENCH_EXPERT_GAMES matches each (BENCH_EXPERT_EXPRESS_GAMES
 #   in the one-hand presets) with the expert's default budget of CPU per decision, on the mypyc build
-#   (what a server runs), over BENCH_JOBS processes; the win rates with their 95% intervals and the
-#   CPU per expert decision. 60 duplicate matches a pairing: fewer cannot tell 60% from 50% (a 95% interval
+#   (what a server runs), over BENCH_JOBS processes; the win rates with their 95% intervals (Wilson's
+#   over the matches, and Student's t over the duplicate pairs, the sample's unit) and the CPU per
+#   expert decision. 60 duplicate matches a pairing: fewer cannot tell 60% from 50% (a 95% interval
 #   of about +-12 points at 60); the expert suite takes about an hour and a half here
 #   (`BENCH_EXPERT_GAMES=4 BENCH_EXPERT_EXPRESS_GAMES=4` for a look).
 BENCH_BOTS_PRESETS := aberto aberto_sujo fechado fechado_stbl fechado_sujo classico_104 buraco_2005 aberto_joker50

@@ -18,8 +18,12 @@ partners on a side), ``--games`` matches each (``--express-games`` for one-hand 
 matches are a single hand), on ``--jobs`` processes. It times every decision of an ``expert`` bot
 (CPU, ``time.process_time``, around ``choose``; the collector run as a game-session replica runs it,
 ``ServiceCollector``) and prints, with ``--bench``, per preset and table
-size the match win rate with its 95% Wilson interval and the number of matches, then the CPU per
-expert decision over the whole suite (mean, p99, max; and the share of decisions that searched).
+size the match win rate with its 95% Wilson interval and the number of matches, and the win rate
+over the duplicate pairs of games with its 95% interval (Student's t over the pairs, ``paired_rate``:
+the pair is the unit of a duplicate sample, and its two games are not independent); then how many
+pairings the first bot won over 60% of (the expert's target against the heuristic) at the low end of
+either interval, and the CPU per expert decision over the whole suite (mean, p99, max; and the share
+of decisions that searched). ``--outcomes FILE`` appends every game's outcome to FILE as JSON lines.
 ``--budget-ms`` sets the expert's CPU budget per decision (default: the bot's default). ``--smoke``
 is the suite at a tiny size (one single hand per preset and table size, a 5 ms budget), for CI.
 """
@@ -32,10 +36,13 @@ import hashlib
 import json
 import math
 import multiprocessing
+import statistics
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from engine.actions import Action, Discard
@@ -57,6 +64,76 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+#: the expert's target against the heuristic (issue 25): at least this share of matches in every pairing
+TARGET_RATE = 0.6
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom, by the
+    Cornish-Fisher expansion about the normal quantile (Abramowitz and Stegun 26.7.5): within 0.004
+    of the exact value at 3 degrees of freedom, 1e-4 from 10 up; exact at 1 and 2."""
+    if df < 1:
+        raise ValueError("Student's t needs at least one degree of freedom")
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))  # Cauchy
+    if df == 2:
+        a = 2 * p - 1  # F(t) = 1/2 + t / (2 sqrt(t^2 + 2))
+        return a * math.sqrt(2 / (1 - a * a))
+    z = NormalDist().inv_cdf(p)
+    n = float(df)
+    z2 = z * z
+    return z * (1 + (z2 + 1) / (4 * n) + (5 * z2 * z2 + 16 * z2 + 3) / (96 * n * n)
+                + (3 * z2 ** 3 + 19 * z2 * z2 + 17 * z2 - 15) / (384 * n ** 3)
+                + (79 * z2 ** 4 + 776 * z2 ** 3 + 1482 * z2 * z2 - 1920 * z2 - 945) / (92160 * n ** 4))
+
+
+@dataclass(slots=True)
+class PairedRate:
+    """A win rate over duplicate pairs of games (the same deals, each bot on either side).
+
+    The two games of a pair are not independent (the deal's luck favours the same side in both), so
+    the unit of the sample is the pair: its value is the share of its games the bot won (0, 1/2 or
+    1), the rate is their mean and its 95% interval Student's t over the pairs' values. Where the
+    deal's luck decides a match, a pair is split (one win each) and the interval is narrower than
+    Wilson's over the games as if independent; where the same bot wins both or loses both games of a
+    pair, wider. A game without its pair (an odd count) is a unit of its own. Where every pair is
+    alike (all won, say), the pairs give no spread to size the interval by, and it is Wilson's."""
+
+    rate: float
+    low: float
+    high: float
+    pairs: int
+    both_won: int
+    split: int
+    both_lost: int
+
+
+def paired_rate(won: Sequence[bool]) -> PairedRate:
+    """``won[g]``: whether the bot won game ``g``; games ``2k`` and ``2k + 1`` are a duplicate pair."""
+    units: list[float] = []
+    both_won = split = both_lost = 0
+    for first in range(0, len(won), 2):
+        pair = won[first:first + 2]
+        units.append(sum(pair) / len(pair))
+        if len(pair) == 2:
+            wins = sum(pair)
+            both_won += wins == 2
+            split += wins == 1
+            both_lost += wins == 0
+    k = len(units)
+    if k == 0:
+        return PairedRate(0.0, 0.0, 1.0, 0, 0, 0, 0)
+    mean = sum(units) / k
+    if k < 2:
+        return PairedRate(mean, 0.0, 1.0, k, both_won, split, both_lost)
+    sd = statistics.stdev(units)
+    if sd == 0.0:  # every pair alike: the sample shows no spread to size an interval by; Wilson's over the games
+        low, high = wilson(sum(won), len(won))
+        return PairedRate(mean, low, high, k, both_won, split, both_lost)
+    half = student_t_quantile(0.975, k - 1) * sd / math.sqrt(k)
+    return PairedRate(mean, max(0.0, mean - half), min(1.0, mean + half), k, both_won, split, both_lost)
 
 
 def _rate(won: int, n: int) -> str:
@@ -212,6 +289,8 @@ class SuiteRun:
     result: SelfPlayResult
     cpu_ms: list[float]
     searched: int
+    won: list[bool]  # per game: whether the first bot won it (the match, or the single hand)
+    outcomes: list[MatchOutcome]
 
 
 def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str, games: int,
@@ -229,7 +308,13 @@ def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str,
     result.seconds = time.perf_counter() - started
     cpu: list[float] = []
     searched = 0
+    won: list[bool] = []
     for o in outcomes:
+        mine = o.swap % 2  # the first bot's side
+        if single_hands:
+            won.append(o.hand_totals[0][mine] > o.hand_totals[0][1 - mine])
+        else:
+            won.append(o.winner == mine)
         cpu.extend(o.cpu_ms)
         searched += o.searched
         result.turns += o.turns
@@ -253,7 +338,7 @@ def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str,
                 st.matches += 1
                 st.match_points += o.totals[side]
                 st.matches_won += o.winner == side
-    return SuiteRun(result, cpu, searched)
+    return SuiteRun(result, cpu, searched, won, outcomes)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -265,11 +350,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], seed: str, games: int,
-          express_games: int, budget_ms: float | None, single_hands: bool, jobs: int, bench: bool) -> Iterator[str]:
+          express_games: int, budget_ms: float | None, single_hands: bool, jobs: int, bench: bool,
+          outcomes_path: Path | None = None) -> Iterator[str]:
     """Every preset at every table size: the report of each pairing as it ends, then the CPU per expert
-    decision over the suite."""
+    decision over the suite. With ``outcomes_path``, every game's outcome is appended to that file as
+    a JSON line (preset, table size, game number and ``MatchOutcome`` but the decisions' CPU times),
+    for analyses the summary does not print."""
     cpu: list[float] = []
     searched = 0
+    over = [0, 0, 0]  # pairings; of which the low end of the 95% interval is over 60%: Wilson's, the pairs'
     name = f"{kinds[0]}_vs_{kinds[1]}"
     budget = ExpertBot(0).budget_ms if budget_ms is None else budget_ms
     unit = "single hands" if single_hands else "matches"
@@ -284,6 +373,20 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
             cpu.extend(run_.cpu_ms)
             searched += run_.searched
             yield from report(run_.result)
+            paired = paired_rate(run_.won)
+            over[0] += 1
+            over[1] += wilson(sum(run_.won), len(run_.won))[0] > TARGET_RATE
+            over[2] += paired.low > TARGET_RATE
+            yield (f"duplicate pairs ({kinds[0]}): {paired.pairs}, both won {paired.both_won}, split {paired.split}, "
+                   f"both lost {paired.both_lost}; win rate {100 * paired.rate:.1f}% (95% CI "
+                   f"{100 * paired.low:.1f}%..{100 * paired.high:.1f}%, Student's t over the pairs)")
+            if outcomes_path is not None:
+                with outcomes_path.open("a", encoding="utf-8") as out:
+                    for game, o in enumerate(run_.outcomes):
+                        row = {"preset": preset_name, "players": players, "game": game, "seed": seed,
+                               "kinds": list(kinds), **asdict(o)}
+                        del row["cpu_ms"]
+                        out.write(json.dumps(row, sort_keys=True) + "\n")
             if bench:
                 a = run_.result.stats[0]
                 key = f"{name}_{'hand' if single_hands else 'match'}_winrate_{preset_name}_{players}p"
@@ -292,8 +395,16 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
                 yield f"bench: {key} {100 * won / max(1, total):.1f} %"
                 yield f"bench: {key}_ci95_low {100 * lo:.1f} %"
                 yield f"bench: {key}_ci95_high {100 * hi:.1f} %"
+                yield f"bench: {key}_paired_ci95_low {100 * paired.low:.1f} %"
+                yield f"bench: {key}_paired_ci95_high {100 * paired.high:.1f} %"
                 count = "hands" if single_hands else "matches"
                 yield f"bench: {name}_{count}_{preset_name}_{players}p {total} {count}"
+    yield (f"pairings where {kinds[0]} won over {100 * TARGET_RATE:.0f}% at the low end of the 95% interval: "
+           f"{over[2]} of {over[0]} (duplicate pairs), {over[1]} of {over[0]} (Wilson, the games as independent)")
+    if bench:
+        yield f"bench: {name}_pairings {over[0]} pairings"
+        yield f"bench: {name}_pairings_over_{100 * TARGET_RATE:.0f}pct_paired {over[2]} pairings"
+        yield f"bench: {name}_pairings_over_{100 * TARGET_RATE:.0f}pct_wilson {over[1]} pairings"
     if cpu:
         mean = sum(cpu) / len(cpu)
         yield (f"expert decisions: {len(cpu)}, of which {searched} searched; CPU per decision mean "
@@ -349,6 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--express-games", type=int, default=-1,
                         help="with --suite: matches in one-hand presets (default: --games)")
     parser.add_argument("--jobs", type=int, default=1, help="with --suite: worker processes")
+    parser.add_argument("--outcomes", type=Path, default=None,
+                        help="with --suite: append every game's outcome to this file (JSON lines)")
     parser.add_argument("--smoke", action="store_true",
                         help="with --suite: one single hand per preset and table size, a 5 ms budget (CI)")
     args = parser.parse_args(argv)
@@ -374,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             express = args.express_games if args.express_games >= 0 else games
             budget, single = args.budget_ms, bool(args.hands)
         for line in suite(presets, players_list, args.bots, args.seed, games, express, budget, single,
-                          max(1, args.jobs), args.bench):
+                          max(1, args.jobs), args.bench, args.outcomes):
             print(line, flush=True)
         return 0
     games = args.games if args.games or args.hands or args.min_hands else 100

@@ -1,6 +1,7 @@
 """bench.selfplay (`make bench-bots`): Wilson intervals and the command line."""
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,70 @@ def test_the_service_collector_settles_only_when_enabled_and_when_due() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)
+
+
+@pytest.mark.parametrize(("df", "exact"), [
+    (1, 12.7062), (2, 4.30265), (3, 3.18245), (5, 2.57058), (10, 2.22814), (29, 2.04523), (59, 2.00100),
+])
+def test_student_t_quantile_matches_the_tables(df: int, exact: float) -> None:
+    from bench.selfplay import student_t_quantile
+
+    assert student_t_quantile(0.975, df) == pytest.approx(exact, abs=4e-3 if df == 3 else 3e-4)
+
+
+def test_the_paired_rate_takes_the_duplicate_pair_as_its_unit() -> None:
+    from bench.selfplay import paired_rate, student_t_quantile
+
+    # every pair split: the deal decided each match, the bot's rate is exactly one half
+    split = paired_rate([True, False] * 15)
+    assert split.rate == 0.5
+    assert (split.pairs, split.both_won, split.split, split.both_lost) == (15, 0, 15, 0)
+    # ... but every pair alike shows no spread: the interval is Wilson's over the games, not a point
+    assert (split.low, split.high) == pytest.approx(wilson(15, 30))
+    assert (paired_rate([True] * 8).low, paired_rate([True] * 8).high) == pytest.approx(wilson(8, 8))
+    # one pair that differs: Student's t over the pairs
+    mixed = paired_rate([True, False] * 14 + [True, True])
+    lo, hi = wilson(16, 30)
+    assert mixed.low < mixed.rate < mixed.high and mixed.high - mixed.low < (hi - lo) / 2  # the luck cancelled
+    # 20 pairs won twice, 10 split: 50 of 60 games; pair values 1 (x20) and 0.5 (x10)
+    won = [True, True] * 20 + [False, True] * 10
+    rate = paired_rate(won)
+    values = [1.0] * 20 + [0.5] * 10
+    mean = sum(values) / 30
+    sd = (sum((v - mean) ** 2 for v in values) / 29) ** 0.5
+    half = student_t_quantile(0.975, 29) * sd / 30 ** 0.5
+    assert rate.rate == pytest.approx(50 / 60)
+    assert rate.low == pytest.approx(mean - half) and rate.high == pytest.approx(mean + half)
+    assert (rate.both_won, rate.split, rate.both_lost) == (20, 10, 0)
+    # the same 50 wins in 60 games, but pairs won or lost whole: a wider interval than the split pairs'
+    whole = paired_rate([True, True] * 25 + [False, False] * 5)
+    assert whole.rate == pytest.approx(50 / 60)
+    assert whole.high - whole.low > rate.high - rate.low
+    # an odd game is a unit of its own; none at all: no information
+    assert paired_rate([True, True, False]).pairs == 2
+    assert (paired_rate([]).low, paired_rate([]).high) == (0.0, 1.0)
+
+
+def test_the_suite_prints_the_paired_rates_and_writes_the_outcomes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    path = tmp_path / "outcomes.jsonl"
+    assert main(["--suite", "aberto", "--suite-players", "2", "--games", "4", "--bots", "heuristic,random",
+                 "--seed", "5", "--bench", "--outcomes", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    bench = {line.split()[1]: line.split()[2] for line in out if line.startswith("bench: ")}
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["preset"], r["players"], r["game"]) for r in rows] == [("aberto", 2, g) for g in range(4)]
+    won = [r["winner"] == r["swap"] % 2 for r in rows]  # the first bot (heuristic) plays side swap
+    key = "heuristic_vs_random_match_winrate_aberto_2p"
+    assert float(bench[key]) == pytest.approx(100 * sum(won) / 4, abs=0.05)
+    from bench.selfplay import paired_rate
+
+    paired = paired_rate(won)
+    assert float(bench[key + "_paired_ci95_low"]) == pytest.approx(100 * paired.low, abs=0.05)
+    assert float(bench[key + "_paired_ci95_high"]) == pytest.approx(100 * paired.high, abs=0.05)
+    assert any(line.startswith("duplicate pairs (heuristic): 2, ") for line in out)
+    assert bench["heuristic_vs_random_pairings"] == "1"
+    over = int(bench["heuristic_vs_random_pairings_over_60pct_paired"])
+    assert over == int(paired.low > 0.6)
