@@ -257,7 +257,7 @@ class Tables(game_session_pb2_grpc.GameSessionServiceServicer):
         self.address = address
 
     async def CreateTable(self, request: game_session_pb2.CreateTableRequest, context: Any) -> game_session_pb2.Table:
-        current_identity().require_kind(Kind.SERVICE)
+        current_identity().require_kind(Kind.SERVICE, method="GameSessionService.CreateTable")
         table = self.tables.get(request.table_id)
         if table is None:
             table = game_session_pb2.Table()

@@ -145,10 +145,12 @@ class Identity:
         """The player id the call is about: the caller if a player, else the one acted for."""
         return self.name if self.kind is Kind.PLAYER else self.acting_for
 
-    def require_kind(self, *kinds: Kind) -> None:
+    def require_kind(self, *kinds: Kind, method: str) -> None:
+        """PERMISSION_DENIED naming the caller, the method (``Service.Method``) and who may call it,
+        unless the caller is of one of ``kinds``."""
         if self.kind not in kinds:
-            allowed = " or ".join(k.value for k in kinds)
-            raise PermissionDeniedError(f"this call needs a {allowed} identity, not {self.kind.value}")
+            allowed = " or ".join(_COLLECTION[k] for k in kinds)
+            raise PermissionDeniedError(f"{self.principal} may not call {method}: only {allowed} may")
 
     def require_player(self) -> str:
         """The player the call is about; PERMISSION_DENIED when there is none."""

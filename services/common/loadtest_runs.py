@@ -30,11 +30,12 @@ def run_id(value: str, field: str = "run_id") -> str:
     return value
 
 
-def admitted(request: common_pb2.EraseLoadTestRunRequest) -> tuple[Identity, str]:
-    """The admin asking for an erasure and its checked run id: PERMISSION_DENIED for anyone but
-    an admin, INVALID_ARGUMENT for a missing request id or a run id outside RUN_ID_PATTERN."""
+def admitted(request: common_pb2.EraseLoadTestRunRequest, service: str) -> tuple[Identity, str]:
+    """The admin asking ``service`` (``WalletService``...) for an erasure and its checked run id:
+    PERMISSION_DENIED for anyone but an admin, INVALID_ARGUMENT for a missing request id or a run id
+    outside RUN_ID_PATTERN."""
     identity = current_identity()
-    identity.require_kind(Kind.ADMIN)
+    identity.require_kind(Kind.ADMIN, method=f"{service}.EraseLoadTestRun")
     request_id(request.request_id)
     return identity, run_id(request.run_id)
 

@@ -344,7 +344,7 @@ class GameSessionApi(game_session_pb2_grpc.GameSessionServiceServicer):
     async def EraseLoadTestRun(
         self, request: common_pb2.EraseLoadTestRunRequest, context: Context
     ) -> common_pb2.EraseLoadTestRunResponse:
-        identity, run = loadtest_runs.admitted(request)
+        identity, run = loadtest_runs.admitted(request, "GameSessionService")
         if request.dry_run:  # a read: on one snapshot, nothing stored
             async with self.deps.db.read() as session:
                 found = await erasure.erase_run(session, run, dry_run=True)

@@ -266,7 +266,7 @@ class MatchmakingApi(matchmaking_pb2_grpc.MatchmakingServiceServicer):
     async def EraseLoadTestRun(
         self, request: common_pb2.EraseLoadTestRunRequest, context: Context
     ) -> common_pb2.EraseLoadTestRunResponse:
-        identity, run = loadtest_runs.admitted(request)
+        identity, run = loadtest_runs.admitted(request, "MatchmakingService")
         return await self.erasure.erase(identity.principal, request, run)
 
 

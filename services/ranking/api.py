@@ -520,7 +520,7 @@ class RankingApi(ranking_pb2_grpc.RankingServiceServicer):
     async def EraseLoadTestRun(
         self, request: common_pb2.EraseLoadTestRunRequest, context: Context
     ) -> common_pb2.EraseLoadTestRunResponse:
-        identity, run = loadtest_runs.admitted(request)
+        identity, run = loadtest_runs.admitted(request, "RankingService")
         dry_run = request.dry_run
 
         async def work(session: Any) -> common_pb2.EraseLoadTestRunResponse:

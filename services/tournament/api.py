@@ -208,7 +208,7 @@ class TournamentApi(tournament_pb2_grpc.TournamentServiceServicer):
         self, request: tournament_pb2.CreateTournamentRequest, context: Context
     ) -> tournament_pb2.Tournament:
         identity = current_identity()
-        identity.require_kind(Kind.ADMIN)
+        identity.require_kind(Kind.ADMIN, method="TournamentService.CreateTournament")
         check.request_id(request.request_id)
         if request.tournament_id:
             tournament = check.identifier(request.tournament_id, "tournament_id")
@@ -251,7 +251,7 @@ class TournamentApi(tournament_pb2_grpc.TournamentServiceServicer):
         self, request: tournament_pb2.CancelTournamentRequest, context: Context
     ) -> tournament_pb2.Tournament:
         identity = current_identity()
-        identity.require_kind(Kind.ADMIN)
+        identity.require_kind(Kind.ADMIN, method="TournamentService.CancelTournament")
         tournament = _tournament_id(request.name, "name")
         check.request_id(request.request_id)
         reason = check.text(request.reason, "reason", max_length=500)

@@ -253,10 +253,10 @@ def _mover(method: str) -> tuple[Identity, records.Caller]:
     return identity, records.Caller(identity.principal, identity.acting_for)
 
 
-def _admin() -> tuple[Identity, records.Caller]:
-    """Only admins correct balances and erase load-test runs."""
+def _admin(method: str) -> tuple[Identity, records.Caller]:
+    """Only admins correct balances and erase load-test runs (``method``: ``AdminCorrection``...)."""
     identity = current_identity()
-    identity.require_kind(Kind.ADMIN)
+    identity.require_kind(Kind.ADMIN, method=f"WalletService.{method}")
     return identity, records.Caller(identity.principal, identity.acting_for)
 
 
@@ -511,7 +511,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
     async def AdminCorrection(
         self, request: wallet_pb2.AdminCorrectionRequest, context: Context
     ) -> wallet_pb2.Transfer:
-        identity, caller = _admin()
+        identity, caller = _admin("AdminCorrection")
         request_id = check.request_id(request.request_id)
         account_id = _account_id(request.account, "account")
         check.require(account_id != records.TREASURY, "account", "the treasury is the other side of every correction")
@@ -529,7 +529,7 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
     async def EraseLoadTestRun(
         self, request: common_pb2.EraseLoadTestRunRequest, context: Context
     ) -> common_pb2.EraseLoadTestRunResponse:
-        identity, caller = _admin()
+        identity, caller = _admin("EraseLoadTestRun")
         request_id = check.request_id(request.request_id)
         run = loadtest_runs.run_id(request.run_id)
         dry_run = request.dry_run

@@ -108,9 +108,13 @@ def test_identity_guards() -> None:
     service = Identity(Kind.SERVICE, "wallet")
     with pytest.raises(PermissionDeniedError):
         service.require_player()
-    with pytest.raises(PermissionDeniedError):
-        service.require_kind(Kind.ADMIN)
-    service.require_kind(Kind.SERVICE, Kind.ADMIN)
+    with pytest.raises(PermissionDeniedError) as refused:
+        service.require_kind(Kind.ADMIN, method="WalletService.AdminCorrection")
+    # the refusal names the caller, the method and who may call it
+    assert refused.value.message == "services/wallet may not call WalletService.AdminCorrection: only admins may"
+    with pytest.raises(PermissionDeniedError, match="only players or admins may"):
+        service.require_kind(Kind.PLAYER, Kind.ADMIN, method="X.Y")
+    service.require_kind(Kind.SERVICE, Kind.ADMIN, method="X.Y")
     with pytest.raises(PermissionDeniedError):
         Identity(Kind.PLAYER, "alice").check_may_act_for("bob")
 

@@ -161,7 +161,7 @@ class FakeReplica(game_session_pb2_grpc.GameSessionServiceServicer):
         return self.shared.message(self._owned(request.name))
 
     async def CancelTable(self, request: game_session_pb2.CancelTableRequest, context: Any) -> game_session_pb2.Table:
-        current_identity().require_kind(Kind.SERVICE)
+        current_identity().require_kind(Kind.SERVICE, method="GameSessionService.CancelTable")
         self._count("CancelTable")
         table = self._owned(request.name)
         if table.state not in (game_session_pb2.Table.STATE_WAITING, game_session_pb2.Table.STATE_CANCELLED):

@@ -176,8 +176,8 @@ class FakeWallet(wallet_pb2_grpc.WalletServiceServicer):
                 assert not self.live_holds(pot), pot
 
     # the RPCs
-    def _mover(self) -> None:
-        current_identity().require_kind(Kind.SERVICE, Kind.ADMIN)
+    def _mover(self, method: str) -> None:
+        current_identity().require_kind(Kind.SERVICE, Kind.ADMIN, method=f"WalletService.{method}")
 
     @staticmethod
     def _pot(request: Any) -> str:
@@ -186,7 +186,7 @@ class FakeWallet(wallet_pb2_grpc.WalletServiceServicer):
         return "tournament-" + str(request.tournament).removeprefix("tournaments/")
 
     async def HoldBets(self, request: wallet_pb2.HoldBetsRequest, context: Any) -> wallet_pb2.HoldBetsResponse:
-        self._mover()
+        self._mover("HoldBets")
         self.faults.before("HoldBets")
         stored = self.idempotent.stored("HoldBets", request, wallet_pb2.HoldBetsResponse)
         if stored is not None:
@@ -217,7 +217,7 @@ class FakeWallet(wallet_pb2_grpc.WalletServiceServicer):
         return reply
 
     async def Void(self, request: wallet_pb2.VoidRequest, context: Any) -> wallet_pb2.VoidResponse:
-        self._mover()
+        self._mover("Void")
         self.faults.before("Void")
         stored = self.idempotent.stored("Void", request, wallet_pb2.VoidResponse)
         if stored is not None:
@@ -249,7 +249,7 @@ class FakeWallet(wallet_pb2_grpc.WalletServiceServicer):
         return reply
 
     async def Settle(self, request: wallet_pb2.SettleRequest, context: Any) -> wallet_pb2.SettleResponse:
-        self._mover()
+        self._mover("Settle")
         self.faults.before("Settle")
         stored = self.idempotent.stored("Settle", request, wallet_pb2.SettleResponse)
         if stored is not None:
@@ -466,7 +466,7 @@ class FakeGameSessions(game_session_pb2_grpc.GameSessionServiceServicer):
         return self.table_message(table)
 
     async def CancelTable(self, request: game_session_pb2.CancelTableRequest, context: Any) -> game_session_pb2.Table:
-        current_identity().require_kind(Kind.SERVICE)
+        current_identity().require_kind(Kind.SERVICE, method="GameSessionService.CancelTable")
         self.faults.before("CancelTable")
         table = self.tables.get(request.name.removeprefix("tables/"))
         if table is None:

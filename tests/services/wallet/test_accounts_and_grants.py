@@ -140,7 +140,9 @@ async def test_admin_corrections_record_who_and_why_and_never_overdraw(ledger: L
         )
 
     for identity in (SERVICE, player("alice")):
-        await refused(ledger, grpc.StatusCode.PERMISSION_DENIED, "AdminCorrection", correction("c0", 5), identity)
+        message = await refused(ledger, grpc.StatusCode.PERMISSION_DENIED, "AdminCorrection", correction("c0", 5),
+                                identity)
+        assert message == f"{identity.principal} may not call WalletService.AdminCorrection: only admins may"
     done = await ledger.call("AdminCorrection", correction("c1", -300), ADMIN)
     assert (done.requested_by, done.note, done.reason, done.debit_account, done.credit_account) == (
         "admins/root",
