@@ -24,6 +24,10 @@ the pair is the unit of a duplicate sample, and its two games are not independen
 pairings the first bot won over 60% of (the expert's target against the heuristic) at the low end of
 either interval, and the CPU per expert decision over the whole suite (mean, p99, max; and the share
 of decisions that searched). ``--outcomes FILE`` appends every game's outcome to FILE as JSON lines.
+
+A/B of the expert's tuning, on the same deals: ``--expert-set KNOB=VALUE`` (repeatable) sets a knob
+on every expert of the suite; two suites' outcome files, same seed and games, are compared game by
+game with ``--compare A B`` (the games each won, those won by one only, the sign test).
 ``--budget-ms`` sets the expert's CPU budget per decision (default: the bot's default). ``--smoke``
 is the suite at a tiny size (one single hand per preset and table size, a 5 ms budget), for CI.
 """
@@ -242,11 +246,12 @@ class MatchOutcome:
 
 
 def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str], seed: str, game: int,
-               budget_ms: float | None, single_hand: bool) -> MatchOutcome:
+               budget_ms: float | None, single_hand: bool, knobs: Mapping[str, Any] | None = None) -> MatchOutcome:
     """Match (or hand) ``game`` of a pairing, seated as ``engine.selfplay.run`` seats it, dealt in
     duplicate: games ``2k`` and ``2k + 1`` deal the same hands (hand ``h`` of both from the seed of
     pair ``k``) with the same first dealer, each bot on the other side, so that the luck of the deal
-    cancels out of the comparison and only the play differs."""
+    cancels out of the comparison and only the play differs. ``knobs`` (``expert_knobs``) are set
+    on every expert bot of the match."""
     rules = Ruleset(**rules_spec)
     swap = side_of_bot(0, game)
     side_kind = [kinds[swap], kinds[1 - swap]]
@@ -256,6 +261,8 @@ def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str],
     for seat in range(players):
         bot = make_bot(side_kind[seat & 1], f"{seed}/{game}/{seat}", rules, budget_ms=budget_ms)
         if isinstance(bot, ExpertBot):
+            for knob, value in (knobs or {}).items():
+                setattr(bot, knob, value)
             experts.append(bot)
             bots.append(TimedBot(bot, times))
         else:
@@ -280,7 +287,8 @@ def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str],
     return outcome
 
 
-def _play_match_task(task: tuple[dict[str, Any], int, tuple[str, str], str, int, float | None, bool]) -> MatchOutcome:
+def _play_match_task(task: tuple[dict[str, Any], int, tuple[str, str], str, int, float | None, bool,
+                                 Mapping[str, Any] | None]) -> MatchOutcome:
     return play_match(*task)
 
 
@@ -294,11 +302,12 @@ class SuiteRun:
 
 
 def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str, games: int,
-                budget_ms: float | None, single_hands: bool, jobs: int) -> SuiteRun:
+                budget_ms: float | None, single_hands: bool, jobs: int,
+                knobs: Mapping[str, Any] | None = None) -> SuiteRun:
     """``games`` matches (or single hands) of one pairing, tallied as ``engine.selfplay.run`` tallies."""
     stats = [BotStats(kinds[0]), BotStats(kinds[1])]
     result = SelfPlayResult(rules, players, stats)
-    tasks = [(rules.to_dict(), players, kinds, seed, game, budget_ms, single_hands) for game in range(games)]
+    tasks = [(rules.to_dict(), players, kinds, seed, game, budget_ms, single_hands, knobs) for game in range(games)]
     started = time.perf_counter()
     if jobs > 1 and games > 1:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
@@ -351,11 +360,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], seed: str, games: int,
           express_games: int, budget_ms: float | None, single_hands: bool, jobs: int, bench: bool,
-          outcomes_path: Path | None = None) -> Iterator[str]:
+          outcomes_path: Path | None = None, knobs: Mapping[str, Any] | None = None) -> Iterator[str]:
     """Every preset at every table size: the report of each pairing as it ends, then the CPU per expert
     decision over the suite. With ``outcomes_path``, every game's outcome is appended to that file as
-    a JSON line (preset, table size, game number and ``MatchOutcome`` but the decisions' CPU times),
-    for analyses the summary does not print."""
+    a JSON line (preset, table size, game number, the expert's ``knobs`` and ``MatchOutcome`` but the
+    decisions' CPU times), for analyses the summary does not print (``compare``)."""
     cpu: list[float] = []
     searched = 0
     over = [0, 0, 0]  # pairings; of which the low end of the 95% interval is over 60%: Wilson's, the pairs'
@@ -364,12 +373,13 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
     unit = "single hands" if single_hands else "matches"
     yield (f"suite {name}: presets {', '.join(presets)}; players {', '.join(map(str, players_list))}; "
            f"{games} {unit} each ({express_games} in one-hand presets); "
-           f"expert budget {budget} ms CPU per decision; {jobs} process(es)")
+           f"expert budget {budget} ms CPU per decision; {jobs} process(es)"
+           + "".join(f"; expert {knob} = {value}" for knob, value in (knobs or {}).items()))
     for preset_name in presets:
         rules = PRESETS[preset_name]
         n = express_games if rules.target == 0 else games
         for players in players_list:
-            run_ = run_pairing(rules, players, kinds, seed, n, budget_ms, single_hands, jobs)
+            run_ = run_pairing(rules, players, kinds, seed, n, budget_ms, single_hands, jobs, knobs)
             cpu.extend(run_.cpu_ms)
             searched += run_.searched
             yield from report(run_.result)
@@ -384,7 +394,8 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
                 with outcomes_path.open("a", encoding="utf-8") as out:
                     for game, o in enumerate(run_.outcomes):
                         row = {"preset": preset_name, "players": players, "game": game, "seed": seed,
-                               "kinds": list(kinds), **asdict(o)}
+                               "kinds": list(kinds), "knobs": dict(knobs or {}), "won": run_.won[game],
+                               **asdict(o)}
                         del row["cpu_ms"]
                         out.write(json.dumps(row, sort_keys=True) + "\n")
             if bench:
@@ -416,6 +427,87 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
             yield f"bench: expert_cpu_per_decision_max {max(cpu):.2f} ms"
             yield f"bench: expert_decisions {len(cpu)} decisions"
             yield f"bench: expert_searched_decisions {100 * searched / len(cpu):.1f} %"
+
+
+#: the expert's tuning knobs that ``--expert-set`` may set, with their types (``ExpertBot``'s class defaults)
+EXPERT_KNOBS: dict[str, type] = {
+    name: type(getattr(ExpertBot, name)) for name in (
+        "discard_candidates", "play_candidates", "search_all_plays", "prune_after", "prune_z", "pick_z",
+        "pick_margin", "win_weight", "hand_weight", "morto_weight")
+}
+
+
+def expert_knobs(settings: Sequence[str]) -> dict[str, Any]:
+    """``KNOB=VALUE`` settings as a mapping of the expert's knobs to values of their types; ``ValueError``
+    naming the setting otherwise."""
+    out: dict[str, Any] = {}
+    for setting in settings:
+        knob, sep, text = setting.partition("=")
+        knob = knob.strip()
+        if not sep or knob not in EXPERT_KNOBS:
+            raise ValueError(f"{setting!r}: expected KNOB=VALUE with KNOB one of {', '.join(EXPERT_KNOBS)}")
+        kind = EXPERT_KNOBS[knob]
+        try:
+            if kind is bool:
+                if text.strip().lower() not in ("true", "false"):
+                    raise ValueError(text)
+                value: Any = text.strip().lower() == "true"
+            else:
+                value = kind(text)
+        except ValueError:
+            raise ValueError(f"{setting!r}: {knob} takes a {kind.__name__}") from None
+        out[knob] = value
+    return out
+
+
+def _outcome_rows(path: Path) -> dict[tuple[str, int, str, int], dict[str, Any]]:
+    rows: dict[tuple[str, int, str, int], dict[str, Any]] = {}
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+                rows[(row["preset"], row["players"], row["seed"], row["game"])] = row
+            except (ValueError, KeyError) as exc:
+                raise ValueError(f"{path}:{number}: not an outcome line of --outcomes ({exc})") from None
+    return rows
+
+
+def sign_test(only_a: int, only_b: int) -> float:
+    """The two-sided p-value of the sign test: ``only_a`` games won by A alone against ``only_b`` by B
+    alone, each equally likely if A and B play as well as each other (ties dropped)."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / (1 << n))
+
+
+def compare(a_path: Path, b_path: Path) -> Iterator[str]:
+    """Two suites' outcomes (``--outcomes``) on the same games (preset, table size, seed and game
+    number: the same deals), compared game by game: per pairing, the games each won, those won by
+    one only, and the sign test's p-value. A paired comparison: the luck of the deals is the same on
+    both sides, so a difference of a few games means more than between two unpaired rates."""
+    a_rows, b_rows = _outcome_rows(a_path), _outcome_rows(b_path)
+    common = sorted(set(a_rows) & set(b_rows))
+    if not common:
+        raise ValueError(f"{a_path} and {b_path} share no game (preset, table size, seed, game number)")
+    knobs = [dict(rows[common[0]].get("knobs", {})) for rows in (a_rows, b_rows)]
+    yield f"A: {a_path} (expert {knobs[0] or 'defaults'}); B: {b_path} (expert {knobs[1] or 'defaults'})"
+    pairings: dict[tuple[str, int], list[tuple[bool, bool]]] = {}
+    for key in common:
+        pairings.setdefault((key[0], key[1]), []).append((bool(a_rows[key]["won"]), bool(b_rows[key]["won"])))
+    total = [0, 0, 0, 0, 0]
+    for (preset, players), games in pairings.items():
+        won_a = sum(a for a, _ in games)
+        won_b = sum(b for _, b in games)
+        only_a = sum(a and not b for a, b in games)
+        only_b = sum(b and not a for a, b in games)
+        for i, v in enumerate((len(games), won_a, won_b, only_a, only_b)):
+            total[i] += v
+        yield (f"{preset} {players}p: {len(games)} games; A won {won_a}, B won {won_b}; A alone {only_a}, "
+               f"B alone {only_b}; sign test p = {sign_test(only_a, only_b):.3f}")
+    yield (f"all: {total[0]} games; A won {total[1]}, B won {total[2]}; A alone {total[3]}, B alone {total[4]}; "
+           f"sign test p = {sign_test(total[3], total[4]):.3f}")
 
 
 def _ruleset_arg(text: str) -> Ruleset:
@@ -462,6 +554,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="with --suite: worker processes")
     parser.add_argument("--outcomes", type=Path, default=None,
                         help="with --suite: append every game's outcome to this file (JSON lines)")
+    parser.add_argument("--expert-set", action="append", default=[], metavar="KNOB=VALUE",
+                        help=f"with --suite: set an expert knob ({', '.join(EXPERT_KNOBS)}); repeatable")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
+                        help="compare two --outcomes files game by game (the same seed and games) and exit")
     parser.add_argument("--smoke", action="store_true",
                         help="with --suite: one single hand per preset and table size, a 5 ms budget (CI)")
     args = parser.parse_args(argv)
@@ -469,6 +565,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--games, --hands and --min-hands must not be negative")
     if args.hands and args.min_hands:
         parser.error("--min-hands goes with --games (matches), not with --hands")
+    if args.compare:
+        try:
+            for line in compare(*args.compare):
+                print(line)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--compare: {exc}")
+        return 0
+    try:
+        knobs = expert_knobs(args.expert_set)
+    except ValueError as exc:
+        parser.error(f"--expert-set: {exc}")
     if args.suite:
         presets = list(PRESETS) if args.suite == "all" else [p.strip() for p in args.suite.split(",")]
         unknown = [p for p in presets if p not in PRESETS]
@@ -487,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             express = args.express_games if args.express_games >= 0 else games
             budget, single = args.budget_ms, bool(args.hands)
         for line in suite(presets, players_list, args.bots, args.seed, games, express, budget, single,
-                          max(1, args.jobs), args.bench, args.outcomes):
+                          max(1, args.jobs), args.bench, args.outcomes, knobs):
             print(line, flush=True)
         return 0
     games = args.games if args.games or args.hands or args.min_hands else 100

@@ -200,3 +200,61 @@ def test_the_suite_prints_the_paired_rates_and_writes_the_outcomes(
     assert bench["heuristic_vs_random_pairings"] == "1"
     over = int(bench["heuristic_vs_random_pairings_over_60pct_paired"])
     assert over == int(paired.low > 0.6)
+
+
+def test_expert_knobs_are_parsed_to_their_types_and_bad_ones_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.selfplay import expert_knobs
+
+    assert expert_knobs(["pick_z=1.5", "discard_candidates=2", "search_all_plays=true"]) == {
+        "pick_z": 1.5, "discard_candidates": 2, "search_all_plays": True}
+    assert type(expert_knobs(["pick_z=2"])["pick_z"]) is float
+    for bad, message in (("nope=1", "KNOB one of"), ("pick_z", "KNOB=VALUE"), ("prune_after=1.5", "takes a int"),
+                         ("search_all_plays=1", "takes a bool")):
+        with pytest.raises(ValueError, match=message):
+            expert_knobs([bad])
+    with pytest.raises(SystemExit):
+        main(["--suite", "aberto", "--bots", "expert,heuristic", "--expert-set", "genius=1"])
+    assert "--expert-set: 'genius=1'" in capsys.readouterr().err
+
+
+def test_a_knob_reaches_the_expert_of_every_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.selfplay as selfplay
+    from engine.bots.base import Bot, make_bot
+    from engine.bots.expert import ExpertBot
+    from engine.rules import PRESETS, Ruleset
+
+    made: list[Bot] = []
+
+    def spy(kind: str, seed: str, rules: Ruleset, budget_ms: float | None = None) -> Bot:
+        made.append(make_bot(kind, seed, rules, budget_ms=budget_ms))
+        return made[-1]
+
+    monkeypatch.setattr(selfplay, "make_bot", spy)
+    selfplay.play_match(PRESETS["aberto"].to_dict(), 4, ("expert", "heuristic"), "k", 0, 1.0, True, {"pick_z": 7.5})
+    experts = [bot for bot in made if isinstance(bot, ExpertBot)]
+    assert len(experts) == 2 and all(bot.pick_z == 7.5 for bot in experts)
+    assert ExpertBot(0).pick_z != 7.5  # set on the match's bots, not on the class
+
+
+def test_compare_pairs_two_runs_game_by_game(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from bench.selfplay import sign_test
+
+    def write(name: str, won: list[bool], knobs: dict[str, float]) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"preset": "aberto", "players": 2, "seed": "s", "game": g,
+                                            "knobs": knobs, "won": w}) + "\n" for g, w in enumerate(won)))
+        return path
+
+    a = write("a.jsonl", [True, True, True, False, True, True], {})
+    b = write("b.jsonl", [True, False, False, False, True, False], {"pick_z": 1.5})
+    assert main(["--compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == f"aberto 2p: 6 games; A won 5, B won 2; A alone 3, B alone 0; sign test p = {sign_test(3, 0):.3f}"
+    assert out[-1].startswith("all: 6 games; A won 5, B won 2")
+    assert sign_test(3, 0) == pytest.approx(0.25) and sign_test(0, 0) == 1.0 and sign_test(5, 5) == 1.0
+    (tmp_path / "bad.jsonl").write_text("{}\n")
+    with pytest.raises(SystemExit):
+        main(["--compare", str(a), str(tmp_path / "bad.jsonl")])
+    assert "not an outcome line" in capsys.readouterr().err
