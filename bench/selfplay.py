@@ -472,6 +472,18 @@ def _outcome_rows(path: Path) -> dict[tuple[str, int, str, int], dict[str, Any]]
     return rows
 
 
+def _won(row: Mapping[str, Any]) -> bool:
+    """Whether the first bot won the game of an outcome line (its ``won``, or for a line without it, a
+    match's winner, or a single hand's totals, against the first bot's side)."""
+    if "won" in row:
+        return bool(row["won"])
+    mine = int(row["swap"]) % 2
+    if int(row["winner"]) >= 0 or len(row["hand_totals"]) != 1:
+        return int(row["winner"]) == mine
+    totals = row["hand_totals"][0]
+    return bool(totals[mine] > totals[1 - mine])
+
+
 def sign_test(only_a: int, only_b: int) -> float:
     """The two-sided p-value of the sign test: ``only_a`` games won by A alone against ``only_b`` by B
     alone, each equally likely if A and B play as well as each other (ties dropped)."""
@@ -495,7 +507,7 @@ def compare(a_path: Path, b_path: Path) -> Iterator[str]:
     yield f"A: {a_path} (expert {knobs[0] or 'defaults'}); B: {b_path} (expert {knobs[1] or 'defaults'})"
     pairings: dict[tuple[str, int], list[tuple[bool, bool]]] = {}
     for key in common:
-        pairings.setdefault((key[0], key[1]), []).append((bool(a_rows[key]["won"]), bool(b_rows[key]["won"])))
+        pairings.setdefault((key[0], key[1]), []).append((_won(a_rows[key]), _won(b_rows[key])))
     total = [0, 0, 0, 0, 0]
     for (preset, players), games in pairings.items():
         won_a = sum(a for a, _ in games)

@@ -254,6 +254,12 @@ def test_compare_pairs_two_runs_game_by_game(tmp_path: Path, capsys: pytest.Capt
     assert out[1] == f"aberto 2p: 6 games; A won 5, B won 2; A alone 3, B alone 0; sign test p = {sign_test(3, 0):.3f}"
     assert out[-1].startswith("all: 6 games; A won 5, B won 2")
     assert sign_test(3, 0) == pytest.approx(0.25) and sign_test(0, 0) == 1.0 and sign_test(5, 5) == 1.0
+    # a line written before outcome lines carried "won": the match's winner against the first bot's side
+    from bench.selfplay import _won
+
+    assert _won({"swap": 1, "winner": 1, "hand_totals": [[0, 0], [0, 0]]})
+    assert not _won({"swap": 0, "winner": 1, "hand_totals": [[0, 0]]})
+    assert _won({"swap": 1, "winner": -1, "hand_totals": [[100, 250]]})  # a single hand: its totals
     (tmp_path / "bad.jsonl").write_text("{}\n")
     with pytest.raises(SystemExit):
         main(["--compare", str(a), str(tmp_path / "bad.jsonl")])
