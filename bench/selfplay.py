@@ -27,7 +27,9 @@ of decisions that searched). ``--outcomes FILE`` appends every game's outcome to
 
 A/B of the expert's tuning, on the same deals: ``--expert-set KNOB=VALUE`` (repeatable) sets a knob
 on every expert of the suite; two suites' outcome files, same seed and games, are compared game by
-game with ``--compare A B`` (the games each won, those won by one only, the sign test).
+game with ``--compare A B`` (the games each won, those won by one only, the sign test). A suite can
+be played in parts (``--first-game N``: games N.. of each pairing, the same deals as a whole run's),
+and ``--summarize FILE...`` gives the win rates over the parts' outcome files together.
 ``--budget-ms`` sets the expert's CPU budget per decision (default: the bot's default). ``--smoke``
 is the suite at a tiny size (one single hand per preset and table size, a 5 ms budget), for CI.
 """
@@ -303,11 +305,16 @@ class SuiteRun:
 
 def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str, games: int,
                 budget_ms: float | None, single_hands: bool, jobs: int,
-                knobs: Mapping[str, Any] | None = None) -> SuiteRun:
-    """``games`` matches (or single hands) of one pairing, tallied as ``engine.selfplay.run`` tallies."""
+                knobs: Mapping[str, Any] | None = None, first_game: int = 0) -> SuiteRun:
+    """``games`` matches (or single hands) of one pairing, games ``first_game`` to ``first_game +
+    games - 1`` (``first_game`` even: whole duplicate pairs), tallied as ``engine.selfplay.run``
+    tallies."""
+    if first_game % 2:
+        raise ValueError("first_game must be even: a duplicate pair is games 2k and 2k + 1")
     stats = [BotStats(kinds[0]), BotStats(kinds[1])]
     result = SelfPlayResult(rules, players, stats)
-    tasks = [(rules.to_dict(), players, kinds, seed, game, budget_ms, single_hands, knobs) for game in range(games)]
+    tasks = [(rules.to_dict(), players, kinds, seed, game, budget_ms, single_hands, knobs)
+             for game in range(first_game, first_game + games)]
     started = time.perf_counter()
     if jobs > 1 and games > 1:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
@@ -360,7 +367,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], seed: str, games: int,
           express_games: int, budget_ms: float | None, single_hands: bool, jobs: int, bench: bool,
-          outcomes_path: Path | None = None, knobs: Mapping[str, Any] | None = None) -> Iterator[str]:
+          outcomes_path: Path | None = None, knobs: Mapping[str, Any] | None = None,
+          first_game: int = 0) -> Iterator[str]:
     """Every preset at every table size: the report of each pairing as it ends, then the CPU per expert
     decision over the suite. With ``outcomes_path``, every game's outcome is appended to that file as
     a JSON line (preset, table size, game number, the expert's ``knobs`` and ``MatchOutcome`` but the
@@ -372,14 +380,15 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
     budget = ExpertBot(0).budget_ms if budget_ms is None else budget_ms
     unit = "single hands" if single_hands else "matches"
     yield (f"suite {name}: presets {', '.join(presets)}; players {', '.join(map(str, players_list))}; "
-           f"{games} {unit} each ({express_games} in one-hand presets); "
+           f"{games} {unit} each ({express_games} in one-hand presets)"
+           + (f", from game {first_game}" if first_game else "") + "; "
            f"expert budget {budget} ms CPU per decision; {jobs} process(es)"
            + "".join(f"; expert {knob} = {value}" for knob, value in (knobs or {}).items()))
     for preset_name in presets:
         rules = PRESETS[preset_name]
         n = express_games if rules.target == 0 else games
         for players in players_list:
-            run_ = run_pairing(rules, players, kinds, seed, n, budget_ms, single_hands, jobs, knobs)
+            run_ = run_pairing(rules, players, kinds, seed, n, budget_ms, single_hands, jobs, knobs, first_game)
             cpu.extend(run_.cpu_ms)
             searched += run_.searched
             yield from report(run_.result)
@@ -392,9 +401,9 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
                    f"{100 * paired.low:.1f}%..{100 * paired.high:.1f}%, Student's t over the pairs)")
             if outcomes_path is not None:
                 with outcomes_path.open("a", encoding="utf-8") as out:
-                    for game, o in enumerate(run_.outcomes):
-                        row = {"preset": preset_name, "players": players, "game": game, "seed": seed,
-                               "kinds": list(kinds), "knobs": dict(knobs or {}), "won": run_.won[game],
+                    for index, o in enumerate(run_.outcomes):
+                        row = {"preset": preset_name, "players": players, "game": first_game + index,
+                               "seed": seed, "kinds": list(kinds), "knobs": dict(knobs or {}), "won": run_.won[index],
                                **asdict(o)}
                         del row["cpu_ms"]
                         out.write(json.dumps(row, sort_keys=True) + "\n")
@@ -484,6 +493,38 @@ def _won(row: Mapping[str, Any]) -> bool:
     return bool(totals[mine] > totals[1 - mine])
 
 
+def summarize(paths: Sequence[Path]) -> Iterator[str]:
+    """The win rates of the first bot per pairing over one or more ``--outcomes`` files (a suite run in
+    parts with ``--first-game``, say): games won, Wilson's interval, the duplicate pairs' interval,
+    and how many pairings are over 60% at the low end of each. A game found twice is refused."""
+    rows: dict[tuple[str, int, str, int], dict[str, Any]] = {}
+    for path in paths:
+        for key, row in _outcome_rows(path).items():
+            if key in rows:
+                raise ValueError(f"{path}: game {key[3]} of {key[0]} {key[1]}p (seed {key[2]}) is in another file too")
+            rows[key] = row
+    pairings: dict[tuple[str, int, str], dict[int, bool]] = {}
+    for (preset, players, seed, game), row in rows.items():
+        pairings.setdefault((preset, players, seed), {})[game] = _won(row)
+    over = [0, 0]
+    for (preset, players, seed), games in pairings.items():
+        numbers = sorted(games)
+        won = [games[g] for g in numbers]
+        if numbers != list(range(numbers[0], numbers[0] + len(numbers))) or numbers[0] % 2:
+            raise ValueError(f"{preset} {players}p (seed {seed}): games {numbers[0]}..{numbers[-1]} are not whole "
+                             "duplicate pairs in a row")
+        lo, hi = wilson(sum(won), len(won))
+        paired = paired_rate(won)
+        over[0] += lo > TARGET_RATE
+        over[1] += paired.low > TARGET_RATE
+        yield (f"{preset} {players}p (seed {seed}, games {numbers[0]}..{numbers[-1]}): won {sum(won)}/{len(won)} = "
+               f"{100 * sum(won) / len(won):.1f}%; Wilson {100 * lo:.1f}%..{100 * hi:.1f}%; duplicate pairs "
+               f"{100 * paired.low:.1f}%..{100 * paired.high:.1f}% (both won {paired.both_won}, split {paired.split}, "
+               f"both lost {paired.both_lost})")
+    yield (f"pairings over {100 * TARGET_RATE:.0f}% at the low end of the 95% interval: {over[1]} of {len(pairings)} "
+           f"(duplicate pairs), {over[0]} of {len(pairings)} (Wilson)")
+
+
 def sign_test(only_a: int, only_b: int) -> float:
     """The two-sided p-value of the sign test: ``only_a`` games won by A alone against ``only_b`` by B
     alone, each equally likely if A and B play as well as each other (ties dropped)."""
@@ -564,12 +605,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--express-games", type=int, default=-1,
                         help="with --suite: matches in one-hand presets (default: --games)")
     parser.add_argument("--jobs", type=int, default=1, help="with --suite: worker processes")
+    parser.add_argument("--first-game", type=int, default=0,
+                        help="with --suite: play games N.. (N even) of each pairing: a suite in parts, "
+                             "whose --outcomes files together are the whole")
     parser.add_argument("--outcomes", type=Path, default=None,
                         help="with --suite: append every game's outcome to this file (JSON lines)")
     parser.add_argument("--expert-set", action="append", default=[], metavar="KNOB=VALUE",
                         help=f"with --suite: set an expert knob ({', '.join(EXPERT_KNOBS)}); repeatable")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
                         help="compare two --outcomes files game by game (the same seed and games) and exit")
+    parser.add_argument("--summarize", nargs="+", type=Path, metavar="FILE",
+                        help="the win rates per pairing over --outcomes files (a suite run in parts) and exit")
     parser.add_argument("--smoke", action="store_true",
                         help="with --suite: one single hand per preset and table size, a 5 ms budget (CI)")
     args = parser.parse_args(argv)
@@ -577,13 +623,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--games, --hands and --min-hands must not be negative")
     if args.hands and args.min_hands:
         parser.error("--min-hands goes with --games (matches), not with --hands")
-    if args.compare:
+    if args.compare or args.summarize:
         try:
-            for line in compare(*args.compare):
+            for line in compare(*args.compare) if args.compare else summarize(args.summarize):
                 print(line)
         except (OSError, ValueError) as exc:
-            parser.error(f"--compare: {exc}")
+            parser.error(f"{'--compare' if args.compare else '--summarize'}: {exc}")
         return 0
+    if args.first_game < 0 or args.first_game % 2:
+        parser.error("--first-game takes an even number (a duplicate pair is games 2k and 2k + 1)")
     try:
         knobs = expert_knobs(args.expert_set)
     except ValueError as exc:
@@ -606,7 +654,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             express = args.express_games if args.express_games >= 0 else games
             budget, single = args.budget_ms, bool(args.hands)
         for line in suite(presets, players_list, args.bots, args.seed, games, express, budget, single,
-                          max(1, args.jobs), args.bench, args.outcomes, knobs):
+                          max(1, args.jobs), args.bench, args.outcomes, knobs, args.first_game):
             print(line, flush=True)
         return 0
     games = args.games if args.games or args.hands or args.min_hands else 100

@@ -264,3 +264,44 @@ def test_compare_pairs_two_runs_game_by_game(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(SystemExit):
         main(["--compare", str(a), str(tmp_path / "bad.jsonl")])
     assert "not an outcome line" in capsys.readouterr().err
+
+
+def test_a_suite_in_parts_plays_the_same_deals_and_summarizes_as_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from bench.selfplay import paired_rate
+
+    whole, first, second = tmp_path / "whole.jsonl", tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    common = ["--suite", "aberto", "--suite-players", "2", "--bots", "heuristic,random", "--seed", "p"]
+    assert main([*common, "--games", "4", "--outcomes", str(whole)]) == 0
+    assert main([*common, "--games", "2", "--outcomes", str(first)]) == 0
+    assert main([*common, "--games", "2", "--first-game", "2", "--outcomes", str(second)]) == 0
+    capsys.readouterr()
+    rows = [json.loads(line) for path in (first, second) for line in path.read_text().splitlines()]
+    assert [r["game"] for r in rows] == [0, 1, 2, 3]
+    # the parts deal what the whole run deals, game by game
+    assert [r["deals"] for r in rows] == [json.loads(line)["deals"] for line in whole.read_text().splitlines()]
+    assert main(["--summarize", str(first), str(second)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    won = [r["won"] for r in rows]
+    paired = paired_rate(won)
+    assert out[0].startswith(f"aberto 2p (seed p, games 0..3): won {sum(won)}/4 = ")
+    assert f"duplicate pairs {100 * paired.low:.1f}%..{100 * paired.high:.1f}%" in out[0]
+    assert out[-1].startswith("pairings over 60% at the low end of the 95% interval: ")
+    # a game twice, a part missing, an odd first game: refused
+    for args, message in ((["--summarize", str(first), str(whole)], "is in another file too"),
+                          (["--summarize", str(second)], None),
+                          (["--suite", "aberto", "--first-game", "1"], "--first-game takes an even number")):
+        if message is None:
+            assert main(args) == 0  # games 2..3 alone are whole pairs in a row
+            capsys.readouterr()
+            continue
+        with pytest.raises(SystemExit):
+            main(args)
+        assert message in capsys.readouterr().err
+    gap = tmp_path / "gap.jsonl"
+    gap.write_text(first.read_text().splitlines()[0] + "\n" + second.read_text().splitlines()[0] + "\n")
+    with pytest.raises(SystemExit):
+        main(["--summarize", str(gap)])
+    assert "are not whole duplicate pairs in a row" in capsys.readouterr().err
