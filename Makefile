@@ -105,12 +105,14 @@ bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_action
 #   in the one-hand presets) with the expert's default budget of CPU per decision, on the mypyc build
 #   (what a server runs), over BENCH_JOBS processes; the win rates with their 95% intervals (Wilson's
 #   over the matches, and Student's t over the duplicate pairs, the sample's unit) and the CPU per
-#   expert decision. 60 duplicate matches a pairing: fewer cannot tell 60% from 50% (a 95% interval
-#   of about +-12 points at 60); the expert suite takes about an hour and a half here
+#   expert decision. 120 duplicate matches a pairing: the expert wins about 65-75% of them, and at
+#   60 matches the 95% interval's low end sits at 55-60% there (a half-width of about 11 points; at 120,
+#   8). The expert suite takes about two hours and a half here (the heuristic's an hour more); it can
+#   be run in parts (`bench.selfplay --first-game`, `--outcomes`, `--summarize`), or small
 #   (`BENCH_EXPERT_GAMES=4 BENCH_EXPERT_EXPRESS_GAMES=4` for a look).
 BENCH_BOTS_PRESETS := aberto aberto_sujo fechado fechado_stbl fechado_sujo classico_104 buraco_2005 aberto_joker50
-BENCH_EXPERT_GAMES := 60
-BENCH_EXPERT_EXPRESS_GAMES := 60
+BENCH_EXPERT_GAMES := 120
+BENCH_EXPERT_EXPRESS_GAMES := 120
 BENCH_JOBS := 2
 
 bench-bots: venv engine-native ## bot strength: heuristic vs random-legal, expert vs heuristic (2 and 4 players), CPU per decision
