@@ -31,7 +31,7 @@ def run_id(value: str, field: str = "run_id") -> str:
 
 
 def admitted(request: common_pb2.EraseLoadTestRunRequest, service: str) -> tuple[Identity, str]:
-    """The admin asking ``service`` (``WalletService``...) for an erasure and its checked run id:
+    """The admin asking ``service`` (``RankingService``...) for an erasure and its checked run id:
     PERMISSION_DENIED for anyone but an admin, INVALID_ARGUMENT for a missing request id or a run id
     outside RUN_ID_PATTERN."""
     identity = current_identity()
