@@ -289,6 +289,15 @@ def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str],
     return outcome
 
 
+def first_bot_won(swap: int, winner: int, hand_totals: list[list[int]], single_hand: bool) -> bool:
+    """Whether the first bot (side ``swap % 2``) won a game: the match's winner, or a single hand's
+    higher total (a single hand decides no match)."""
+    mine = swap % 2
+    if single_hand:
+        return hand_totals[0][mine] > hand_totals[0][1 - mine]
+    return winner == mine
+
+
 def _play_match_task(task: tuple[dict[str, Any], int, tuple[str, str], str, int, float | None, bool,
                                  Mapping[str, Any] | None]) -> MatchOutcome:
     return play_match(*task)
@@ -326,11 +335,7 @@ def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str,
     searched = 0
     won: list[bool] = []
     for o in outcomes:
-        mine = o.swap % 2  # the first bot's side
-        if single_hands:
-            won.append(o.hand_totals[0][mine] > o.hand_totals[0][1 - mine])
-        else:
-            won.append(o.winner == mine)
+        won.append(first_bot_won(o.swap, o.winner, o.hand_totals, single_hands))
         cpu.extend(o.cpu_ms)
         searched += o.searched
         result.turns += o.turns
@@ -393,8 +398,9 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
             searched += run_.searched
             yield from report(run_.result)
             paired = paired_rate(run_.won)
+            lo, hi = wilson(sum(run_.won), len(run_.won))  # the games won: the first bot's matches or hands won
             over[0] += 1
-            over[1] += wilson(sum(run_.won), len(run_.won))[0] > TARGET_RATE
+            over[1] += lo > TARGET_RATE
             over[2] += paired.low > TARGET_RATE
             yield (f"duplicate pairs ({kinds[0]}): {paired.pairs}, both won {paired.both_won}, split {paired.split}, "
                    f"both lost {paired.both_lost}; win rate {100 * paired.rate:.1f}% (95% CI "
@@ -411,7 +417,6 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
                 a = run_.result.stats[0]
                 key = f"{name}_{'hand' if single_hands else 'match'}_winrate_{preset_name}_{players}p"
                 won, total = (a.hands_won, a.hands) if single_hands else (a.matches_won, a.matches)
-                lo, hi = wilson(won, total)
                 yield f"bench: {key} {100 * won / max(1, total):.1f} %"
                 yield f"bench: {key}_ci95_low {100 * lo:.1f} %"
                 yield f"bench: {key}_ci95_high {100 * hi:.1f} %"
@@ -486,11 +491,9 @@ def _won(row: Mapping[str, Any]) -> bool:
     match's winner, or a single hand's totals, against the first bot's side)."""
     if "won" in row:
         return bool(row["won"])
-    mine = int(row["swap"]) % 2
-    if int(row["winner"]) >= 0 or len(row["hand_totals"]) != 1:
-        return int(row["winner"]) == mine
-    totals = row["hand_totals"][0]
-    return bool(totals[mine] > totals[1 - mine])
+    winner = int(row["winner"])
+    single_hand = winner < 0 and len(row["hand_totals"]) == 1
+    return first_bot_won(int(row["swap"]), winner, row["hand_totals"], single_hand)
 
 
 def summarize(paths: Sequence[Path]) -> Iterator[str]:
