@@ -244,6 +244,8 @@ class MatchOutcome:
     actions: int
     cpu_ms: list[float] = field(default_factory=list)  # per expert decision
     searched: int = 0  # expert decisions that searched
+    short_searches: int = 0  # ... with fewer worlds than the expert's prune_after: too few to switch
+    switches: int = 0  # ... whose choice replaced the heuristic's
     deals: list[str] = field(default_factory=list)  # per hand: a digest of its deal (duplicate pairs share them)
 
 
@@ -286,6 +288,8 @@ def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str],
     outcome.winner = match.winner
     outcome.cpu_ms = times
     outcome.searched = sum(b.searches for b in experts)
+    outcome.short_searches = sum(b.short_searches for b in experts)
+    outcome.switches = sum(b.switches for b in experts)
     return outcome
 
 
@@ -308,6 +312,8 @@ class SuiteRun:
     result: SelfPlayResult
     cpu_ms: list[float]
     searched: int
+    short_searches: int
+    switches: int
     won: list[bool]  # per game: whether the first bot won it (the match, or the single hand)
     outcomes: list[MatchOutcome]
 
@@ -332,12 +338,14 @@ def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str,
         outcomes = [_play_match_task(t) for t in tasks]
     result.seconds = time.perf_counter() - started
     cpu: list[float] = []
-    searched = 0
+    searched = short = switches = 0
     won: list[bool] = []
     for o in outcomes:
         won.append(first_bot_won(o.swap, o.winner, o.hand_totals, single_hands))
         cpu.extend(o.cpu_ms)
         searched += o.searched
+        short += o.short_searches
+        switches += o.switches
         result.turns += o.turns
         result.actions += o.actions
         for totals in o.hand_totals:
@@ -359,7 +367,7 @@ def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str,
                 st.matches += 1
                 st.match_points += o.totals[side]
                 st.matches_won += o.winner == side
-    return SuiteRun(result, cpu, searched, won, outcomes)
+    return SuiteRun(result, cpu, searched, short, switches, won, outcomes)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -379,7 +387,7 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
     a JSON line (preset, table size, game number, the expert's ``knobs`` and ``MatchOutcome`` but the
     decisions' CPU times), for analyses the summary does not print (``compare``)."""
     cpu: list[float] = []
-    searched = 0
+    searched = short = switches = 0
     over = [0, 0, 0]  # pairings; of which the low end of the 95% interval is over 60%: Wilson's, the pairs'
     name = f"{kinds[0]}_vs_{kinds[1]}"
     budget = ExpertBot(0).budget_ms if budget_ms is None else budget_ms
@@ -396,7 +404,11 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
             run_ = run_pairing(rules, players, kinds, seed, n, budget_ms, single_hands, jobs, knobs, first_game)
             cpu.extend(run_.cpu_ms)
             searched += run_.searched
+            short += run_.short_searches
+            switches += run_.switches
             yield from report(run_.result)
+            if run_.searched:
+                yield _searches_line(run_.searched, run_.short_searches, run_.switches)
             paired = paired_rate(run_.won)
             lo, hi = wilson(sum(run_.won), len(run_.won))  # the games won: the first bot's matches or hands won
             over[0] += 1
@@ -435,12 +447,24 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
         yield (f"expert decisions: {len(cpu)}, of which {searched} searched; CPU per decision mean "
                f"{mean:.2f} ms, p50 {percentile(cpu, 0.5):.2f} ms, p99 {percentile(cpu, 0.99):.2f} ms, "
                f"max {max(cpu):.2f} ms (budget {budget} ms)")
+        if searched:
+            yield _searches_line(searched, short, switches)
         if bench:
             yield f"bench: expert_cpu_per_decision_mean {mean:.2f} ms"
             yield f"bench: expert_cpu_per_decision_p99 {percentile(cpu, 0.99):.2f} ms"
             yield f"bench: expert_cpu_per_decision_max {max(cpu):.2f} ms"
             yield f"bench: expert_decisions {len(cpu)} decisions"
             yield f"bench: expert_searched_decisions {100 * searched / len(cpu):.1f} %"
+            if searched:
+                yield f"bench: expert_searches_short {100 * short / searched:.1f} %"
+                yield f"bench: expert_searches_switched {100 * switches / searched:.1f} %"
+
+
+def _searches_line(searched: int, short: int, switches: int) -> str:
+    """What the expert's searches bought: those that ended with too few worlds to replace the
+    heuristic's choice (its budget spent on a world or two), and those that replaced it."""
+    return (f"expert searches: {searched}; with too few worlds to switch {short} ({100 * short / searched:.1f}%); "
+            f"switched from the heuristic's choice {switches} ({100 * switches / searched:.1f}%)")
 
 
 #: the expert's tuning knobs that ``--expert-set`` may set, with their types (``ExpertBot``'s class defaults)

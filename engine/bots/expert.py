@@ -107,8 +107,12 @@ class ExpertBot:
         self.strict = strict
         self._printed: dict[Meld, dict[str, Any]] = {}  # melds' view form, for RolloutView
         self._tables: dict[Meld, TableMeld] = {}  # melds as the rollouts' players read them, for RolloutView
-        # counters (read by tests and benches): decisions searched, worlds dealt, rollouts played
+        # counters (read by tests and benches): decisions searched, worlds dealt, rollouts played;
+        # searches that ended with fewer worlds than ``prune_after`` (too few to replace the
+        # heuristic's choice: the budget bought no evidence), and searches that replaced it
         self.searches = 0
+        self.short_searches = 0
+        self.switches = 0
         self.worlds = 0
         self.rollouts = 0
         self.last_worlds = 0
@@ -243,6 +247,8 @@ class ExpertBot:
                 break
         self.last_worlds = worlds
         self.worlds += worlds
+        if worlds < self.prune_after:
+            self.short_searches += 1
         best = 0
         best_mean = 0.0
         for i in range(1, k):
@@ -250,6 +256,8 @@ class ExpertBot:
                 mean, se = _mean_se(total[i], square[i], played[i])
                 if mean > self.pick_margin and mean - self.pick_z * se > 0 and mean > best_mean:
                     best, best_mean = i, mean
+        if best:
+            self.switches += 1
         return candidates[best]
 
     def _play_world(self, info: Information, candidates: list[Action], alive: list[bool], side: int,

@@ -218,6 +218,9 @@ def test_the_expert_stops_dealing_worlds_at_its_budget(budget_ms: float, step_ms
     assert clock.now <= (budget_ms + 2 * step_ms) / 1000.0
     if worlds == 0:
         assert action == heuristic  # nothing searched: the heuristic's choice stands
+    # fewer worlds than prune_after: too few to replace the heuristic's choice, counted as such
+    assert bot.searches == 1 and bot.short_searches == 1 and bot.switches == 0
+    assert action == heuristic
 
 
 def test_the_expert_counts_worlds_and_rollouts() -> None:
@@ -227,6 +230,36 @@ def test_the_expert_counts_worlds_and_rollouts() -> None:
     bot.choose(s.view(seat), s.legal_actions())
     assert bot.last_worlds == 5 and bot.searches == 1
     assert bot.last_rollouts % 5 == 0 and bot.last_rollouts >= 10  # every candidate in every world
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_expert_counts_the_searches_that_replaced_the_heuristics_choice(seed: int) -> None:
+    """``switches`` counts the searches whose choice is not the heuristic's; a search with as many
+    worlds as ``prune_after`` or more is not short. The thresholds are loosened so that some of these
+    searches switch (any candidate ahead on its worlds replaces the heuristic's choice)."""
+    s, seat = a_real_choice()
+    rules = PRESETS["aberto"]
+    bot = small(seed, rules, worlds=4, horizon=2)
+    bot.pick_z = 0.0
+    bot.pick_margin = 0.0
+    legal = s.legal_actions()
+    heuristic = HeuristicBot(seed, rules).choose(s.view(seat), legal)
+    action = bot.choose(s.view(seat), legal)
+    assert bot.searches == 1 and bot.short_searches == 0
+    assert bot.switches == (1 if action != heuristic else 0)
+
+
+def test_some_loosened_searches_switch() -> None:
+    """The counter above can count: over a few seeds, a loosened search replaces the heuristic's choice."""
+    s, seat = a_real_choice()
+    switched = 0
+    for seed in range(6):
+        bot = small(seed, PRESETS["aberto"], worlds=4, horizon=2)
+        bot.pick_z = 0.0
+        bot.pick_margin = 0.0
+        bot.choose(s.view(seat), s.legal_actions())
+        switched += bot.switches
+    assert switched > 0
 
 
 def test_trivial_decisions_do_not_search() -> None:
