@@ -467,9 +467,10 @@ def _searches_line(searched: int, short: int, switches: int) -> str:
             f"switched from the heuristic's choice {switches} ({100 * switches / searched:.1f}%)")
 
 
-#: the expert's tuning knobs that ``--expert-set`` may set, with their types (``ExpertBot``'s class defaults)
+#: the expert's tuning knobs that ``--expert-set`` may set, with their types (those of a new bot's
+#: values: in the compiled engine the class holds descriptors, not the defaults)
 EXPERT_KNOBS: dict[str, type] = {
-    name: type(getattr(ExpertBot, name)) for name in (
+    name: type(getattr(ExpertBot(0), name)) for name in (
         "discard_candidates", "play_candidates", "search_all_plays", "prune_after", "prune_z", "pick_z",
         "pick_margin", "win_weight", "hand_weight", "morto_weight")
 }

@@ -227,6 +227,19 @@ def test_expert_knobs_are_parsed_to_their_types_and_bad_ones_refused(capsys: pyt
     assert "--expert-set: 'genius=1'" in capsys.readouterr().err
 
 
+def test_expert_knobs_take_the_types_of_a_new_bots_values() -> None:
+    """The knobs' types are read off a bot's values, which are plain numbers and booleans in either
+    build (the compiled class holds descriptors where the source holds the defaults)."""
+    from bench.selfplay import EXPERT_KNOBS
+    from engine.bots import ExpertBot
+
+    bot = ExpertBot(0)
+    assert EXPERT_KNOBS
+    for knob, kind in EXPERT_KNOBS.items():
+        assert kind in (int, float, bool), knob
+        assert type(getattr(bot, knob)) is kind
+
+
 def test_a_knob_reaches_the_expert_of_every_match(monkeypatch: pytest.MonkeyPatch) -> None:
     import bench.selfplay as selfplay
     from engine.bots.base import Bot, make_bot
