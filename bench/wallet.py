@@ -166,8 +166,9 @@ class Tokens(NamedTuple):
     the wallet takes each call that moves chips from those services only (docs/contracts.md, "Who
     may call what")."""
 
-    holder: tuple[tuple[str, str], ...]  # matchmaking: opens the players' accounts, holds stakes
+    holder: tuple[tuple[str, str], ...]  # matchmaking: holds stakes
     settler: tuple[tuple[str, str], ...]  # the game-session service: settles matches
+    opener: tuple[tuple[str, str], ...]  # an admin: opens the players' accounts (no service may)
 
 
 class Client:
@@ -187,7 +188,7 @@ class Client:
         for name in self.players:
             request = wallet_pb2.CreateAccountRequest(request_id=f"open-{name}", player=f"players/{name}")
             try:
-                await self.stub.CreateAccount(request, metadata=self.tokens.holder)
+                await self.stub.CreateAccount(request, metadata=self.tokens.opener)
             except grpc.aio.AioRpcError as error:
                 if error.code() != grpc.StatusCode.ALREADY_EXISTS:
                     raise
@@ -298,8 +299,8 @@ async def bench(kind: str, args: argparse.Namespace) -> dict[str, float]:
             private, _ = ensure_dev_keys(workdir / "keys")
             minter = Minter(load_private_key(private), audience="buraco")
             tokens = Tokens(*(
-                (("authorization", f"Bearer {minter.mint(Kind.SERVICE, name, ttl=3600)}"),)
-                for name in ("matchmaking", "game-session")
+                (("authorization", f"Bearer {minter.mint(role, name, ttl=3600)}"),)
+                for role, name in ((Kind.SERVICE, "matchmaking"), (Kind.SERVICE, "game-session"), (Kind.ADMIN, "bench"))
             ))
             async with grpc.aio.insecure_channel(served.address) as channel:
                 stub: wallet_pb2_grpc.WalletServiceAsyncStub = wallet_pb2_grpc.WalletServiceStub(channel)

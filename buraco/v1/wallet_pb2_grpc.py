@@ -114,8 +114,8 @@ class WalletServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateAccount(self, request, context):
-        """Opens a player's account and credits the configured starting grant, once. Service or admin, or
-        the player for their own account (the gateway, at sign-up).
+        """Opens a player's account and credits the configured starting grant, once. An admin, or the
+        player for their own account (the gateway, at sign-up); no service, since the grant is minted.
         ALREADY_EXISTS when the player's account is open already (read it with GetAccount).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -57,8 +57,8 @@ class WalletServiceStub:
     do not. Matchmaking (its players' eligibility for a bet) or an admin.
     """
     CreateAccount: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.CreateAccountRequest, _wallet_pb2.Account]
-    """Opens a player's account and credits the configured starting grant, once. Service or admin, or
-    the player for their own account (the gateway, at sign-up).
+    """Opens a player's account and credits the configured starting grant, once. An admin, or the
+    player for their own account (the gateway, at sign-up); no service, since the grant is minted.
     ALREADY_EXISTS when the player's account is open already (read it with GetAccount).
     """
     ListTransfers: _grpc.UnaryUnaryMultiCallable[_wallet_pb2.ListTransfersRequest, _wallet_pb2.ListTransfersResponse]
@@ -114,8 +114,8 @@ class WalletServiceAsyncStub(WalletServiceStub):
     do not. Matchmaking (its players' eligibility for a bet) or an admin.
     """
     CreateAccount: _aio.UnaryUnaryMultiCallable[_wallet_pb2.CreateAccountRequest, _wallet_pb2.Account]  # type: ignore[assignment]
-    """Opens a player's account and credits the configured starting grant, once. Service or admin, or
-    the player for their own account (the gateway, at sign-up).
+    """Opens a player's account and credits the configured starting grant, once. An admin, or the
+    player for their own account (the gateway, at sign-up); no service, since the grant is minted.
     ALREADY_EXISTS when the player's account is open already (read it with GetAccount).
     """
     ListTransfers: _aio.UnaryUnaryMultiCallable[_wallet_pb2.ListTransfersRequest, _wallet_pb2.ListTransfersResponse]  # type: ignore[assignment]
@@ -186,8 +186,8 @@ class WalletServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _wallet_pb2.CreateAccountRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_wallet_pb2.Account, _abc.Awaitable[_wallet_pb2.Account]]:
-        """Opens a player's account and credits the configured starting grant, once. Service or admin, or
-        the player for their own account (the gateway, at sign-up).
+        """Opens a player's account and credits the configured starting grant, once. An admin, or the
+        player for their own account (the gateway, at sign-up); no service, since the grant is minted.
         ALREADY_EXISTS when the player's account is open already (read it with GetAccount).
         """
 

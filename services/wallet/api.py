@@ -232,9 +232,11 @@ def _prizes(request: wallet_pb2.SettleRequest) -> list[records.PrizeShare]:
 #: voids a match's stakes; the game-session outbox settles and voids matches; tournaments hold,
 #: void and pay buy-ins), and admins, who may move chips by hand. ExpireHolds only brings the
 #: sweeper's work forward, so any service may. A player opens their own account (CreateAccount,
-#: checked in the handler) and is never in this table.
+#: checked in the handler: the gateway calls it at sign-up with the player's token) and is never in
+#: this table; no service opens accounts, since an account comes with the starting grant from the
+#: treasury: a service that could open one for any name could mint chips.
 CALLERS = Callers("WalletService", {
-    "CreateAccount": allow(ANY_SERVICE, admins=True),
+    "CreateAccount": allow(admins=True),
     "HoldBets": allow("matchmaking", "tournament", admins=True),
     "Settle": allow("game-session", "tournament", admins=True),
     "Void": allow("game-session", "matchmaking", "tournament", admins=True),
@@ -363,6 +365,8 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
 
     async def CreateAccount(self, request: wallet_pb2.CreateAccountRequest, context: Context) -> wallet_pb2.Account:
         identity = current_identity()
+        if identity.kind is not Kind.PLAYER:
+            identity, caller = _mover("CreateAccount")  # before the request is read, as every method
         request_id = check.request_id(request.request_id)
         player = check.player(request.player, "player")
         if identity.kind is Kind.PLAYER:
@@ -371,8 +375,6 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
             if identity.name != player:
                 raise PermissionDeniedError(f"{identity.principal} may open only players/{identity.name}'s account")
             caller = records.Caller(identity.principal, None)
-        else:
-            identity, caller = _mover("CreateAccount")
 
         async def plan(store: Store) -> tuple[wallet_pb2.Account, Batch]:
             account, batch = await self.wallet.open_account(store, caller, request_id, player)

@@ -180,9 +180,10 @@ async def test_the_real_wallet_and_ranking_accept_what_a_match_end_owes(
     ):
         wallet: Any = wallet_pb2_grpc.WalletServiceStub(wc)
         ranking: Any = ranking_pb2_grpc.RankingServiceStub(rc)
+        opener = bearer(minter.mint(Kind.ADMIN, "ops"))  # an admin opens accounts, no service
         for player in ("alice", "bob"):
             await wallet.CreateAccount(wallet_pb2.CreateAccountRequest(
-                request_id=f"open-{player}", player=f"players/{player}"), metadata=token)
+                request_id=f"open-{player}", player=f"players/{player}"), metadata=opener)
         before = {p: (await wallet.GetAccount(wallet_pb2.GetAccountRequest(name=f"accounts/player-{p}"),
                                               metadata=token)).balance_chips for p in ("alice", "bob")}
         await wallet.HoldBets(wallet_pb2.HoldBetsRequest(  # matchmaking holds the stakes it seats

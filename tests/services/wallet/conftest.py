@@ -46,11 +46,12 @@ def caller_of(method: str, request: Message) -> Identity:
     """Who makes `method` in the running system, the identity a test calls as unless it names
     one: tournaments hold, settle and void their own pots (services/tournament/remote.py);
     matchmaking holds and voids a match's stakes (services/matchmaking/remote.py); the game-session
-    outbox settles matches (services/game_session/outbox.py); admins grant. Any other call:
-    matchmaking (reads, ExpireHolds and CreateAccount take any service)."""
+    outbox settles matches (services/game_session/outbox.py); admins grant and open accounts (a
+    player opens their own, at the gateway). Any other call: matchmaking (reads and ExpireHolds
+    take any service)."""
     if method in ("HoldBets", "Settle", "Void") and request.WhichOneof("pot") == "tournament":
         return TOURNAMENT
-    return {"Settle": GAME, "Grant": ADMIN}.get(method, SERVICE)
+    return {"Settle": GAME, "Grant": ADMIN, "CreateAccount": ADMIN}.get(method, SERVICE)
 
 
 def player(name: str) -> Identity:

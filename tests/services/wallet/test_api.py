@@ -46,7 +46,7 @@ async def alice_and_bob(tmp_path: Path, db_target: DatabaseTarget) -> AsyncItera
         for name in ("alice", "bob"):
             await stub.CreateAccount(
                 wallet_pb2.CreateAccountRequest(request_id=f"open-{name}", player=f"players/{name}"),
-                metadata=matchmaking,
+                metadata=bearer(minter.mint(Kind.ADMIN, "ops")),  # an admin opens accounts, no service
             )
         yield stub, minter, matchmaking
 
@@ -145,7 +145,7 @@ async def test_a_load_test_run_erased_over_grpc(tmp_path: Path, db_target: Datab
         for name in ("lt9-0", "lt9-1", "lt9-2", "lt9-10-1", "alice"):
             await stub.CreateAccount(
                 wallet_pb2.CreateAccountRequest(request_id=f"open-{name}", player=f"players/{name}"),
-                metadata=matchmaking,
+                metadata=admin,
             )
         for match, players in (("m1", ("lt9-0", "lt9-1")), ("m2", ("lt9-2", "alice"))):
             stakes = [wallet_pb2.Stake(player=f"players/{p}", amount_chips=10) for p in players]

@@ -1,6 +1,7 @@
 """Who may move chips, over gRPC: each method that moves chips admits the services that call it
 (matchmaking and tournaments hold; the game-session service and tournaments settle; all three
-void; any service expires holds) and admins; only admins grant; every other caller gets
+void; any service expires holds) and admins; only admins grant; only admins and the player
+themselves open an account (it comes with the starting grant); every other caller gets
 PERMISSION_DENIED naming itself, the method and who may, and changes nothing."""
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ WHO = {
     ),
     "ExpireHolds": ("any service or admins", {"matchmaking", "game-session", "tournament", "ranking", "admin"}),
     "Grant": ("admins", {"admin"}),
+    "CreateAccount": ("admins", {"admin", "alice"}),  # a player opens their own (checked once read)
 }
 PRINCIPALS = {
     "matchmaking": "services/matchmaking",
@@ -60,6 +62,7 @@ async def test_each_method_that_moves_chips_admits_only_its_callers(
             "Void": (stub.Void, wallet_pb2.VoidRequest),
             "ExpireHolds": (stub.ExpireHolds, wallet_pb2.ExpireHoldsRequest),
             "Grant": (stub.Grant, wallet_pb2.GrantRequest),
+            "CreateAccount": (stub.CreateAccount, wallet_pb2.CreateAccountRequest),
         }
         # Authorization comes before the request is read: an empty request is INVALID_ARGUMENT
         # (its request_id) for a caller the method admits, PERMISSION_DENIED for any other.
@@ -77,8 +80,15 @@ async def test_each_method_that_moves_chips_admits_only_its_callers(
         for name in ("alice", "bob"):
             await stub.CreateAccount(
                 wallet_pb2.CreateAccountRequest(request_id=f"open-{name}", player=f"players/{name}"),
-                metadata=tokens["matchmaking"],
+                metadata=tokens["admin"],
             )
+        # a service may not open an account (it would mint the starting grant for any name it chose)
+        mallory = wallet_pb2.CreateAccountRequest(request_id="open-mallory", player="players/mallory")
+        assert await outcome(stub.CreateAccount(mallory, metadata=tokens["matchmaking"])) == denied(
+            "services/matchmaking", "WalletService.CreateAccount", "admins")
+        missing = await outcome(stub.GetAccount(wallet_pb2.GetAccountRequest(name="accounts/player-mallory"),
+                                                metadata=tokens["admin"]))
+        assert missing[0] == grpc.StatusCode.NOT_FOUND
         stakes = [wallet_pb2.Stake(player=f"players/{p}", amount_chips=100) for p in ("alice", "bob")]
         await stub.HoldBets(
             wallet_pb2.HoldBetsRequest(request_id="m1-hold", match_id="m1", stakes=stakes),
