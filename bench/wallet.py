@@ -164,7 +164,7 @@ class Samples:
 class Tokens(NamedTuple):
     """The identities the clients call as, those of the services whose calls they stand in for:
     the wallet takes each call that moves chips from those services only (docs/contracts.md, "Who
-    may call what")."""
+    may call what"); and an admin's, to open the players' accounts before the run."""
 
     holder: tuple[tuple[str, str], ...]  # matchmaking: holds stakes
     settler: tuple[tuple[str, str], ...]  # the game-session service: settles matches
