@@ -365,16 +365,17 @@ class WalletApi(wallet_pb2_grpc.WalletServiceServicer):
 
     async def CreateAccount(self, request: wallet_pb2.CreateAccountRequest, context: Context) -> wallet_pb2.Account:
         identity = current_identity()
-        if identity.kind is not Kind.PLAYER:
-            identity, caller = _mover("CreateAccount")  # before the request is read, as every method
+        # a player opens their own account (the gateway does, at sign-up, with the player's token:
+        # its key signs player tokens only), checked once the request names the account; anyone
+        # else is checked before the request is read, as in every method
+        if identity.kind is Kind.PLAYER:
+            caller = records.Caller(identity.principal, None)
+        else:
+            identity, caller = _mover("CreateAccount")
         request_id = check.request_id(request.request_id)
         player = check.player(request.player, "player")
-        if identity.kind is Kind.PLAYER:
-            # a player opens their own account (the gateway does, at sign-up, with the player's
-            # token: its key signs player tokens only)
-            if identity.name != player:
-                raise PermissionDeniedError(f"{identity.principal} may open only players/{identity.name}'s account")
-            caller = records.Caller(identity.principal, None)
+        if identity.kind is Kind.PLAYER and identity.name != player:
+            raise PermissionDeniedError(f"{identity.principal} may open only players/{identity.name}'s account")
 
         async def plan(store: Store) -> tuple[wallet_pb2.Account, Batch]:
             account, batch = await self.wallet.open_account(store, caller, request_id, player)
