@@ -28,7 +28,7 @@ from typing import Final
 from engine.bots.evaluation_weights import STAGES, WEIGHTS
 from engine.cards import JOKER
 from engine.melds import card_values
-from engine.rules import CANASTRA, MORTO_SIZE, Ruleset
+from engine.rules import CANASTRA, HAND_SIZE, MORTO_SIZE, Ruleset
 from engine.state import DRAW_PHASE, HandState
 
 #: one reading per side; the evaluation weighs each side's reading less the other side's
@@ -85,12 +85,19 @@ def weights_for(rules: Ruleset, players: int) -> Evaluation | None:
 
 
 def stage(state: HandState) -> int:
-    """How far the hand is, 0 .. STAGES - 1, by the share of the dealt stock already drawn."""
-    dealt = len(state.deal.stock)
-    if dealt <= 0:
-        return STAGES - 1
+    """How far the hand is, 0 .. STAGES - 1, by the share of the dealt stock already drawn.
+
+    The dealt stock's size comes from the ruleset and the table size, not from ``state.deal``: the
+    expert's worlds are dealt from the position of a decision, their "deal" holding the stock as it
+    was then."""
+    dealt = dealt_stock(state.rules, state.players)
     gone = 1.0 - len(state.stock) / dealt
     return max(0, min(STAGES - 1, int(gone * STAGES)))
+
+
+def dealt_stock(rules: Ruleset, players: int) -> int:
+    """The stock's size once the hands and the two mortos are dealt."""
+    return max(1, rules.deck_size - players * HAND_SIZE - 2 * MORTO_SIZE)
 
 
 def draws(rules: Ruleset, stock: int, mortos_open: int) -> int:
@@ -136,4 +143,5 @@ def side_features(state: HandState, side: int, values: tuple[int, ...]) -> list[
             float(wilds), 0.0 if state.mortos[side] is None else 1.0, float(len(state.pile) * draws), float(draws)]
 
 
-__all__ = ["FEATURES", "N_FEATURES", "Evaluation", "draws", "draws_left", "side_features", "stage", "weights_for"]
+__all__ = ["FEATURES", "N_FEATURES", "Evaluation", "dealt_stock", "draws", "draws_left", "side_features", "stage",
+           "weights_for"]
