@@ -10,7 +10,10 @@ At each decision that is a real choice, the bot
    (its view and the public history it remembered, ``engine/bots/sampling.py``);
 3. in each world plays every candidate, then the rest of the hand with the heuristic bot in every
    seat (the opponents are played as the heuristic plays, the seat itself too), up to the end of
-   the hand or ``horizon`` turns, and scores the result for its side (``_utility``);
+   the hand, and scores the result for its side (``_utility``). Where the ruleset has a learned
+   evaluation (``engine/bots/evaluation.py``) and ``cut_worlds`` worlds played to the end of the
+   hand would not fit in the budget (early in a long hand), the rollouts stop after as many turns
+   as let them fit, and the evaluation values where they stopped (``_horizon``);
 4. keeps the heuristic's choice unless another candidate beats it by a margin the evidence
    supports: the differences are paired (every candidate is played in the same worlds, with the same
    seeds: common random numbers), a candidate is dropped once it is clearly worse, and it replaces
@@ -32,7 +35,9 @@ Guarantees:
 - **Deterministic for its seed**, for a given number of worlds per decision: the worlds and the
   rollouts' seeds derive from the seed and the decision's number, never from the clock. Under a
   CPU budget the number of worlds depends on the machine's speed, so two runs agree only as far
-  as their budgets bought the same worlds; ``max_worlds`` with ``budget_ms=None`` is exact.
+  as their budgets bought the same worlds (and cut their rollouts alike: the cut is sized by the
+  measured CPU cost of a rollout's turn); ``max_worlds`` with ``budget_ms=None`` is exact, its
+  rollouts never cut.
 - **No endless pile exchange.** Like the heuristic, it draws when the stock has not shrunk since its
   previous turn, so two bots that keep taking the pile still run the stock down.
 
@@ -49,6 +54,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from engine.actions import DRAW, TAKE_PILE, Action, AddCards, Discard, MeldCards
+from engine.bots.evaluation import Evaluation, weights_for
 from engine.bots.heuristic import HeuristicBot
 from engine.bots.reading import TableMeld, TypedView, read_meld
 from engine.bots.sampling import Information, PublicMemory, SamplingError, information, sample
@@ -82,8 +88,15 @@ class ExpertBot:
     # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
     # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike
     win_weight: float = 1000.0
-    hand_weight: float = 0.6  # at a horizon: cards in hand count this share of their value
+    hand_weight: float = 0.6  # at a fixed horizon: cards in hand count this share of their value
     morto_weight: float = 0.5  # ... a morto not yet taken this share of its penalty
+    # shortened rollouts: where the ruleset has a learned evaluation (``engine/bots/evaluation.py``)
+    # and a world played to the end of the hand would cost more than the budget over ``cut_worlds``,
+    # the rollouts stop after as many turns as let ``cut_worlds`` worlds fit (at least
+    # ``min_cut_turns``), valued by the learned evaluation. 0 (the default until a measure shows the
+    # cut worth it: docs/performance.md, "Bots"): always to the end of the hand
+    cut_worlds: int = 0
+    min_cut_turns: int = 8
 
     def __init__(self, seed: int | str = 0, rules: Ruleset | None = None,
                  budget_ms: float | None = DEFAULT_BUDGET_MS, max_worlds: int = 10_000,
@@ -107,6 +120,10 @@ class ExpertBot:
         self.strict = strict
         self._printed: dict[Meld, dict[str, Any]] = {}  # melds' view form, for RolloutView
         self._tables: dict[Meld, TableMeld] = {}  # melds as the rollouts' players read them, for RolloutView
+        self._evaluations: dict[int, Evaluation | None] = {}  # per number of players
+        self._evaluation: Evaluation | None = None  # the current search's, when its rollouts are cut
+        self.turn_cost = 0.0  # CPU seconds per rollout turn, a running mean over worlds (0: none yet)
+        self._world_turns = 0  # turns the current world's rollouts played
         # counters (read by tests and benches): decisions searched, worlds dealt, rollouts played;
         # searches that ended with fewer worlds than ``prune_after`` (too few to replace the
         # heuristic's choice: the budget bought no evidence), and searches that replaced it
@@ -117,6 +134,8 @@ class ExpertBot:
         self.rollouts = 0
         self.last_worlds = 0
         self.last_rollouts = 0
+        self.cut_searches = 0  # searches whose rollouts were cut short (``cut_worlds``)
+        self.last_horizon = 0  # the last search's rollout length in turns (0: to the end of the hand)
 
     # --- the Bot interface ---------------------------------------------------------------------------
     def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
@@ -216,15 +235,23 @@ class ExpertBot:
         alive = [True] * k
         decision_seed = self.rng.getrandbits(62)
         deadline = start + budget if budget is not None else math.inf
+        horizon = self._horizon(info, k, budget)
+        self.last_horizon = 0 if horizon is None else horizon
         worlds = 0
+        used = 0.0
         while worlds < self.max_worlds:
             if budget is not None:
+                before = used
                 used = self.clock() - start
+                if worlds and self._world_turns > 0:  # what the last world cost per turn its rollouts played
+                    cost = (used - before) / self._world_turns
+                    self.turn_cost = cost if self.turn_cost <= 0.0 else self.turn_cost + 0.1 * (cost - self.turn_cost)
                 if used + (used / worlds if worlds else 0.0) > budget:
                     break
+            self._world_turns = 0
             world_rng = random.Random(decision_seed + worlds)
             try:
-                outcomes = self._play_world(info, candidates, alive, side, world_rng, deadline)
+                outcomes = self._play_world(info, candidates, alive, side, world_rng, deadline, horizon)
             except EngineError:
                 if self.strict:
                     raise
@@ -260,8 +287,26 @@ class ExpertBot:
             self.switches += 1
         return candidates[best]
 
+    def _horizon(self, info: Information, candidates: int, budget: float | None) -> int | None:
+        """The turns each rollout of this search plays (``None``: to the end of the hand, or the
+        fixed ``horizon``), and the evaluation that values where a shortened one stops."""
+        self._evaluation = None
+        if self.horizon is not None or budget is None or self.cut_worlds <= 0 or self.turn_cost <= 0.0:
+            return self.horizon
+        if info.players not in self._evaluations:
+            self._evaluations[info.players] = weights_for(self.rules, info.players)
+        evaluation = self._evaluations[info.players]
+        if evaluation is None:
+            return None
+        affordable = budget / (self.cut_worlds * candidates * self.turn_cost)
+        if evaluation.remaining_turns(info.stock_count, sum(info.morto_open)) <= affordable:
+            return None  # the worlds it wants fit with rollouts to the end of the hand
+        self._evaluation = evaluation
+        self.cut_searches += 1
+        return max(self.min_cut_turns, int(affordable))
+
     def _play_world(self, info: Information, candidates: list[Action], alive: list[bool], side: int,
-                    rng: random.Random, deadline: float) -> list[float] | None:
+                    rng: random.Random, deadline: float, horizon: int | None) -> list[float] | None:
         """One world: each live candidate played, then the hand rolled out; the utility per candidate,
         or ``None`` when the CPU clock passed ``deadline`` first (the world is then dropped whole: its
         candidates are compared only on the same worlds)."""
@@ -272,20 +317,23 @@ class ExpertBot:
             if alive[i]:
                 state = world.clone()
                 state.apply(action)
-                value = self._rollout(state, side, policy_seed, deadline)
+                value = self._rollout(state, side, policy_seed, deadline, horizon)
                 if value is None:
                     return None
                 out[i] = value
         return out
 
-    def _rollout(self, state: HandState, side: int, seed: int, deadline: float) -> float | None:
-        """Play on with the heuristic bot in every seat; the result for ``side``, or ``None`` if the
-        clock passed ``deadline`` (read every ``CLOCK_EVERY`` actions)."""
+    def _rollout(self, state: HandState, side: int, seed: int, deadline: float,
+                 horizon: int | None) -> float | None:
+        """Play on with the heuristic bot in every seat, ``horizon`` turns or to the end of the hand;
+        the result for ``side``, or ``None`` if the clock passed ``deadline`` (read every
+        ``CLOCK_EVERY`` actions)."""
         self.rollouts += 1
         self.last_rollouts += 1
         rules = self.rules
         bots = [HeuristicBot(seed + s, rules) for s in range(state.players)]
-        stop = state.turns + self.horizon if self.horizon is not None else 1 << 30
+        first = state.turns
+        stop = first + horizon if horizon is not None else 1 << 30
         actions = 0
         clock = self.clock
         while not state.is_terminal() and state.turns < stop and actions < MAX_ROLLOUT_ACTIONS:
@@ -295,11 +343,15 @@ class ExpertBot:
             view = RolloutView(state, seat, self._printed, self._tables)
             state.apply(bots[seat].choose(view, state.legal_actions()))
             actions += 1
+        self._world_turns += state.turns - first
         return self._utility(state, side)
 
     def _utility(self, state: HandState, side: int) -> float:
         """The hand's score difference for ``side`` (estimated at a horizon); in a one-hand match,
-        winning the hand weighs ``win_weight`` more."""
+        winning the hand weighs ``win_weight`` more. A hand stopped by a shortened rollout is valued
+        by the learned evaluation, which predicts this same utility."""
+        if self._evaluation is not None and not state.is_terminal():
+            return self._evaluation.value(state, side)
         score = state.score()
         diff = float(score[side]["total"] - score[1 - side]["total"])
         if not state.is_terminal():

@@ -91,11 +91,12 @@ def test_the_suite_plays_every_preset_and_size_and_times_the_experts_decisions(
     assert len(searches) >= 2
     counts = [[int(n) for n in re.findall(r"(?<![.\d])(\d+)(?= |;|$)", line.split(":", 1)[1])] for line in searches]
     *pairings, total = counts
-    assert total == [sum(c[i] for c in pairings) for i in range(3)]
-    searched, short, switched = total
-    assert searched > 0 and 0 <= short <= searched and 0 <= switched <= searched - short
+    assert total == [sum(c[i] for c in pairings) for i in range(4)]
+    searched, short, switched, cut = total
+    assert searched > 0 and 0 <= short <= searched and 0 <= switched <= searched - short and 0 <= cut <= searched
     assert float(bench["expert_searches_short"]) == round(100 * short / searched, 1)
     assert float(bench["expert_searches_switched"]) == round(100 * switched / searched, 1)
+    assert float(bench["expert_searches_cut"]) == round(100 * cut / searched, 1)
 
 
 def test_the_suite_refuses_an_unknown_preset(capsys: pytest.CaptureFixture[str]) -> None:
