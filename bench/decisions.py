@@ -73,9 +73,19 @@ class Decision:
     picks: list[int] = field(default_factory=list)  # per arm: the candidate it picked
     worlds: list[int] = field(default_factory=list)  # per arm: worlds its search bought
     cut: list[bool] = field(default_factory=list)  # per arm: whether its rollouts were cut short
+    # a search of half the truth's worlds with no threshold: the held-out gain (the second half's) of
+    # the candidate with the best mean over the first half (0 when that is the heuristic's choice)
+    half_best: float = 0.0
 
     def worth(self, arm: int) -> float:
         return self.truth[self.picks[arm]]
+
+
+def half_best(first: list[float], total: list[float], rest: int) -> float:
+    """``Decision.half_best`` from each candidate's summed gains over the first half of the worlds and
+    over all of them (``rest`` worlds in the second half); ties go to the earlier candidate."""
+    best = max(range(len(first)), key=lambda i: (first[i], -i))
+    return (total[best] - first[best]) / rest
 
 
 def parse_arm(text: str, knobs: Mapping[str, type]) -> dict[str, Any]:
@@ -118,7 +128,8 @@ def probe_class(base: Any) -> Any:
                 info = information(view, self.memory, self.rules)
             except SamplingError:
                 return self._arm_search(0, view, unique, start)
-            record = Decision(-1, len(unique), self._truth(info, unique))
+            truth, half_best = self._truth(info, unique)
+            record = Decision(-1, len(unique), truth, half_best=half_best)
             rng_state = self.rng.getstate()
             for arm in range(len(self.arms)):
                 self.rng.setstate(rng_state)  # every arm's search deals the same worlds
@@ -140,11 +151,14 @@ def probe_class(base: Any) -> Any:
                 for knob, value in saved.items():
                     setattr(self, knob, value)
 
-        def _truth(self, info: Any, candidates: list[Any]) -> list[float]:
-            """Every candidate in ``truth_worlds`` worlds of their own, to the end of the hand."""
+        def _truth(self, info: Any, candidates: list[Any]) -> tuple[list[float], float]:
+            """Every candidate in ``truth_worlds`` worlds of their own, to the end of the hand: each one's
+            mean gain over the heuristic's choice, and ``Decision.half_best``."""
             side = info.seat & 1
             k = len(candidates)
             total = [0.0] * k
+            half = self.truth_worlds // 2
+            first_half: list[float] = []
             self._evaluation = None
             self._stage = -1
             for w in range(self.truth_worlds):
@@ -153,9 +167,11 @@ def probe_class(base: Any) -> Any:
                 assert outcomes is not None
                 for i in range(k):
                     total[i] += outcomes[i] - outcomes[0]
+                if w + 1 == half:
+                    first_half = total[:]
                 if self._stage < 0:
                     self._stage = stage(sample(info, rng))  # the stock's size: any world's
-            return [t / self.truth_worlds for t in total]
+            return [t / self.truth_worlds for t in total], half_best(first_half, total, self.truth_worlds - half)
 
     return Probe
 
@@ -212,6 +228,11 @@ def report(name: str, players: int, labels: list[str], records: list[Decision]) 
         (em, es), (lm, ls) = mean_se(early), mean_se(late)
         lines.append(f"    first two fifths of the stock drawn: {len(early)} decisions, {em:+.2f} +- {es:.2f}; "
                      f"later: {len(late)}, {lm:+.2f} +- {ls:.2f}")
+    ideal, ise = mean_se([r.half_best for r in records])
+    half = "half the held-out worlds"
+    lines.append(f"  a search of {half} with no threshold (the best mean on the first half, valued on the "
+                 f"second): {ideal:+.2f} +- {ise:.2f} points a decision")
+    lines.append(f"bench: decisions_worth_{key}_half_best {ideal:.2f} points")
     return lines
 
 
