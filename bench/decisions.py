@@ -43,6 +43,7 @@ from engine.bots.heuristic import HeuristicBot
 from engine.bots.sampling import SamplingError, information, sample
 from engine.match import MatchState
 from engine.rules import PRESETS, preset
+from engine.state import HandState
 
 EXPERT_SOURCE = Path(__file__).resolve().parent.parent / "engine" / "bots" / "expert.py"
 
@@ -105,8 +106,10 @@ def probe_class(base: Any) -> Any:
 
     class Probe(base):  # type: ignore[misc]
         def __init__(self, seed: str, rules: Any, arms: list[dict[str, Any]], truth_worlds: int, every: int,
-                     records: list[Decision], budget_ms: float) -> None:
+                     records: list[Decision], budget_ms: float, truth: str) -> None:
             super().__init__(seed, rules, budget_ms=budget_ms)
+            self.truth = truth
+            self.real: HandState | None = None  # the hand being played (set before each decision)
             self.arms = arms
             self.truth_worlds = truth_worlds
             self.every = every
@@ -163,7 +166,10 @@ def probe_class(base: Any) -> Any:
             self._stage = -1
             for w in range(self.truth_worlds):
                 rng = random.Random(f"truth/{self.probe_seed}/{self.decisions}/{w}")
-                outcomes = base._play_world(self, info, candidates, [True] * k, side, rng, math.inf, None)
+                if self.truth == "real" and self.real is not None:
+                    outcomes = self._real_world(candidates, side, rng)
+                else:
+                    outcomes = base._play_world(self, info, candidates, [True] * k, side, rng, math.inf, None)
                 assert outcomes is not None
                 for i in range(k):
                     total[i] += outcomes[i] - outcomes[0]
@@ -173,16 +179,41 @@ def probe_class(base: Any) -> Any:
                     self._stage = stage(sample(info, rng))  # the stock's size: any world's
             return [t / self.truth_worlds for t in total], half_best(first_half, total, self.truth_worlds - half)
 
+        def _real_world(self, candidates: list[Any], side: int, rng: random.Random) -> list[float]:
+            """Every candidate from the real position, its hands as dealt, the cards nobody has seen (the
+            stock and the mortos still face down) shuffled again, the rest played by the heuristic."""
+            assert self.real is not None
+            world = self.real.clone()
+            open_mortos = [m for m in world.mortos if m is not None]
+            pool = [c for m in open_mortos for c in m] + world.stock
+            rng.shuffle(pool)
+            at = 0
+            for i, m in enumerate(world.mortos):
+                if m is not None:
+                    world.mortos[i] = tuple(pool[at:at + len(m)])
+                    at += len(m)
+            world.stock = pool[at:]
+            world.touch()
+            policy_seed = rng.getrandbits(30)
+            out = []
+            for action in candidates:
+                state = world.clone()
+                state.apply(action)
+                value = self._rollout(state, side, policy_seed, math.inf, None)
+                assert value is not None
+                out.append(value)
+            return out
+
     return Probe
 
 
 def play(name: str, players: int, hands: int, arms: list[dict[str, Any]], truth_worlds: int, every: int,
-         seed: str, budget_ms: float) -> list[Decision]:
+         seed: str, budget_ms: float, truth: str = "real") -> list[Decision]:
     rules = preset(name)
     probe = probe_class(pure_expert().ExpertBot)
     records: list[Decision] = []
     for h in range(hands):
-        bots: list[Any] = [probe(f"{seed}/{h}/{s}", rules, arms, truth_worlds, every, records, budget_ms)
+        bots: list[Any] = [probe(f"{seed}/{h}/{s}", rules, arms, truth_worlds, every, records, budget_ms, truth)
                            if s % 2 == 0 else HeuristicBot(f"{seed}/{h}/{s}", rules) for s in range(players)]
         match = MatchState(rules, players, first_dealer=h % players)
         match.start_hand(seed=f"{seed}/deal/{h}")
@@ -190,7 +221,10 @@ def play(name: str, players: int, hands: int, arms: list[dict[str, Any]], truth_
         assert hand is not None
         while not hand.is_terminal():
             seat = hand.to_act
-            match.apply(bots[seat].choose(hand.view(seat), hand.legal_actions()), seat)
+            bot = bots[seat]
+            if not isinstance(bot, HeuristicBot):
+                bot.real = hand  # for the truth only: the search never reads it
+            match.apply(bot.choose(hand.view(seat), hand.legal_actions()), seat)
     return records
 
 
@@ -247,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=3, help="measure every this many searched decisions")
     parser.add_argument("--budget-ms", type=float, default=50.0, help="each arm's CPU budget per decision")
     parser.add_argument("--seed", default="decisions")
+    parser.add_argument("--truth", choices=("real", "sampled"), default="real",
+                        help="the held-out worlds: the real hands with the unseen cards shuffled again, or "
+                             "worlds sampled as the search samples them (which share the search's model)")
     args = parser.parse_args(argv)
     if args.hands < 1 or args.truth_worlds < 2 or args.every < 1 or args.budget_ms <= 0:
         parser.error("--hands and --every at least 1, --truth-worlds at least 2, --budget-ms above 0")
@@ -263,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     labels = [t or "the expert as it is" for t in texts]
     records = play(args.preset, args.players, args.hands, arms, args.truth_worlds, args.every, args.seed,
-                   args.budget_ms)
+                   args.budget_ms, args.truth)
     for line in report(args.preset, args.players, labels, records):
         print(line)
     return 0
