@@ -9,7 +9,11 @@ fixed deals (``--hands``; its seats are side 0's). At every ``--every``-th decis
   is the reference) runs that decision's search as in play, with its CPU budget and the same seeds;
 - every candidate is also played in ``--truth-worlds`` more worlds to the end of the hand, on seeds
   of their own (held out from every arm's search): the *truth*, each candidate's mean gain over the
-  heuristic's choice.
+  heuristic's choice. By default (``--truth real``) those worlds are the real position, the hands
+  as dealt and only the cards nobody has seen (the stock, the mortos face down) shuffled again: the
+  value of the choice in the deal being played, averaged over decisions an unbiased measure of
+  the arm. Worlds sampled as the search samples them (``--truth sampled``) share the search's model
+  of the hidden hands, so they favour whatever trusts that model most (the loosest switch).
 
 An arm's worth at a decision is the truth's gain of the candidate it picked (0 when it kept the
 heuristic's choice). The report gives, per arm, the mean worth in points a decision with its standard
