@@ -11,9 +11,12 @@ fixed deals (``--hands``; its seats are side 0's). At every ``--every``-th decis
   of their own (held out from every arm's search): the *truth*, each candidate's mean gain over the
   heuristic's choice. By default (``--truth real``) those worlds are the real position, the hands
   as dealt and only the cards nobody has seen (the stock, the mortos face down) shuffled again: the
-  value of the choice in the deal being played, averaged over decisions an unbiased measure of
-  the arm. Worlds sampled as the search samples them (``--truth sampled``) share the search's model
-  of the hidden hands, so they favour whatever trusts that model most (the loosest switch).
+  value of the choice in the deal being played. Worlds sampled as the search samples them
+  (``--truth sampled``) share the search's model of the hidden hands, so they favour whatever
+  trusts that model most (the loosest switch). Either way every seat plays on as a fresh heuristic
+  bot, the search's model of the opponents, not the real opponents with their memory of the hand:
+  a looser switch that gained here lost in matches (docs/performance.md, "Bots"), so a change
+  found here is confirmed in matches before it is kept.
 
 An arm's worth at a decision is the truth's gain of the candidate it picked (0 when it kept the
 heuristic's choice). The report gives, per arm, the mean worth in points a decision with its standard
