@@ -18,7 +18,8 @@ win's weight in a one-hand match).
 Guarantees: pure and deterministic (it reads the position, never changes it); it reads only what a
 position the expert built holds, so it sees no more than the expert's worlds do. A ruleset or a
 number of players without fitted weights has no evaluation (``weights_for`` gives ``None``), and the
-expert then plays its rollouts to the end of the hand as before.
+expert then plays its rollouts to the end of the hand. The expert cuts its rollouts only when its
+``cut_worlds`` is set (0 by default: measured, the cut did not pay; docs/performance.md, "Bots").
 """
 
 from __future__ import annotations
@@ -138,9 +139,10 @@ def side_features(state: HandState, side: int, values: tuple[int, ...]) -> list[
                 if c == JOKER or c % 13 == 1:
                     wilds += n
     drawer = state.to_act if state.phase == DRAW_PHASE else (state.to_act + 1) % state.players
-    draws = 1 if drawer & 1 == side else 0
+    next_draw = 1 if drawer & 1 == side else 0
     return [float(table), float(clean), float(dirty), float(near), float(short), float(cards), float(value),
-            float(wilds), 0.0 if state.mortos[side] is None else 1.0, float(len(state.pile) * draws), float(draws)]
+            float(wilds), 0.0 if state.mortos[side] is None else 1.0, float(len(state.pile) * next_draw),
+            float(next_draw)]
 
 
 __all__ = ["FEATURES", "N_FEATURES", "Evaluation", "dealt_stock", "draws", "draws_left", "side_features", "stage",
