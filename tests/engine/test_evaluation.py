@@ -163,3 +163,23 @@ def test_without_a_budget_the_rollouts_are_never_cut() -> None:
     action = bot.choose(s.view(seat), legal)
     assert action in legal and bot.searches == 1
     assert bot.cut_searches == 0 and bot.last_horizon == 0
+
+
+def test_a_cut_rollout_is_valued_by_the_evaluation_and_a_finished_hand_by_its_score() -> None:
+    s = early_aberto_choice()[0]
+    rules = PRESETS["aberto"]
+    evaluation = weights_for(rules, 2)
+    assert evaluation is not None
+    bot = ExpertBot(5, rules, budget_ms=None, strict=True)
+    static = bot._utility(s, 0)
+    bot._evaluation = evaluation  # as a cut search sets it
+    assert bot._utility(s, 0) == pytest.approx(evaluation.value(s, 0))
+    assert bot._utility(s, 0) != pytest.approx(static)
+    finished = played_position("fechado", 2, 1, 10_000)
+    assert finished.is_terminal()
+    bot = ExpertBot(5, PRESETS["fechado"], budget_ms=None, strict=True)
+    exact = bot._utility(finished, 0)
+    fechado = weights_for(PRESETS["fechado"], 2)
+    assert fechado is not None
+    bot._evaluation = fechado
+    assert bot._utility(finished, 0) == exact  # the hand's real score, never the estimate
