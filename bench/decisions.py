@@ -35,6 +35,7 @@ a few worlds fewer than the compiled expert's in the same budget; both arms alik
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import math
 import random
@@ -46,6 +47,7 @@ from types import ModuleType
 from typing import Any
 
 from engine.bots.evaluation import stage
+from engine.bots.expert import MAX_ROLLOUT_ACTIONS
 from engine.bots.heuristic import HeuristicBot
 from engine.bots.sampling import SamplingError, information, sample
 from engine.match import MatchState
@@ -119,6 +121,7 @@ def probe_class(base: Any) -> Any:
             super().__init__(seed, rules, budget_ms=budget_ms)
             self.truth = truth
             self.real: HandState | None = None  # the hand being played (set before each decision)
+            self.table_bots: list[Any] = []  # every seat's bot (set with ``real``)
             self.arms = arms
             self.truth_worlds = truth_worlds
             self.every = every
@@ -175,7 +178,7 @@ def probe_class(base: Any) -> Any:
             self._stage = -1
             for w in range(self.truth_worlds):
                 rng = random.Random(f"truth/{self.probe_seed}/{self.decisions}/{w}")
-                if self.truth == "real" and self.real is not None:
+                if self.truth != "sampled" and self.real is not None:
                     outcomes = self._real_world(candidates, side, rng)
                 else:
                     outcomes = base._play_world(self, info, candidates, [True] * k, side, rng, math.inf, None)
@@ -190,7 +193,8 @@ def probe_class(base: Any) -> Any:
 
         def _real_world(self, candidates: list[Any], side: int, rng: random.Random) -> list[float]:
             """Every candidate from the real position, its hands as dealt, the cards nobody has seen (the
-            stock and the mortos still face down) shuffled again, the rest played by the heuristic."""
+            stock and the mortos still face down) shuffled again; the rest of the hand played by fresh
+            heuristic bots (``real``) or by copies of the table's own (``players``)."""
             assert self.real is not None
             world = self.real.clone()
             open_mortos = [m for m in world.mortos if m is not None]
@@ -208,16 +212,37 @@ def probe_class(base: Any) -> Any:
             for action in candidates:
                 state = world.clone()
                 state.apply(action)
-                value = self._rollout(state, side, policy_seed, math.inf, None)
+                if self.truth == "players":
+                    value = self._play_on(state, side, policy_seed)
+                else:
+                    value = self._rollout(state, side, policy_seed, math.inf, None)
                 assert value is not None
                 out.append(value)
             return out
+
+        def _play_on(self, state: HandState, side: int, seed: int) -> float:
+            """The hand played to its end by copies of the table's bots as they are now: the opponents'
+            heuristic bots with their memory of the hand, and for each expert seat its advisor (the
+            heuristic that has seen every view the expert saw); each copy's random choices reseeded."""
+            players = []
+            for s, bot in enumerate(self.table_bots):
+                played = bot if isinstance(bot, HeuristicBot) else bot.advisor
+                # the ruleset shared, not copied: compiled, a frozen dataclass cannot be rebuilt field by field
+                clone = copy.deepcopy(played, {id(played.rules): played.rules})
+                clone.rng = random.Random(seed + s)
+                players.append(clone)
+            actions = 0
+            while not state.is_terminal() and actions < MAX_ROLLOUT_ACTIONS:
+                seat = state.to_act
+                state.apply(players[seat].choose(state.view(seat), state.legal_actions()))
+                actions += 1
+            return float(self._utility(state, side))
 
     return Probe
 
 
 def play(name: str, players: int, hands: int, arms: list[dict[str, Any]], truth_worlds: int, every: int,
-         seed: str, budget_ms: float, truth: str = "real") -> list[Decision]:
+         seed: str, budget_ms: float, truth: str = "players") -> list[Decision]:
     rules = preset(name)
     probe = probe_class(pure_expert().ExpertBot)
     records: list[Decision] = []
@@ -233,6 +258,7 @@ def play(name: str, players: int, hands: int, arms: list[dict[str, Any]], truth_
             bot = bots[seat]
             if not isinstance(bot, HeuristicBot):
                 bot.real = hand  # for the truth only: the search never reads it
+                bot.table_bots = bots
             match.apply(bot.choose(hand.view(seat), hand.legal_actions()), seat)
     return records
 
@@ -248,7 +274,8 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-def report(name: str, players: int, labels: list[str], records: list[Decision], truth: str = "real") -> list[str]:
+def report(name: str, players: int, labels: list[str], records: list[Decision],
+           truth: str = "players") -> list[str]:
     lines = [f"{name}, {players} players: {len(records)} decisions measured"]
     key = f"{name}_{players}p"
     for arm, label in enumerate(labels):
@@ -272,7 +299,7 @@ def report(name: str, players: int, labels: list[str], records: list[Decision], 
         lines.append(f"    first two fifths of the stock drawn: {len(early)} decisions, {em:+.2f} +- {es:.2f}; "
                      f"later: {len(late)}, {lm:+.2f} +- {ls:.2f}")
     ideal, ise = mean_se([r.half_best for r in records])
-    half = "half the held-out worlds" + (", seeing the hidden hands," if truth == "real" else "")
+    half = "half the held-out worlds" + (", seeing the hidden hands," if truth != "sampled" else "")
     lines.append(f"  a search of {half} with no threshold (the best mean on the first half, valued on the "
                  f"second): {ideal:+.2f} +- {ise:.2f} points a decision")
     lines.append(f"bench: decisions_worth_{key}_half_best {ideal:.2f} points")
@@ -290,8 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=3, help="measure every this many searched decisions")
     parser.add_argument("--budget-ms", type=float, default=50.0, help="each arm's CPU budget per decision")
     parser.add_argument("--seed", default="decisions")
-    parser.add_argument("--truth", choices=("real", "sampled"), default="real",
-                        help="the held-out worlds: the real hands with the unseen cards shuffled again, or "
+    parser.add_argument("--truth", choices=("players", "real", "sampled"), default="players",
+                        help="the held-out worlds: the real hands with the unseen cards shuffled again, played "
+                             "on by copies of the table's bots (players) or by fresh heuristic bots (real); or "
                              "worlds sampled as the search samples them (which share the search's model)")
     args = parser.parse_args(argv)
     if args.hands < 1 or args.truth_worlds < 2 or args.every < 1 or args.budget_ms <= 0:
