@@ -9,14 +9,16 @@ fixed deals (``--hands``; its seats are side 0's). At every ``--every``-th decis
   is the reference) runs that decision's search as in play, with its CPU budget and the same seeds;
 - every candidate is also played in ``--truth-worlds`` more worlds to the end of the hand, on seeds
   of their own (held out from every arm's search): the *truth*, each candidate's mean gain over the
-  heuristic's choice. By default (``--truth real``) those worlds are the real position, the hands
-  as dealt and only the cards nobody has seen (the stock, the mortos face down) shuffled again: the
-  value of the choice in the deal being played. Worlds sampled as the search samples them
-  (``--truth sampled``) share the search's model of the hidden hands, so they favour whatever
-  trusts that model most (the loosest switch). Either way every seat plays on as a fresh heuristic
-  bot, the search's model of the opponents, not the real opponents with their memory of the hand:
-  a looser switch that gained here lost in matches (docs/performance.md, "Bots"), so a change
-  found here is confirmed in matches before it is kept.
+  heuristic's choice. By default (``--truth players``) those worlds are the real position, the
+  hands as dealt and only the cards nobody has seen (the stock, the mortos face down) shuffled
+  again, played on by copies of the table's own bots as they are at the decision (the opponents'
+  heuristic bots with their memory of the hand; for each expert seat, its advisor): the value of
+  the choice in the deal being played, against these opponents. ``--truth real`` plays them on
+  with fresh heuristic bots instead, and ``--truth sampled`` deals the worlds as the search deals
+  its own: both share the search's model (of the opponents' play; of their play and their cards),
+  so they favour whatever trusts that model most, and a looser switch that gained on them lost in
+  matches (docs/performance.md, "Bots"). A change found here is confirmed in matches before it
+  is kept.
 
 An arm's worth at a decision is the truth's gain of the candidate it picked (0 when it kept the
 heuristic's choice). The report gives, per arm, the mean worth in points a decision with its standard

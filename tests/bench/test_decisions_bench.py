@@ -31,9 +31,10 @@ def test_arms_parse_into_typed_knobs() -> None:
         tool.parse_arm("nope=1", knobs)
 
 
-def test_a_tiny_run_measures_every_arm_on_the_same_decisions(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("truth", ["players", "real", "sampled"])
+def test_a_tiny_run_measures_every_arm_on_the_same_decisions(truth: str, capsys: pytest.CaptureFixture[str]) -> None:
     records = tool.play("fechado", 2, 1, [{}, {"cut_worlds": 0}], truth_worlds=2, every=8, seed="t",
-                        budget_ms=2.0)
+                        budget_ms=2.0, truth=truth)
     assert records
     for r in records:
         assert len(r.truth) == r.candidates >= 2 and r.truth[0] == 0.0  # gains over the heuristic's choice
@@ -41,7 +42,7 @@ def test_a_tiny_run_measures_every_arm_on_the_same_decisions(capsys: pytest.Capt
         assert all(0 <= p < r.candidates for p in r.picks)
         assert 0 <= r.stage <= 4
         assert math.isfinite(r.half_best)
-    assert tool.main(["--preset", "fechado", "--hands", "1", "--truth-worlds", "2", "--every", "8",
+    assert tool.main(["--preset", "fechado", "--hands", "1", "--truth-worlds", "2", "--every", "8", "--truth", truth,
                       "--budget-ms", "2", "--arm", "cut_worlds=0", "--arm", "cut_worlds=8"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("fechado, 2 players: ")
