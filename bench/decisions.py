@@ -87,8 +87,9 @@ class Decision:
     cut: list[bool] = field(default_factory=list)  # per arm: whether its rollouts were cut short
     # a search of half the truth's worlds with no threshold: the held-out gain (the second half's) of
     # the candidate with the best mean over the first half (0 when that is the heuristic's choice).
-    # With the real position's worlds (``--truth real``) this search saw the hidden hands: a ceiling
-    # no search of the seat's knowledge reaches; with sampled worlds, one of what more worlds buy
+    # With the real position's worlds (``--truth players`` or ``real``) this search saw the hidden
+    # hands: a ceiling no search of the seat's knowledge reaches; with sampled worlds, one of what
+    # more worlds would buy
     half_best: float = 0.0
 
     def worth(self, arm: int) -> float:
