@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.bots.evaluation import N_FEATURES, draws_left, side_features, stage
+from engine.bots.evaluation import N_FEATURES, differences, draws_left, stage
 from engine.bots.evaluation_weights import STAGES, WEIGHTS
 from engine.bots.expert import ExpertBot
 from engine.bots.heuristic import HeuristicBot
@@ -74,9 +74,7 @@ def play(rules: Ruleset, players: int, hands: int, every: int, seed: str) -> lis
         shots: list[tuple[int, Snapshot]] = []
         while not hand.is_terminal():
             if hand.phase == DRAW_PHASE and hand.turns % every == 0:
-                mine = side_features(hand, 0, values)
-                theirs = side_features(hand, 1, values)
-                shots.append((hand.turns, Snapshot(stage(hand), 0, [a - b for a, b in zip(mine, theirs, strict=True)],
+                shots.append((hand.turns, Snapshot(stage(hand), 0, differences(hand, 0, values),
                                                    expert._utility(hand, 0), draws_left(hand), 0)))
             seat = hand.to_act
             match.apply(bots[seat].choose(hand.view(seat), hand.legal_actions()), seat)

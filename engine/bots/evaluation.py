@@ -63,12 +63,11 @@ class Evaluation:
 
     def value(self, state: HandState, side: int) -> float:
         """The position's predicted utility for ``side`` (minus that of the other side)."""
-        mine = side_features(state, side, self.values)
-        theirs = side_features(state, 1 - side, self.values)
+        x = differences(state, side, self.values)
         w = self.weights[stage(state)]
         out = 0.0
         for i in range(N_FEATURES):
-            out += w[i] * (mine[i] - theirs[i])
+            out += w[i] * x[i]
         return out
 
     def remaining_turns(self, stock: int, mortos_open: int) -> float:
@@ -91,8 +90,12 @@ def stage(state: HandState) -> int:
     The dealt stock's size comes from the ruleset and the table size, not from ``state.deal``: the
     expert's worlds are dealt from the position of a decision, their "deal" holding the stock as it
     was then."""
-    dealt = dealt_stock(state.rules, state.players)
-    gone = 1.0 - len(state.stock) / dealt
+    return stage_at(state.rules, state.players, len(state.stock))
+
+
+def stage_at(rules: Ruleset, players: int, stock: int) -> int:
+    """``stage`` of a hand with ``stock`` cards in the stock."""
+    gone = 1.0 - stock / dealt_stock(rules, players)
     return max(0, min(STAGES - 1, int(gone * STAGES)))
 
 
@@ -109,6 +112,13 @@ def draws(rules: Ruleset, stock: int, mortos_open: int) -> int:
 def draws_left(state: HandState) -> int:
     """``draws`` of a position (a morto is ``None`` once taken or become the stock)."""
     return draws(state.rules, len(state.stock), sum(1 for m in state.mortos if m is not None))
+
+
+def differences(state: HandState, side: int, values: tuple[int, ...]) -> list[float]:
+    """What the evaluation weighs: each of ``side``'s readings less the other side's."""
+    mine = side_features(state, side, values)
+    theirs = side_features(state, 1 - side, values)
+    return [mine[i] - theirs[i] for i in range(N_FEATURES)]
 
 
 def side_features(state: HandState, side: int, values: tuple[int, ...]) -> list[float]:
@@ -145,5 +155,5 @@ def side_features(state: HandState, side: int, values: tuple[int, ...]) -> list[
             float(next_draw)]
 
 
-__all__ = ["FEATURES", "N_FEATURES", "Evaluation", "dealt_stock", "draws", "draws_left", "side_features", "stage",
-           "weights_for"]
+__all__ = ["FEATURES", "N_FEATURES", "Evaluation", "dealt_stock", "differences", "draws", "draws_left",
+           "side_features", "stage", "stage_at", "weights_for"]
