@@ -48,10 +48,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine.bots.evaluation import stage
-from engine.bots.expert import MAX_ROLLOUT_ACTIONS
+from engine.bots.evaluation import stage_at
+from engine.bots.expert import MAX_ROLLOUT_ACTIONS, distinct
 from engine.bots.heuristic import HeuristicBot
-from engine.bots.sampling import SamplingError, information, sample
+from engine.bots.sampling import SamplingError, information
 from engine.match import MatchState
 from engine.rules import PRESETS, preset
 from engine.state import HandState
@@ -133,10 +133,7 @@ def probe_class(base: Any) -> Any:
             self.decisions = 0
 
         def _search(self, view: Any, candidates: list[Any], start: float) -> Any:
-            unique: list[Any] = []
-            for a in candidates:
-                if a not in unique:
-                    unique.append(a)
+            unique = distinct(candidates)
             if len(unique) < 2:
                 return base._search(self, view, unique, start)
             self.decisions += 1
@@ -147,7 +144,8 @@ def probe_class(base: Any) -> Any:
             except SamplingError:
                 return self._arm_search(0, view, unique, start)
             truth, half_best = self._truth(info, unique)
-            record = Decision(-1, len(unique), truth, half_best=half_best)
+            record = Decision(stage_at(info.rules, info.players, info.stock_count), len(unique), truth,
+                              half_best=half_best)
             rng_state = self.rng.getstate()
             for arm in range(len(self.arms)):
                 self.rng.setstate(rng_state)  # every arm's search deals the same worlds
@@ -155,7 +153,6 @@ def probe_class(base: Any) -> Any:
                 record.picks.append(unique.index(pick))
                 record.worlds.append(self.last_worlds)
                 record.cut.append(self.last_horizon > 0)
-            record.stage = self._stage
             self.records.append(record)
             return unique[record.picks[0]]
 
@@ -178,7 +175,6 @@ def probe_class(base: Any) -> Any:
             half = self.truth_worlds // 2
             first_half: list[float] = []
             self._evaluation = None
-            self._stage = -1
             for w in range(self.truth_worlds):
                 rng = random.Random(f"truth/{self.probe_seed}/{self.decisions}/{w}")
                 if self.truth != "sampled" and self.real is not None:
@@ -190,8 +186,6 @@ def probe_class(base: Any) -> Any:
                     total[i] += outcomes[i] - outcomes[0]
                 if w + 1 == half:
                     first_half = total[:]
-                if self._stage < 0:
-                    self._stage = stage(sample(info, rng))  # the stock's size: any world's
             return [t / self.truth_worlds for t in total], half_best(first_half, total, self.truth_worlds - half)
 
         def _real_world(self, candidates: list[Any], side: int, rng: random.Random) -> list[float]:

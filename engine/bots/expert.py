@@ -206,11 +206,7 @@ class ExpertBot:
     # --- search --------------------------------------------------------------------------------------
     def _search(self, view: Mapping[str, Any], candidates: list[Action], start: float) -> Action:
         """The candidate to play: the first (the heuristic's) unless the rollouts show a better one."""
-        unique: list[Action] = []
-        for a in candidates:
-            if a not in unique:
-                unique.append(a)
-        candidates = unique
+        candidates = distinct(candidates)
         if len(candidates) == 1:
             return candidates[0]
         budget = None if self.budget_ms is None else self.budget_ms / 1000.0
@@ -476,6 +472,15 @@ class RolloutView(TypedView):
         return key in self.KEYS
 
 
+def distinct(candidates: list[Action]) -> list[Action]:
+    """The candidates without repeats, in their order (the heuristic's choice first)."""
+    out: list[Action] = []
+    for a in candidates:
+        if a not in out:
+            out.append(a)
+    return out
+
+
 def _mean_se(total: float, square: float, n: int) -> tuple[float, float]:
     """Mean and standard error of ``n`` values from their sum and sum of squares."""
     mean = total / n
@@ -483,4 +488,4 @@ def _mean_se(total: float, square: float, n: int) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-__all__ = ["DEFAULT_BUDGET_MS", "MAX_ROLLOUT_ACTIONS", "ExpertBot"]
+__all__ = ["DEFAULT_BUDGET_MS", "MAX_ROLLOUT_ACTIONS", "ExpertBot", "distinct"]
