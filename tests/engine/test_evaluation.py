@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import random
 
 import pytest
 
@@ -20,12 +19,11 @@ from engine.bots.evaluation import (
     weights_for,
 )
 from engine.bots.evaluation_weights import STAGES, WEIGHTS
-from engine.bots.sampling import PublicMemory, information, sample
 from engine.melds import card_values
 from engine.rules import MORTO_SIZE, PRESETS
 from engine.state import HandState
 from tests.engine.builders import position
-from tests.engine.test_expert_bot import FakeClock, played_position
+from tests.engine.test_expert_bot import FakeClock, played_position, worlds_at
 
 PRESET_NAMES = sorted(PRESETS)
 
@@ -90,13 +88,7 @@ def test_a_world_dealt_at_a_decision_is_at_the_real_positions_stage(name: str, p
     assert len(state.deal.stock) == dealt_stock(rules, players)
     if state.is_terminal():
         return
-    seat = state.to_act
-    view = state.view(seat)
-    memory = PublicMemory()
-    memory.observe(view)
-    info = information(view, memory, rules)
-    for k in range(3):
-        world = sample(info, random.Random(k))
+    for world in worlds_at(state, 3):
         assert stage(world) == stage(state) and draws_left(world) == draws_left(state)
 
 

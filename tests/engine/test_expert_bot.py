@@ -46,6 +46,15 @@ def played_position(name: str, players: int, seed: int, turns: int) -> HandState
     return hand
 
 
+def worlds_at(state: HandState, count: int) -> list[HandState]:
+    """``count`` worlds the seat to act could be in, dealt from what it sees (seeds 0, 1, ...)."""
+    view = state.view(state.to_act)
+    memory = PublicMemory()
+    memory.observe(view)
+    info = information(view, memory, state.rules)
+    return [sample(info, random.Random(k)) for k in range(count)]
+
+
 def with_hidden_cards_dealt_again(state: HandState, seat: int, seed: int) -> HandState:
     """The same position for ``seat``: the cards it cannot see (other hands, stock, mortos not
     taken) dealt again at random, each hand and pack keeping its size."""
@@ -317,11 +326,7 @@ def test_a_sample_shows_the_seat_exactly_its_own_view(name: str, players: int) -
             continue
         seat = state.to_act
         view = state.view(seat)
-        memory = PublicMemory()
-        memory.observe(view)
-        info = information(view, memory, rules)
-        for k in range(3):
-            world = sample(info, random.Random(k))
+        for world in worlds_at(state, 3):
             assert world.view(seat).to_dict() == view.to_dict()
             assert world.legal_actions() == state.legal_actions()
             total = sum(world.sizes) + len(world.pile) + len(world.stock) + sum(
