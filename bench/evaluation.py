@@ -36,7 +36,7 @@ from engine.melds import card_values
 from engine.rules import PRESETS, Ruleset, preset
 from engine.state import DRAW_PHASE
 
-RIDGE = 1e-3  # relative to each stage's mean square feature: keeps rare features' weights bounded
+RIDGE = 1e-3  # relative to each feature's sum of squares in the stage: keeps rare features' weights bounded
 WEIGHTS_FILE = Path(__file__).resolve().parent.parent / "engine" / "bots" / "evaluation_weights.py"
 
 
