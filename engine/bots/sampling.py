@@ -23,6 +23,13 @@ Guarantees:
   them, and raises ``SamplingError`` otherwise: the search then falls back on the heuristic rather
   than search a position that is not the table's.
 
+Beliefs about play: a seat that finished a turn has usually laid down every natural card it could,
+on its side's melds or as a new meld of three. ``sample(info, rng, laid)`` leans on that: with
+probability ``laid`` per card, a card dealt to such a hand that could have been laid down (it fits a
+meld of its side, or makes a natural run or group with the hand's other cards) is swapped with a
+card of the stock or a face-down morto that could not. A hand that has not played since it was
+dealt or took its morto is dealt freely. ``laid=0`` is the plain uniform sample.
+
 The memory is a belief, not a record: cards taken with the pile and laid down later by a side are
 taken out of the belief of that side's seats (first the seat believed to hold them); a card taken
 by a seat while this seat was not looking (4 players: a discard made and taken between two of its
@@ -36,8 +43,9 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from engine.bots.evaluation import dealt_stock
 from engine.bots.reading import CODE, read_meld
-from engine.cards import NCODES, deck
+from engine.cards import HIGH_ACE, JOKER, NCODES, deck
 from engine.deal import Deal
 from engine.melds import Meld
 from engine.rules import MORTO_SIZE, Ruleset
@@ -194,9 +202,9 @@ class PublicMemory:
 class Information:
     """Everything one seat knows at one decision, in the engine's terms; ``sample`` deals the rest."""
 
-    __slots__ = ("dealer", "hand", "hand_number", "known", "lone", "melds", "morto_open", "morto_pending",
-                 "morto_taken", "morto_to_stock", "must_meld", "phase", "pile", "players", "pool", "rules",
-                 "seat", "sizes", "stock_count", "to_act")
+    __slots__ = ("dealer", "fits", "hand", "hand_number", "known", "lone", "melds", "morto_open", "morto_pending",
+                 "morto_taken", "morto_to_stock", "must_meld", "phase", "pile", "played", "players", "pool",
+                 "rules", "seat", "sizes", "stock_count", "to_act")
 
     rules: Ruleset
     players: int
@@ -218,6 +226,10 @@ class Information:
     lone: int
     known: list[list[int]]  # per seat: cards believed in that hand (as codes), each still unaccounted for
     pool: list[int]  # every other card the seat cannot place, as codes (sorted)
+    fits: list[list[bool]]  # per side, per card code: a natural card that can be added to one of its melds
+    # per seat: the hand has finished a turn since it was dealt or took its morto (its cards were
+    # shaped by its own play); never the seat itself
+    played: list[bool]
 
 
 def information(view: Mapping[str, Any], memory: PublicMemory, rules: Ruleset) -> Information:
@@ -270,6 +282,22 @@ def information(view: Mapping[str, Any], memory: PublicMemory, rules: Ruleset) -
                 room -= k
     info.known = known
     info.pool = [c for c in range(NCODES) for _ in range(unseen[c])]
+    fits = [[False] * NCODES, [False] * NCODES]
+    for side, melds in enumerate(view["melds"]):
+        for m in melds:
+            for c in read_meld(m["kind"], tuple(m["cards"]), m["canastra"]).fits:
+                fits[side][c] = True
+    info.fits = fits
+    # every other seat plays between two turns of this one; before its first turn, the seats from the
+    # hand's first player to this one have. A seat that joined mid-hand (a bot taking over) has no
+    # turn of its own to go by: the stock tells it that a round has been played (every turn draws
+    # from it or takes the pile, so it has shrunk by no more than the turns played)
+    first = (info.dealer + 1) % players
+    round_played = (memory.pile_after_mine is not None or (
+        not any(info.morto_to_stock) and dealt_stock(rules, players) - info.stock_count >= players))
+    info.played = [s != seat and s not in memory.morto_pending
+                   and (round_played or (s - first) % players < (seat - first) % players)
+                   for s in range(players)]
     hidden = (sum(info.sizes[s] - len(known[s]) for s in range(players) if s != seat) + info.stock_count
               + MORTO_SIZE * (info.morto_open[0] + info.morto_open[1]))
     if hidden != len(info.pool):
@@ -277,14 +305,18 @@ def information(view: Mapping[str, Any], memory: PublicMemory, rules: Ruleset) -
     return info
 
 
-def sample(info: Information, rng: random.Random) -> HandState:
-    """A position consistent with ``info``, its hidden cards dealt at random by ``rng``.
+def sample(info: Information, rng: random.Random, laid: float = 0.0) -> HandState:
+    """A position consistent with ``info``, its hidden cards dealt at random by ``rng``; with ``laid``
+    above 0, the hands that have played lean towards holding nothing they could have laid down (the
+    module's "Beliefs about play").
 
-    The same ``info`` and generator state give the same position (the pool is sorted; the shuffle is
-    the generator's).
+    The same ``info``, ``laid`` and generator state give the same position (the pool is sorted; the
+    shuffle and the swaps are the generator's).
     """
     pool = info.pool[:]
     rng.shuffle(pool)
+    if laid > 0.0:
+        _keep_laid_out(info, pool, rng, laid)
     at = 0
     hands: list[tuple[int, ...]] = []
     for s in range(info.players):
@@ -318,4 +350,76 @@ def sample(info: Information, rng: random.Random) -> HandState:
     return state
 
 
-__all__ = ["Information", "PublicMemory", "SamplingError", "information", "meld_from_view", "sample"]
+#: tries at finding a stock or morto card to swap with one that a hand would have laid down
+SWAP_TRIES = 8
+
+
+def playable(c: int, counts: list[int], fits: list[bool], groups: bool) -> bool:
+    """Whether a hand holding ``counts`` (``c`` among them) could lay ``c`` down as a natural card: on a
+    meld of its side (``fits``), or in a run of three naturals of its suit, or (``groups``) in a group
+    of three of its rank. 2s and jokers count as wilds, never as naturals here."""
+    r = c % 13
+    if c == JOKER or r == 1:
+        return False
+    if fits[c]:
+        return True
+    if groups and counts[r] + counts[13 + r] + counts[26 + r] + counts[39 + r] >= 3:
+        return True
+    base = c - r
+    # slots 3..14 (the 2 is a wild; the ace stands above the king): a run of three through c's slot
+    slot = HIGH_ACE if r == 0 else r + 1
+    run = 0
+    for s in range(max(3, slot - 2), min(HIGH_ACE, slot + 2) + 1):
+        if counts[base + (0 if s == HIGH_ACE else s - 1)]:
+            run += 1
+            if run == 3:
+                return True
+        else:
+            run = 0
+    return False
+
+
+def _keep_laid_out(info: Information, pool: list[int], rng: random.Random, laid: float) -> None:
+    """Swap, in the shuffled ``pool`` (dealt in ``sample``'s order: the other hands, then the open
+    mortos and the stock), cards a hand that has played could have laid down with cards of the mortos
+    and stock that it could not have, each with probability ``laid``."""
+    at = 0
+    segments: list[tuple[int, int, int]] = []  # (seat, first, end) of each hand's share of the pool
+    for s in range(info.players):
+        if s == info.seat:
+            continue
+        need = info.sizes[s] - len(info.known[s])
+        segments.append((s, at, at + need))
+        at += need
+    free = len(pool) - at
+    if free <= 0:
+        return
+    groups = info.rules.groups
+    for s, first, end in segments:
+        if not info.played[s]:
+            continue
+        fits = info.fits[s & 1]
+        counts = [0] * NCODES
+        for c in info.known[s]:
+            counts[c] += 1
+        for i in range(first, end):
+            counts[pool[i]] += 1
+        for i in range(first, end):
+            c = pool[i]
+            if not playable(c, counts, fits, groups) or rng.random() >= laid:
+                continue
+            counts[c] -= 1
+            for _ in range(SWAP_TRIES):
+                j = at + rng.randrange(free)
+                other = pool[j]
+                counts[other] += 1
+                if playable(other, counts, fits, groups):
+                    counts[other] -= 1
+                    continue
+                pool[i], pool[j] = other, c
+                break
+            else:
+                counts[c] += 1
+
+
+__all__ = ["Information", "PublicMemory", "SamplingError", "information", "meld_from_view", "playable", "sample"]

@@ -17,7 +17,7 @@ from engine.bots import Bot, ExpertBot, HeuristicBot, make_bot
 from engine.bots.base import BOT_KINDS
 from engine.bots.expert import RolloutView
 from engine.bots.reading import TypedView, codes, read_meld
-from engine.bots.sampling import PublicMemory, SamplingError, information, meld_from_view, sample
+from engine.bots.sampling import PublicMemory, SamplingError, information, meld_from_view, playable, sample
 from engine.cards import format_many, parse_many
 from engine.match import MatchState
 from engine.rules import PRESETS, ruleset_from_spec
@@ -332,6 +332,99 @@ def test_a_sample_shows_the_seat_exactly_its_own_view(name: str, players: int) -
             total = sum(world.sizes) + len(world.pile) + len(world.stock) + sum(
                 len(m.cards) for side in world.melds for m in side) + sum(len(m) for m in world.mortos if m)
             assert total == rules.deck_size
+
+
+def test_playable_reads_runs_groups_and_the_sides_melds() -> None:
+    none = [False] * 54
+
+    def counts(cards: str) -> list[int]:
+        out = [0] * 54
+        for c in parse_many(cards.split()):
+            out[c] += 1
+        return out
+
+    def card(text: str) -> int:
+        return parse_many([text])[0]
+
+    run = counts("5H 6H 7H KC")
+    assert all(playable(card(c), run, none, False) for c in ("5H", "6H", "7H"))
+    assert not playable(card("KC"), run, none, False)
+    gap = counts("5H 7H 8C")
+    assert not any(playable(card(c), gap, none, True) for c in ("5H", "7H", "8C"))
+    assert playable(card("AS"), counts("QS KS AS"), none, False)  # the ace above the king
+    assert not playable(card("AS"), counts("AS 2S 3S"), none, False)  # a 2 is a wild, not a natural
+    assert not playable(card("3S"), counts("AS 2S 3S"), none, False)
+    trio = counts("9C 9D 9S")
+    assert playable(card("9C"), trio, none, True)
+    assert not playable(card("9C"), trio, none, False)  # no groups in the ruleset
+    fits = none[:]
+    fits[card("4D")] = fits[card("2D")] = True
+    assert playable(card("4D"), counts("4D KC"), fits, False)
+    assert not playable(card("2D"), counts("2D KC"), fits, False)  # a wild is never a natural play
+
+
+def hidden_cards(world: HandState, seat: int) -> list[int]:
+    """The cards ``seat`` cannot see: the other hands, the stock and the face-down mortos."""
+    return sorted([*world.stock, *(c for m in world.mortos if m for c in m),
+                   *(c for s in range(world.players) if s != seat for c in world.hand_of(s))])
+
+
+def laid_down_cards(world: HandState, info: Any) -> int:
+    """Cards, in the hands ``info`` says have played, that could have been laid down (the beliefs'
+    cards, taken with the pile, are counted too: they are the seat's memory, not the sample's)."""
+    found = 0
+    for s in range(world.players):
+        if info.played[s]:
+            counts = list(world.counts[s])
+            found += sum(counts[c] for c in range(len(counts))
+                         if counts[c] and playable(c, counts, info.fits[s & 1], world.rules.groups))
+    return found
+
+
+@pytest.mark.parametrize("name", ["classico_104", "fechado", "buraco_2005"])
+@pytest.mark.parametrize("players", [2, 4])
+def test_worlds_lean_towards_hands_that_laid_down_what_they_could(name: str, players: int) -> None:
+    """With ``laid`` 1, the hands that have played hold (almost) no card they could have laid down,
+    where uniform worlds hold many; each world still shows the seat exactly its view."""
+    rules = PRESETS[name]
+    uniform = leaning = 0
+    for seed in range(3):
+        state = played_position(name, players, seed, turns=12 + 5 * seed)
+        if state.is_terminal():
+            continue
+        seat = state.to_act
+        view = state.view(seat)
+        memory = PublicMemory()
+        memory.observe(view)
+        info = information(view, memory, rules)
+        # mid-hand, every other seat has played, but one that has just taken its morto (its 11 cards)
+        assert info.played == [s != seat and s not in memory.morto_pending for s in range(players)]
+        for k in range(10):
+            plain = sample(info, random.Random(k))
+            world = sample(info, random.Random(k), laid=1.0)
+            assert world.view(seat).to_dict() == view.to_dict()
+            assert world.legal_actions() == state.legal_actions()
+            assert hidden_cards(world, seat) == hidden_cards(plain, seat)  # the same cards, dealt otherwise
+            uniform += laid_down_cards(plain, info)
+            leaning += laid_down_cards(world, info)
+    assert uniform >= 10
+    assert leaning * 10 <= uniform
+
+
+def test_hands_that_have_not_played_are_dealt_freely() -> None:
+    """The first seat to act at a new hand: no other hand has played, so leaning changes nothing."""
+    rules = PRESETS["classico_104"]
+    match = MatchState(rules, 4)
+    match.start_hand(seed="laid/first")
+    hand = match.hand
+    assert hand is not None
+    view = hand.view(hand.to_act)
+    memory = PublicMemory()
+    memory.observe(view)
+    info = information(view, memory, rules)
+    assert not any(info.played)
+    for k in range(3):
+        assert sample(info, random.Random(k), laid=1.0).to_json() == sample(info, random.Random(k)).to_json()
 
 
 def test_cards_seen_taken_with_the_pile_are_dealt_to_the_taker() -> None:
