@@ -100,6 +100,8 @@ class ExpertBot:
     # worlds lean towards hands that laid down what they could (``sampling.sample``'s ``laid``): per
     # card another seat could have laid down at its last turn, the chance the world deals it elsewhere
     assume_laid: float = 0.0
+    # ... and towards hands that held nothing to meld with the pile's top they declined (``declined``)
+    assume_declined: float = 0.0
 
     def __init__(self, seed: int | str = 0, rules: Ruleset | None = None,
                  budget_ms: float | None = DEFAULT_BUDGET_MS, max_worlds: int = 10_000,
@@ -309,7 +311,7 @@ class ExpertBot:
         """One world: each live candidate played, then the hand rolled out; the utility per candidate,
         or ``None`` when the CPU clock passed ``deadline`` first (the world is then dropped whole: its
         candidates are compared only on the same worlds)."""
-        world = sample(info, rng, self.assume_laid)
+        world = sample(info, rng, self.assume_laid, self.assume_declined)
         policy_seed = rng.getrandbits(30)
         out = [0.0] * len(candidates)
         for i, action in enumerate(candidates):

@@ -24,11 +24,14 @@ Guarantees:
   than search a position that is not the table's.
 
 Beliefs about play: a seat that finished a turn has usually laid down every natural card it could,
-on its side's melds or as a new meld of three. ``sample(info, rng, laid)`` leans on that: with
-probability ``laid`` per card, a card dealt to such a hand that could have been laid down (it fits a
-meld of its side, or makes a natural run or group with the hand's other cards) is swapped with a
-card of the stock or a face-down morto that could not. A hand that has not played since it was
-dealt or took its morto is dealt freely. ``laid=0`` is the plain uniform sample.
+on its side's melds or as a new meld of three, and a seat that drew from the stock rather than take
+the pile usually held no two cards that would have made a meld with the pile's top.
+``sample(info, rng, laid, declined)`` leans on that: with probability ``laid`` per card, a card dealt
+to such a hand that could have been laid down (it fits a meld of its side, or makes a natural run or
+group with the hand's other cards), and with probability ``declined`` one that makes a run or group
+with the top it declined at its last turn, is swapped with a card of the stock or a face-down morto
+that is neither. A hand that has not played since it was dealt or took its morto is dealt freely.
+With both 0, the plain uniform sample.
 
 The memory is a belief, not a record: cards taken with the pile and laid down later by a side are
 taken out of the belief of that side's seats (first the seat believed to hold them); a card taken
@@ -41,7 +44,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from engine.bots.evaluation import dealt_stock
 from engine.bots.reading import CODE, read_meld
@@ -97,9 +100,10 @@ class PublicMemory:
     dealer, or a stock that grew by more than a morto) clears it.
     """
 
-    __slots__ = ("hand_key", "known", "morto_pending", "mortos_taken", "observed", "pile_after_mine",
+    __slots__ = ("declined", "hand_key", "known", "morto_pending", "mortos_taken", "observed", "pile_after_mine",
                  "stale_turns", "stock_seen", "table")
 
+    declined: list[int]
     hand_key: tuple[int, int]
     known: list[list[int]]
     morto_pending: list[int]
@@ -117,6 +121,9 @@ class PublicMemory:
     def reset(self) -> None:
         #: per seat: cards seen taken with the pile and believed still in that hand
         self.known = [[0] * NCODES for _ in range(4)]
+        #: per seat: the top of the pile it declined at its last turn, drawing from the stock (-1: it
+        #: took the pile, or this seat has not seen its turn)
+        self.declined = [-1] * 4
         #: per side: the seat that took the morto by discarding its last card and has not played
         #: since (the engine's ``morto_pending``), inferred at this seat's turn; -1 for none
         self.morto_pending = [-1, -1]
@@ -153,7 +160,8 @@ class PublicMemory:
         before = self.pile_after_mine
         if before is not None and pile:
             n = len(before)
-            if pile[:n] == before:
+            pile_taken = pile[:n] != before
+            if not pile_taken:
                 new, first = pile[n:], (seat + 1) % players
             else:
                 # the pile was taken: its taker discarded pile[0], the seats after it the rest
@@ -166,6 +174,14 @@ class PublicMemory:
                 s = (first + i) % players
                 if known[s][c]:
                     known[s][c] -= 1
+            # each seat that drew from the stock declined the pile as the seat before it left it
+            self.declined = [-1] * 4
+            tops = new[:-1] if pile_taken else [before[-1], *new[:-1]]
+            start = first + 1 if pile_taken else first
+            for i, c in enumerate(tops):
+                s = (start + i) % players
+                if s != seat:
+                    self.declined[s] = c
         # cards a side laid down since: no longer in the hands of its seats
         table = _table_counts(view)
         for side in (0, 1):
@@ -202,9 +218,9 @@ class PublicMemory:
 class Information:
     """Everything one seat knows at one decision, in the engine's terms; ``sample`` deals the rest."""
 
-    __slots__ = ("dealer", "fits", "hand", "hand_number", "known", "lone", "melds", "morto_open", "morto_pending",
-                 "morto_taken", "morto_to_stock", "must_meld", "phase", "pile", "played", "players", "pool",
-                 "rules", "seat", "sizes", "stock_count", "to_act")
+    __slots__ = ("dealer", "declined", "fits", "hand", "hand_number", "known", "lone", "melds", "morto_open",
+                 "morto_pending", "morto_taken", "morto_to_stock", "must_meld", "phase", "pile", "played",
+                 "players", "pool", "rules", "seat", "sizes", "stock_count", "to_act")
 
     rules: Ruleset
     players: int
@@ -230,6 +246,7 @@ class Information:
     # per seat: the hand has finished a turn since it was dealt or took its morto (its cards were
     # shaped by its own play); never the seat itself
     played: list[bool]
+    declined: list[int]  # per seat that has played: the pile's top it declined at its last turn, or -1
 
 
 def information(view: Mapping[str, Any], memory: PublicMemory, rules: Ruleset) -> Information:
@@ -298,6 +315,7 @@ def information(view: Mapping[str, Any], memory: PublicMemory, rules: Ruleset) -
     info.played = [s != seat and s not in memory.morto_pending
                    and (round_played or (s - first) % players < (seat - first) % players)
                    for s in range(players)]
+    info.declined = [memory.declined[s] if info.played[s] else -1 for s in range(players)]
     hidden = (sum(info.sizes[s] - len(known[s]) for s in range(players) if s != seat) + info.stock_count
               + MORTO_SIZE * (info.morto_open[0] + info.morto_open[1]))
     if hidden != len(info.pool):
@@ -305,18 +323,19 @@ def information(view: Mapping[str, Any], memory: PublicMemory, rules: Ruleset) -
     return info
 
 
-def sample(info: Information, rng: random.Random, laid: float = 0.0) -> HandState:
-    """A position consistent with ``info``, its hidden cards dealt at random by ``rng``; with ``laid``
-    above 0, the hands that have played lean towards holding nothing they could have laid down (the
-    module's "Beliefs about play").
+def sample(info: Information, rng: random.Random, laid: float = 0.0, declined: float = 0.0) -> HandState:
+    """A position consistent with ``info``, its hidden cards dealt at random by ``rng``. With ``laid``
+    or ``declined`` above 0, the hands that have played lean towards holding nothing they could have
+    laid down, and nothing that would have made the pile they declined worth taking (the module's
+    "Beliefs about play").
 
-    The same ``info``, ``laid`` and generator state give the same position (the pool is sorted; the
-    shuffle and the swaps are the generator's).
+    The same ``info``, ``laid``, ``declined`` and generator state give the same position (the pool is
+    sorted; the shuffle and the swaps are the generator's).
     """
     pool = info.pool[:]
     rng.shuffle(pool)
-    if laid > 0.0:
-        _keep_laid_out(info, pool, rng, laid)
+    if laid > 0.0 or declined > 0.0:
+        _lean(info, pool, rng, laid, declined)
     at = 0
     hands: list[tuple[int, ...]] = []
     for s in range(info.players):
@@ -379,10 +398,24 @@ def playable(c: int, counts: list[int], fits: list[bool], groups: bool) -> bool:
     return False
 
 
-def _keep_laid_out(info: Information, pool: list[int], rng: random.Random, laid: float) -> None:
+def _runs_with(c: int, counts: list[int], top: int, groups: bool) -> bool:
+    """Whether ``c``, in a hand holding ``counts``, would make a natural run (or group) of three with
+    the card ``top`` added: the pile a hand declined did not hold such a card, as far as it could see."""
+    counts[top] += 1
+    found = playable(c, counts, _NO_FITS, groups)
+    counts[top] -= 1
+    return found
+
+
+_NO_FITS: Final[list[bool]] = [False] * NCODES
+
+
+def _lean(info: Information, pool: list[int], rng: random.Random, laid: float, declined: float) -> None:
     """Swap, in the shuffled ``pool`` (dealt in ``sample``'s order: the other hands, then the open
-    mortos and the stock), cards a hand that has played could have laid down with cards of the mortos
-    and stock that it could not have, each with probability ``laid``."""
+    mortos and the stock), cards of the hands that have played with cards of the mortos and stock:
+    with probability ``laid`` a card the hand could have laid down, with probability ``declined`` a
+    card that makes a run or group with the pile's top that the hand declined. A card comes in only if
+    it is neither."""
     at = 0
     segments: list[tuple[int, int, int]] = []  # (seat, first, end) of each hand's share of the pool
     for s in range(info.players):
@@ -398,7 +431,8 @@ def _keep_laid_out(info: Information, pool: list[int], rng: random.Random, laid:
     for s, first, end in segments:
         if not info.played[s]:
             continue
-        fits = info.fits[s & 1]
+        fits = info.fits[s & 1] if laid > 0.0 else _NO_FITS
+        top = info.declined[s] if declined > 0.0 else -1
         counts = [0] * NCODES
         for c in info.known[s]:
             counts[c] += 1
@@ -406,14 +440,21 @@ def _keep_laid_out(info: Information, pool: list[int], rng: random.Random, laid:
             counts[pool[i]] += 1
         for i in range(first, end):
             c = pool[i]
-            if not playable(c, counts, fits, groups) or rng.random() >= laid:
+            if laid > 0.0 and playable(c, counts, fits, groups):
+                chance = laid
+            elif top >= 0 and _runs_with(c, counts, top, groups):
+                chance = declined
+            else:
+                continue
+            if rng.random() >= chance:
                 continue
             counts[c] -= 1
             for _ in range(SWAP_TRIES):
                 j = at + rng.randrange(free)
                 other = pool[j]
                 counts[other] += 1
-                if playable(other, counts, fits, groups):
+                if (laid > 0.0 and playable(other, counts, fits, groups)) or (
+                        top >= 0 and _runs_with(other, counts, top, groups)):
                     counts[other] -= 1
                     continue
                 pool[i], pool[j] = other, c

@@ -448,6 +448,68 @@ def test_cards_seen_taken_with_the_pile_are_dealt_to_the_taker() -> None:
         assert world.counts[1][parse_many(["7S"])[0]] >= 1 and world.counts[1][parse_many(["8S"])[0]] >= 1
 
 
+
+def test_the_memory_knows_which_pile_top_each_seat_declined() -> None:
+    """A seat that drew from the stock declined the pile's top as the seat before it left it; a seat
+    that took the pile declined nothing."""
+    s = position("aberto", ["4H 5H 9C 9D KS QD 3C 8S", "5D 6D 9S 10S KH QH 8C 3S"], pile="7S")
+    memory = PublicMemory()
+    memory.observe(s.view(0))
+    s.apply(DRAW, 0)
+    memory.note_discard(s.view(0), parse_many(["8S"])[0])
+    s.apply(Discard(parse_many(["8S"])[0]), 0)
+    s.apply(DRAW, 1)  # seat 1 declines the 8S
+    s.apply(Discard(parse_many(["3S"])[0]), 1)
+    assert memory.observe(s.view(0))
+    assert memory.declined[:2] == [-1, parse_many(["8S"])[0]]
+    s.apply(DRAW, 0)
+    view = s.view(0)
+    assert information(view, memory, PRESETS["aberto"]).declined == [-1, parse_many(["8S"])[0]]
+    memory.note_discard(view, parse_many(["QD"])[0])
+    s.apply(Discard(parse_many(["QD"])[0]), 0)
+    s.apply(TAKE_PILE, 1)  # seat 1 takes the pile this time
+    s.apply(Discard(parse_many(["8C"])[0]), 1)
+    memory.observe(s.view(0))
+    assert memory.declined[:2] == [-1, -1]
+
+
+def test_worlds_lean_away_from_what_would_have_made_the_declined_pile_worth_taking() -> None:
+    """Seat 1 declined the 8S: with ``declined`` 1 its sampled hand holds no 6S-7S, 7S-9S or 9S-10S
+    pair, where uniform worlds often do; each world still shows seat 0 exactly its view."""
+    rules = PRESETS["aberto"]
+    s = position("aberto", ["4H 5H 9C 9D KS QD 3C 8S", "5D 6D 9S 10S KH QH 8C 3S"], pile="7C")
+    memory = PublicMemory()
+    memory.observe(s.view(0))
+    s.apply(DRAW, 0)
+    memory.note_discard(s.view(0), parse_many(["8S"])[0])
+    s.apply(Discard(parse_many(["8S"])[0]), 0)
+    s.apply(DRAW, 1)
+    s.apply(Discard(parse_many(["3S"])[0]), 1)
+    assert memory.observe(s.view(0))
+    s.apply(DRAW, 0)
+    view = s.view(0)
+    info = information(view, memory, rules)
+    eight = parse_many(["8S"])[0]
+
+    def pairs(world: HandState) -> int:
+        counts = list(world.counts[1])
+        found = 0
+        for c in range(len(counts)):
+            if counts[c] and c // 13 == eight // 13:
+                counts[eight] += 1
+                found += playable(c, counts, [False] * len(counts), rules.groups)
+                counts[eight] -= 1
+        return found
+
+    uniform = leaning = 0
+    for k in range(100):
+        world = sample(info, random.Random(k), declined=1.0)
+        assert world.view(0).to_dict() == view.to_dict()
+        uniform += pairs(sample(info, random.Random(k)))
+        leaning += pairs(world)
+    assert uniform >= 10
+    assert leaning == 0
+
 def test_a_meld_that_does_not_read_back_is_refused() -> None:
     with pytest.raises(SamplingError):
         meld_from_view("sequence", ("4H", "5H", "6H"), "clean", PRESETS["aberto"])
