@@ -400,7 +400,10 @@ def playable(c: int, counts: list[int], fits: list[bool], groups: bool) -> bool:
 
 def _runs_with(c: int, counts: list[int], top: int, groups: bool) -> bool:
     """Whether ``c``, in a hand holding ``counts``, would make a natural run (or group) of three with
-    the card ``top`` added: the pile a hand declined did not hold such a card, as far as it could see."""
+    the card ``top`` added, and not without it (a meld the hand holds already is the other belief's,
+    ``laid``): the hand that declined ``top`` did not hold such a card, as far as its play shows."""
+    if playable(c, counts, _NO_FITS, groups):
+        return False
     counts[top] += 1
     found = playable(c, counts, _NO_FITS, groups)
     counts[top] -= 1
