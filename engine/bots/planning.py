@@ -35,8 +35,14 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
 
     Natural cards first; then, with ``wilds``, each wild in ``counts`` joins two close leftover
     cards (same suit within two ranks, or one rank where groups are allowed) into a new meld.
+
+    Every rollout of the expert's search runs this a few times a turn (it is most of the heuristic's
+    time), so the cards laid are counted as they are taken, and no pass scans the deck twice.
     """
     avail = counts[:]
+    used = [0] * NCODES
+    count = 0
+    value = 0
     canastras = 0
     clean = 0
     for m in melds:
@@ -50,7 +56,10 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                 if wild_slot and (lo > ACE or hi < HIGH_ACE):
                     code = slot_card(suit, wild_slot)
                     if avail[code]:  # the natural card takes the wild's place; the wild moves to an end
-                        avail[code] = avail[code] - 1
+                        avail[code] -= 1
+                        used[code] += 1
+                        count += 1
+                        value += values[code]
                         mask |= 1 << wild_slot
                         if hi < HIGH_ACE:
                             hi += 1
@@ -63,7 +72,10 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                 if lo > ACE and not mask >> (lo - 1) & 1:
                     code = slot_card(suit, lo - 1)
                     if avail[code]:
-                        avail[code] = avail[code] - 1
+                        avail[code] -= 1
+                        used[code] += 1
+                        count += 1
+                        value += values[code]
                         lo -= 1
                         mask |= 1 << lo
                         size += 1
@@ -71,28 +83,38 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                 if hi < HIGH_ACE and not mask >> (hi + 1) & 1:
                     code = slot_card(suit, hi + 1)
                     if avail[code]:
-                        avail[code] = avail[code] - 1
+                        avail[code] -= 1
+                        used[code] += 1
+                        count += 1
+                        value += values[code]
                         hi += 1
                         mask |= 1 << hi
                         size += 1
                         progress = True
         else:
-            code = m.rank - 1  # the rank's four codes: code, code + 13, code + 26, code + 39
-            size += avail[code] + avail[code + 13] + avail[code + 26] + avail[code + 39]
-            avail[code] = avail[code + 13] = avail[code + 26] = avail[code + 39] = 0
+            for code in range(m.rank - 1, JOKER, 13):  # the rank's four codes
+                n = avail[code]
+                if n:
+                    avail[code] = 0
+                    used[code] += n
+                    count += n
+                    value += n * values[code]
+                    size += n
         if m.size < CANASTRA <= size:
             canastras += 1
             clean += m.wild < 0
-    # new runs of natural cards, twice (the deck's second copies can make a second run)
-    for _ in range(2):
-        for suit in range(4):
-            base = suit * 13
+    # new runs of natural cards, per suit, twice (the deck's second copies can make a second run;
+    # a suit that laid no run the first time has the same cards the second time, and lays none)
+    for suit in range(4):
+        base = suit * 13
+        for _ in range(2):
             mask = 0
             for r in range(1, 13):  # ranks 2..K are slots 2..13
                 if avail[base + r]:
                     mask |= 1 << (r + 1)
             if avail[base]:
                 mask |= 1 << ACE | 1 << HIGH_ACE
+            laid = False
             while mask:
                 lo = (mask & -mask).bit_length() - 1
                 x = mask >> lo
@@ -101,45 +123,49 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                 if lo == ACE and lo + length - 1 == HIGH_ACE and avail[base] < 2:
                     length -= 1  # one ace cannot stand at both ends
                 if length >= 3:
+                    laid = True
                     for s in range(lo, lo + length):
                         code = slot_card(suit, s)
-                        avail[code] = avail[code] - 1
+                        avail[code] -= 1
+                        used[code] += 1
+                        count += 1
+                        value += values[code]
                     if length >= CANASTRA:
                         canastras += 1
                         clean += 1
+            if not laid:
+                break
     if groups:
         for rank in _GROUP_RANKS:
             code = rank - 1  # the rank's four codes: code, code + 13, code + 26, code + 39
             total = avail[code] + avail[code + 13] + avail[code + 26] + avail[code + 39]
             if total >= 3:
-                avail[code] = avail[code + 13] = avail[code + 26] = avail[code + 39] = 0
+                for c in range(code, JOKER, 13):
+                    n = avail[c]
+                    if n:
+                        avail[c] = 0
+                        used[c] += n
+                        count += n
+                        value += n * values[c]
                 if total >= CANASTRA:
                     canastras += 1
                     clean += 1
-    if wilds:
+    if wilds and avail[JOKER] + avail[1] + avail[14] + avail[27] + avail[40]:
         spare = [JOKER] * avail[JOKER] + [s * 13 + 1 for s in range(4) for _ in range(avail[s * 13 + 1])]
-        if spare:
-            left = [c for c in range(JOKER) if c % 13 != 1 for _ in range(avail[c])]
-            i = 0
-            while spare and i + 1 < len(left):
-                c, d = left[i], left[i + 1]
-                if (c // 13 == d // 13 and 0 < d - c <= 2) or (groups and c == d):
-                    avail[c] = avail[c] - 1
-                    avail[d] = avail[d] - 1
-                    w = spare.pop()
-                    avail[w] = avail[w] - 1
-                    i += 2
-                else:
-                    i += 1
-    used = [0] * NCODES
-    count = 0
-    value = 0
-    for code in range(NCODES):
-        n = counts[code] - avail[code]
-        if n:
-            used[code] = n
-            count += n
-            value += n * values[code]
+        left = [c for c in range(JOKER) if c % 13 != 1 for _ in range(avail[c])]
+        i = 0
+        while spare and i + 1 < len(left):
+            c, d = left[i], left[i + 1]
+            if (c // 13 == d // 13 and 0 < d - c <= 2) or (groups and c == d):
+                w = spare.pop()
+                for taken in (c, d, w):
+                    avail[taken] -= 1
+                    used[taken] += 1
+                    count += 1
+                    value += values[taken]
+                i += 2
+            else:
+                i += 1
     return Plan(used, count, value, canastras, clean)
 
 
