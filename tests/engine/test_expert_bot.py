@@ -18,7 +18,7 @@ from engine.bots.base import BOT_KINDS
 from engine.bots.expert import RolloutView
 from engine.bots.reading import TypedView, codes, read_meld
 from engine.bots.sampling import PublicMemory, SamplingError, information, meld_from_view, playable, sample
-from engine.cards import format_many, parse_many
+from engine.cards import NCODES, format_many, parse_many
 from engine.match import MatchState
 from engine.rules import PRESETS, ruleset_from_spec
 from engine.state import HandState
@@ -335,10 +335,10 @@ def test_a_sample_shows_the_seat_exactly_its_own_view(name: str, players: int) -
 
 
 def test_playable_reads_runs_groups_and_the_sides_melds() -> None:
-    none = [False] * 54
+    none = [False] * NCODES
 
     def counts(cards: str) -> list[int]:
-        out = [0] * 54
+        out = [0] * NCODES
         for c in parse_many(cards.split()):
             out[c] += 1
         return out
@@ -448,7 +448,6 @@ def test_cards_seen_taken_with_the_pile_are_dealt_to_the_taker() -> None:
         assert world.counts[1][parse_many(["7S"])[0]] >= 1 and world.counts[1][parse_many(["8S"])[0]] >= 1
 
 
-
 def test_the_memory_knows_which_pile_top_each_seat_declined() -> None:
     """A seat that drew from the stock declined the pile's top as the seat before it left it; a seat
     that took the pile declined nothing."""
@@ -511,6 +510,7 @@ def test_worlds_lean_away_from_what_would_have_made_the_declined_pile_worth_taki
         leaning += pairs(world)
     assert uniform >= 10
     assert leaning == 0
+
 
 def test_a_meld_that_does_not_read_back_is_refused() -> None:
     with pytest.raises(SamplingError):

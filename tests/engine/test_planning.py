@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from engine.bots.planning import Plan, plan_naturals
 from engine.bots.reading import TableMeld, read_meld
-from engine.cards import NCODES, parse_many
+from engine.cards import NCODES, parse_many, to_str
 from engine.melds import card_values
 from engine.rules import PRESETS
 
@@ -22,7 +22,6 @@ def counts(cards: str) -> list[int]:
 
 def laid(plan: Plan) -> list[str]:
     """The cards the plan lays down, as a sorted list of strings (a card twice when both copies)."""
-    from engine.cards import to_str
     return sorted(to_str(c) for c in range(NCODES) for _ in range(plan.used[c]))
 
 
