@@ -151,8 +151,14 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                     canastras += 1
                     clean += 1
     if wilds and avail[JOKER] + avail[1] + avail[14] + avail[27] + avail[40]:
-        spare = [JOKER] * avail[JOKER] + [s * 13 + 1 for s in range(4) for _ in range(avail[s * 13 + 1])]
-        left = [c for c in range(JOKER) if c % 13 != 1 for _ in range(avail[c])]
+        spare = [JOKER] * avail[JOKER]
+        for two in (1, 14, 27, 40):
+            spare.extend([two] * avail[two])
+        left: list[int] = []  # the natural cards left, in code order, each copy once
+        for c in range(JOKER):
+            n = avail[c]
+            if n > 0 and c % 13 != 1:
+                left.extend([c] * n)
         i = 0
         while spare and i + 1 < len(left):
             c, d = left[i], left[i + 1]
