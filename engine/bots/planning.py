@@ -36,8 +36,9 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
     Natural cards first; then, with ``wilds``, each wild in ``counts`` joins two close leftover
     cards (same suit within two ranks, or one rank where groups are allowed) into a new meld.
 
-    Every rollout of the expert's search runs this a few times a turn (it is most of the heuristic's
-    time), so the cards laid are counted as they are taken, and no pass scans the deck twice.
+    The heuristic runs this a few times a turn, in every rollout of the expert's search, so it
+    counts the cards it lays as it takes them (no last pass over the deck) and scans a suit a second
+    time only where it laid a run.
     """
     avail = counts[:]
     used = [0] * NCODES
