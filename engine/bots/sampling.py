@@ -218,9 +218,9 @@ class PublicMemory:
 class Information:
     """Everything one seat knows at one decision, in the engine's terms; ``sample`` deals the rest."""
 
-    __slots__ = ("dealer", "declined", "fits", "hand", "hand_number", "known", "lone", "melds", "morto_open",
-                 "morto_pending", "morto_taken", "morto_to_stock", "must_meld", "phase", "pile", "played",
-                 "players", "pool", "rules", "seat", "sizes", "stock_count", "to_act")
+    __slots__ = ("dealer", "declined", "fits", "hand", "hand_number", "in_hands", "known", "lone", "melds",
+                 "morto_open", "morto_pending", "morto_taken", "morto_to_stock", "must_meld", "phase", "pile",
+                 "played", "players", "pool", "rules", "seat", "shares", "sizes", "stock_count", "to_act")
 
     rules: Ruleset
     players: int
@@ -242,6 +242,11 @@ class Information:
     lone: int
     known: list[list[int]]  # per seat: cards believed in that hand (as codes), each still unaccounted for
     pool: list[int]  # every other card the seat cannot place, as codes (sorted)
+    # a sample deals the shuffled pool in this order: per other seat, its hand's unknown cards
+    # (``shares[seat]``: that slice of the pool; empty for the seat itself), then from ``in_hands``
+    # the open mortos and the stock
+    shares: list[tuple[int, int]]
+    in_hands: int
     fits: list[list[bool]]  # per side, per card code: a natural card that can be added to one of its melds
     # per seat: the hand has finished a turn since it was dealt or took its morto (its cards were
     # shaped by its own play); never the seat itself
@@ -299,6 +304,14 @@ def information(view: Mapping[str, Any], memory: PublicMemory, rules: Ruleset) -
                 room -= k
     info.known = known
     info.pool = [c for c in range(NCODES) for _ in range(unseen[c])]
+    shares: list[tuple[int, int]] = []
+    at = 0
+    for s in range(players):
+        need = 0 if s == seat else info.sizes[s] - len(known[s])
+        shares.append((at, at + need))
+        at += need
+    info.shares = shares
+    info.in_hands = at
     fits = [[False] * NCODES, [False] * NCODES]
     for side, melds in enumerate(view["melds"]):
         for m in melds:
@@ -316,8 +329,7 @@ def information(view: Mapping[str, Any], memory: PublicMemory, rules: Ruleset) -
                    and (round_played or (s - first) % players < (seat - first) % players)
                    for s in range(players)]
     info.declined = [memory.declined[s] if info.played[s] else -1 for s in range(players)]
-    hidden = (sum(info.sizes[s] - len(known[s]) for s in range(players) if s != seat) + info.stock_count
-              + MORTO_SIZE * (info.morto_open[0] + info.morto_open[1]))
+    hidden = info.in_hands + info.stock_count + MORTO_SIZE * (info.morto_open[0] + info.morto_open[1])
     if hidden != len(info.pool):
         raise SamplingError(f"{len(info.pool)} unseen cards for {hidden} hidden places")
     return info
@@ -336,15 +348,14 @@ def sample(info: Information, rng: random.Random, laid: float = 0.0, declined: f
     rng.shuffle(pool)
     if laid > 0.0 or declined > 0.0:
         _lean(info, pool, rng, laid, declined)
-    at = 0
     hands: list[tuple[int, ...]] = []
     for s in range(info.players):
         if s == info.seat:
             hands.append(tuple(info.hand))
             continue
-        need = info.sizes[s] - len(info.known[s])
-        hands.append((*info.known[s], *pool[at:at + need]))
-        at += need
+        first, end = info.shares[s]
+        hands.append((*info.known[s], *pool[first:end]))
+    at = info.in_hands
     mortos: list[tuple[int, ...]] = []
     for side in (0, 1):
         if info.morto_open[side]:
@@ -414,26 +425,19 @@ _NO_FITS: Final[list[bool]] = [False] * NCODES
 
 
 def _lean(info: Information, pool: list[int], rng: random.Random, laid: float, declined: float) -> None:
-    """Swap, in the shuffled ``pool`` (dealt in ``sample``'s order: the other hands, then the open
-    mortos and the stock), cards of the hands that have played with cards of the mortos and stock:
-    with probability ``laid`` a card the hand could have laid down, with probability ``declined`` a
-    card that makes a run or group with the pile's top that the hand declined. A card comes in only if
-    it is neither."""
-    at = 0
-    segments: list[tuple[int, int, int]] = []  # (seat, first, end) of each hand's share of the pool
-    for s in range(info.players):
-        if s == info.seat:
-            continue
-        need = info.sizes[s] - len(info.known[s])
-        segments.append((s, at, at + need))
-        at += need
+    """Swap, in the shuffled ``pool`` (dealt in ``sample``'s order, ``Information.shares``), cards of
+    the hands that have played with cards of the mortos and stock: with probability ``laid`` a card
+    the hand could have laid down, with probability ``declined`` a card that makes a run or group with
+    the pile's top that the hand declined. A card comes in only if it is neither."""
+    at = info.in_hands
     free = len(pool) - at
     if free <= 0:
         return
     groups = info.rules.groups
-    for s, first, end in segments:
-        if not info.played[s]:
+    for s in range(info.players):
+        if not info.played[s]:  # never the seat itself
             continue
+        first, end = info.shares[s]
         fits = info.fits[s & 1] if laid > 0.0 else _NO_FITS
         top = info.declined[s] if declined > 0.0 else -1
         counts = [0] * NCODES
