@@ -29,6 +29,21 @@ class Plan:
     clean_canastras: int  # of which without a wild
 
 
+def _take_rank(avail: list[int], used: list[int], values: tuple[int, ...], first: int) -> tuple[int, int]:
+    """Takes every copy of one rank left in ``avail`` (codes ``first``, +13, +26, +39) into ``used``;
+    returns how many cards and how many points were taken."""
+    taken = 0
+    points = 0
+    for code in range(first, JOKER, 13):
+        n = avail[code]
+        if n:
+            avail[code] = 0
+            used[code] += n
+            taken += n
+            points += n * values[code]
+    return taken, points
+
+
 def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, values: tuple[int, ...],
                   wilds: bool = True) -> Plan:
     """What ``counts`` (a hand) can lay down on and beside ``melds``.
@@ -93,14 +108,10 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                         size += 1
                         progress = True
         else:
-            for code in range(m.rank - 1, JOKER, 13):  # the rank's four codes
-                n = avail[code]
-                if n:
-                    avail[code] = 0
-                    used[code] += n
-                    count += n
-                    value += n * values[code]
-                    size += n
+            n, points = _take_rank(avail, used, values, m.rank - 1)
+            count += n
+            value += points
+            size += n
         if m.size < CANASTRA <= size:
             canastras += 1
             clean += m.wild < 0
@@ -141,13 +152,9 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
             code = rank - 1  # the rank's four codes: code, code + 13, code + 26, code + 39
             total = avail[code] + avail[code + 13] + avail[code + 26] + avail[code + 39]
             if total >= 3:
-                for c in range(code, JOKER, 13):
-                    n = avail[c]
-                    if n:
-                        avail[c] = 0
-                        used[c] += n
-                        count += n
-                        value += n * values[c]
+                n, points = _take_rank(avail, used, values, code)
+                count += n
+                value += points
                 if total >= CANASTRA:
                     canastras += 1
                     clean += 1
