@@ -427,14 +427,21 @@ def test_hands_that_have_not_played_are_dealt_freely() -> None:
         assert sample(info, random.Random(k), laid=1.0).to_json() == sample(info, random.Random(k)).to_json()
 
 
-def test_cards_seen_taken_with_the_pile_are_dealt_to_the_taker() -> None:
-    rules = PRESETS["aberto"]
-    s = position("aberto", ["4H 5H 9C 9D KS QD 3C 8S", "5D 6D 9S 10S KH QH 8C 2S"], pile="7S")
+def seat_0_discards_the_8s(seat_1: str, pile: str) -> tuple[HandState, PublicMemory]:
+    """An ``aberto`` hand of two where seat 0 (whose memory is returned) draws and discards the 8S;
+    seat 1 holds ``seat_1`` and is to act."""
+    s = position("aberto", ["4H 5H 9C 9D KS QD 3C 8S", seat_1], pile=pile)
     memory = PublicMemory()
     memory.observe(s.view(0))
     s.apply(DRAW, 0)
     memory.note_discard(s.view(0), parse_many(["8S"])[0])
     s.apply(Discard(parse_many(["8S"])[0]), 0)
+    return s, memory
+
+
+def test_cards_seen_taken_with_the_pile_are_dealt_to_the_taker() -> None:
+    rules = PRESETS["aberto"]
+    s, memory = seat_0_discards_the_8s("5D 6D 9S 10S KH QH 8C 2S", pile="7S")
     s.apply(TAKE_PILE, 1)  # seat 1 takes 7S 8S
     s.apply(Discard(parse_many(["2S"])[0]), 1)
     assert memory.observe(s.view(0))  # the seat's next turn starts (at its draw)
@@ -451,12 +458,7 @@ def test_cards_seen_taken_with_the_pile_are_dealt_to_the_taker() -> None:
 def test_the_memory_knows_which_pile_top_each_seat_declined() -> None:
     """A seat that drew from the stock declined the pile's top as the seat before it left it; a seat
     that took the pile declined nothing."""
-    s = position("aberto", ["4H 5H 9C 9D KS QD 3C 8S", "5D 6D 9S 10S KH QH 8C 3S"], pile="7S")
-    memory = PublicMemory()
-    memory.observe(s.view(0))
-    s.apply(DRAW, 0)
-    memory.note_discard(s.view(0), parse_many(["8S"])[0])
-    s.apply(Discard(parse_many(["8S"])[0]), 0)
+    s, memory = seat_0_discards_the_8s("5D 6D 9S 10S KH QH 8C 3S", pile="7S")
     s.apply(DRAW, 1)  # seat 1 declines the 8S
     s.apply(Discard(parse_many(["3S"])[0]), 1)
     assert memory.observe(s.view(0))
@@ -476,12 +478,7 @@ def test_worlds_lean_away_from_what_would_have_made_the_declined_pile_worth_taki
     """Seat 1 declined the 8S: with ``declined`` 1 its sampled hand holds no 6S-7S, 7S-9S or 9S-10S
     pair, where uniform worlds often do; each world still shows seat 0 exactly its view."""
     rules = PRESETS["aberto"]
-    s = position("aberto", ["4H 5H 9C 9D KS QD 3C 8S", "5D 6D 9S 10S KH QH 8C 3S"], pile="7C")
-    memory = PublicMemory()
-    memory.observe(s.view(0))
-    s.apply(DRAW, 0)
-    memory.note_discard(s.view(0), parse_many(["8S"])[0])
-    s.apply(Discard(parse_many(["8S"])[0]), 0)
+    s, memory = seat_0_discards_the_8s("5D 6D 9S 10S KH QH 8C 3S", pile="7C")
     s.apply(DRAW, 1)
     s.apply(Discard(parse_many(["3S"])[0]), 1)
     assert memory.observe(s.view(0))
