@@ -8,8 +8,9 @@ At each decision that is a real choice, the bot
    stopping to discard instead (``_candidates``);
 2. deals *worlds*: the cards the seat cannot see, sampled consistently with everything it knows
    (its view and the public history it remembered, ``engine/bots/sampling.py``); with
-   ``assume_laid`` or ``assume_declined`` above 0 (off by default: no gain measured), the worlds
-   lean towards other hands that laid down what they could and held nothing to take the pile for;
+   ``assume_laid`` or ``assume_declined`` above 0 (off by default: docs/performance.md, "Bots"), the
+   worlds lean towards other hands that laid down what they could and held nothing to take the pile
+   for;
 3. in each world plays every candidate, then the rest of the hand with the heuristic bot in every
    seat (the opponents are played as the heuristic plays, the seat itself too), up to the end of
    the hand, and scores the result for its side (``_utility``). Where the ruleset has a learned
