@@ -69,11 +69,13 @@ def pure_expert() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    # the rollouts' view as installed: in the compiled engine an interpreted class cannot subclass its
-    # compiled base (``reading.TypedView``), and the two are the same code
+    # the rollouts' view as installed, with the readings it takes: in the compiled engine an
+    # interpreted class cannot subclass its compiled base (``reading.TypedView``), and the two are the
+    # same code
     from engine.bots import expert as installed
 
     module.RolloutView = installed.RolloutView  # type: ignore[attr-defined]
+    module.MeldReadings = installed.MeldReadings  # type: ignore[attr-defined]
     return module
 
 

@@ -127,7 +127,7 @@ class ExpertBot:
         self.clock = clock
         self.strict = strict
         self._printed: dict[Meld, dict[str, Any]] = {}  # melds' view form, for RolloutView
-        self._tables: dict[Meld, TableMeld] = {}  # melds as the rollouts' players read them, for RolloutView
+        self._readings = MeldReadings()  # melds as the rollouts' players read them, for RolloutView
         self._evaluations: dict[int, Evaluation | None] = {}  # per number of players
         self._evaluation: Evaluation | None = None  # the current search's, when its rollouts are cut
         self.turn_cost = 0.0  # CPU seconds per rollout turn, a running mean over worlds (0: none yet)
@@ -229,8 +229,8 @@ class ExpertBot:
         self.searches += 1
         if len(self._printed) > 4096:
             self._printed.clear()  # bounded: a hand's melds are a few hundred forms at most
-        if len(self._tables) > 4096:
-            self._tables.clear()
+        if len(self._readings.by_meld) > 4096:
+            self._readings.clear()
         side = info.seat & 1
         k = len(candidates)
         total = [0.0] * k  # per candidate: sum of its gain over candidate 0, world by world
@@ -344,7 +344,7 @@ class ExpertBot:
             if actions % CLOCK_EVERY == 0 and clock() > deadline:
                 return None
             seat = state.to_act
-            view = RolloutView(state, seat, self._printed, self._tables)
+            view = RolloutView(state, seat, self._printed, self._readings)
             state.apply(bots[seat].choose(view, state.legal_actions()))
             actions += 1
         self._world_turns += state.turns - first
@@ -381,6 +381,26 @@ def _hand_strings(counts: list[int]) -> list[str]:
     return [CARD_STR[c] for c, n in enumerate(counts) if n for _ in range(n)]
 
 
+class MeldReadings:
+    """The rollout players' readings of the melds on the table (``TableMeld``), kept across the
+    positions of a bot's searches: by meld, and per side the last row read (its melds and their
+    readings), which the next position of a rollout shows again all but a meld or two. Every reading
+    is the one ``read_meld`` gives the meld's view form: a meld is immutable, so it reads the same
+    wherever it lies."""
+
+    __slots__ = ("by_meld", "melds", "rows")
+
+    def __init__(self) -> None:
+        self.by_meld: dict[Meld, TableMeld] = {}
+        self.melds: list[list[Meld]] = [[], []]  # per side: the melds of the last row read
+        self.rows: list[list[TableMeld]] = [[], []]  # ... and their readings
+
+    def clear(self) -> None:
+        self.by_meld.clear()
+        self.melds = [[], []]
+        self.rows = [[], []]
+
+
 class RolloutView(TypedView):
     """A seat's view of one of the expert's own simulated positions, for its rollout players.
 
@@ -388,22 +408,21 @@ class RolloutView(TypedView):
     them), computed on each read, with each meld's printed form cached across positions (``cache``,
     one per bot): the rollout's heuristic players read every meld at every decision, and a meld,
     immutable, prints the same every time. As a ``TypedView`` it also gives those players the hand,
-    the pile and the melds as they would read them from its fields, without printing them (each
-    meld's reading cached in ``tables``, one per bot). Read it before the position changes, as a
-    ``View``.
+    the pile and the melds as they would read them from its fields, without printing them (the
+    readings kept in ``readings``, one per bot). Read it before the position changes, as a ``View``.
     """
 
-    __slots__ = ("_cache", "_seat", "_state", "_tables")
+    __slots__ = ("_cache", "_readings", "_seat", "_state")
 
     KEYS = ("seat", "players", "hand_number", "dealer", "phase", "to_act", "hand_sizes", "melds", "discard",
             "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "hand")
 
     def __init__(self, state: HandState, seat: int, cache: dict[Meld, dict[str, Any]],
-                 tables: dict[Meld, TableMeld]) -> None:
+                 readings: MeldReadings) -> None:
         self._state = state
         self._seat = seat
         self._cache = cache
-        self._tables = tables
+        self._readings = readings
 
     def hand_counts(self) -> list[int]:
         return self._state.counts[self._seat][:]
@@ -412,18 +431,35 @@ class RolloutView(TypedView):
         return self._state.pile[:]
 
     def table_melds(self) -> list[list[TableMeld]]:
-        s = self._state
-        tables = self._tables
+        readings = self._readings
+        by_meld = readings.by_meld
         out: list[list[TableMeld]] = []
-        for side in s.melds:
-            row: list[TableMeld] = []
-            for m in side:
-                read = tables.get(m)
-                if read is None:
-                    printed = self._view_form(m)
-                    read = tables[m] = read_meld(printed["kind"], tuple(printed["cards"]), printed["canastra"])
-                row.append(read)
-            out.append(row)
+        for side in range(2):
+            melds = self._state.melds[side]
+            last = readings.melds[side]
+            row = readings.rows[side]
+            n = len(melds)
+            same = n == len(last)
+            if same:
+                for i in range(n):
+                    if melds[i] is not last[i]:
+                        same = False
+                        break
+            if not same:
+                made: list[TableMeld] = []
+                for i in range(n):
+                    m = melds[i]
+                    if i < len(last) and last[i] is m:
+                        made.append(row[i])  # unchanged since the last row
+                        continue
+                    read = by_meld.get(m)
+                    if read is None:
+                        printed = self._view_form(m)
+                        read = by_meld[m] = read_meld(printed["kind"], tuple(printed["cards"]), printed["canastra"])
+                    made.append(read)
+                readings.melds[side] = melds[:]
+                readings.rows[side] = row = made
+            out.append(row[:])
         return out
 
     def _view_form(self, m: Meld) -> dict[str, Any]:
@@ -435,23 +471,19 @@ class RolloutView(TypedView):
         return printed
 
     def __getitem__(self, key: str) -> Any:
+        # the keys the rollouts' players read at every decision first (the hand, the pile and the
+        # melds they read typed)
         s = self._state
-        if key == "melds":
-            return [[self._view_form(m) for m in side] for side in s.melds]
         if key == "phase":
             return s.phase
-        if key == "discard":
-            return [CARD_STR[c] for c in s.pile]
-        if key == "hand":
-            return _hand_strings(s.counts[self._seat])
         if key == "seat":
             return self._seat
         if key == "players":
             return s.players
-        if key == "hand_sizes":
-            return s.sizes[:]
         if key == "stock_count":
             return len(s.stock)
+        if key == "hand_sizes":
+            return s.sizes[:]
         if key == "mortos_taken":
             return s.morto_taken[:]
         if key == "mortos_in_stock":
@@ -460,14 +492,20 @@ class RolloutView(TypedView):
             return s.hand_number
         if key == "dealer":
             return s.dealer
+        if key == "score":
+            return s.score()
+        if key == "melds":
+            return [[self._view_form(m) for m in side] for side in s.melds]
+        if key == "discard":
+            return [CARD_STR[c] for c in s.pile]
+        if key == "hand":
+            return _hand_strings(s.counts[self._seat])
         if key == "to_act":
             return s.current_player()
         if key == "must_meld":
             return CARD_STR[s.must_meld] if s.must_meld >= 0 else None
         if key == "lone_card":
             return CARD_STR[s.lone] if s.lone >= 0 else None
-        if key == "score":
-            return s.score()
         raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
@@ -496,4 +534,4 @@ def _mean_se(total: float, square: float, n: int) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-__all__ = ["DEFAULT_BUDGET_MS", "MAX_ROLLOUT_ACTIONS", "ExpertBot", "distinct"]
+__all__ = ["DEFAULT_BUDGET_MS", "MAX_ROLLOUT_ACTIONS", "ExpertBot", "MeldReadings", "RolloutView", "distinct"]

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from engine.actions import DRAW, Action, AddCards, Discard, MeldCards, TakePile
 from engine.bots.planning import plan_naturals
@@ -150,6 +150,7 @@ class HeuristicBot:
         self._known_any = False
         self._discarded: list[list[int]] = [[0] * NCODES for _ in range(4)]  # discarded, per seat
         self._table: list[list[int]] = [[0] * NCODES, [0] * NCODES]  # cards seen on the table, per side
+        self._table_melds: list[list[TableMeld]] = [[], []]  # the readings ``_table`` was counted from
         self._stock_seen = -1  # the stock at this seat's previous turn
         self._stale_turns = 0  # own turns in a row at which the stock had not shrunk since the one before
 
@@ -185,20 +186,33 @@ class HeuristicBot:
     def _forget_laid(self, t: Turn) -> None:
         """Cards an opponent took from the pile and has since laid down are no longer in its hand."""
         opp = 1 - t.side
+        melds = t.melds[opp]
+        seen = self._table_melds[opp]
+        if len(seen) == len(melds):
+            same = True
+            for i in range(len(melds)):
+                if melds[i] is not seen[i]:
+                    same = False
+                    break
+            if same:
+                return  # the very readings of the last call: the same cards on the table, nothing laid since
+        self._table_melds[opp] = melds[:]
         now = [0] * NCODES
-        for m in t.melds[opp]:
+        for m in melds:
             for c in m.cards:
                 now[c] = now[c] + 1
         old = self._table[opp]
-        for c in range(NCODES):
-            grew = now[c] - old[c]
-            s = opp
-            while grew > 0 and s < t.players:
-                if self._known[s][c]:
-                    self._known[s][c] = self._known[s][c] - 1
-                    grew -= 1
-                else:
-                    s += 2
+        for m in melds:
+            for c in m.cards:
+                grew = now[c] - old[c]
+                old[c] = now[c]  # each code once
+                s = opp
+                while grew > 0 and s < t.players:
+                    if self._known[s][c]:
+                        self._known[s][c] = self._known[s][c] - 1
+                        grew -= 1
+                    else:
+                        s += 2
         self._table[opp] = now
 
     # --- reading -------------------------------------------------------------------------------------
@@ -304,8 +318,9 @@ class HeuristicBot:
         bar, dead_cost, link_worth, small_hand = self.pile_params[self._stage(t)]
         links = 0
         if link_worth:
+            slots = suit_slots(both)
             for c in t.pile:
-                if not is_wild_card(c) and after.used[c] < both[c] and self._closeness(both, c, True) > 0:
+                if not is_wild_card(c) and after.used[c] < both[c] and self._closeness(both, slots, c, True) > 0:
                     links += 1
         rules = self.rules
         gain = (after.value - base.value) + self.pile_per_laid * laid + self.pile_wild * wilds + link_worth * links
@@ -409,11 +424,12 @@ class HeuristicBot:
         if len(discards) > 1:
             if self._known_any:
                 self._forget_laid(t)
-            mine: set[int] = set()
+            mine = 0  # bit c: card c fits the side's melds
             for m in t.melds[t.side]:
-                mine |= m.fits
+                for c in m.fits:
+                    mine |= 1 << c
             # what each card would give the opponents' melds, with the pile they would take with it
-            feeds: dict[int, float] = {}
+            feeds = [0.0] * NCODES
             pile_counts: list[int] | None = None
             for m in t.melds[1 - t.side]:
                 fits = m.fits
@@ -427,49 +443,58 @@ class HeuristicBot:
                 if m.size >= CANASTRA - 2 and not t.opp_ready:
                     weight *= self.feed_near_canastra  # it may give them the canastra they need
                 for c in fits:
-                    if feeds.get(c, 0.0) < weight:
+                    if feeds[c] < weight:
                         feeds[c] = weight
+            slots = suit_slots(t.hand)
+            known = self._known[t.next_seat]
+            known_slots = suit_slots(known) if self._known_any else _NO_SLOTS
+            tie = self.rng.random
             best_cost = 0.0
-            for i, d in enumerate(discards):
-                cost = self._discard_cost(t, d.card, mine, feeds) + self.rng.random() * 0.01
+            for i in range(len(discards)):
+                d = discards[i]
+                cost = self._discard_cost(t, d.card, mine, feeds, slots, known, known_slots) + tie() * 0.01
                 if i == 0 or cost < best_cost:
                     best, best_cost = d, cost
         self._pile_after_mine = [*t.pile, best.card]
         return best
 
-    def _discard_cost(self, t: Turn, c: int, mine: set[int], feeds: dict[int, float]) -> float:
+    def _discard_cost(self, t: Turn, c: int, mine: int, feeds: list[float], slots: list[int], known: list[int],
+                      known_slots: list[int]) -> float:
         """How much discarding ``c`` hurts: its use to us, plus its use to the next opponent.
 
-        ``mine``: the cards that fit the side's melds; ``feeds``: per card, how much it would give
-        the opponents' melds.
+        ``mine``: bit c set where card c fits the side's melds; ``feeds``: per card, how much it would
+        give the opponents' melds; ``slots`` and ``known_slots``: ``suit_slots`` of the hand and of the
+        cards the next seat is known to hold (``known``).
         """
         if t.hand_size == 1:
             return 0.0  # going out, or the indirect batida
         if is_wild_card(c):
             return 500.0
-        cost = -self.shed_value * self.values[c] + self._closeness(t.hand, c, True)  # a card kept costs its value
-        if c in mine:
+        # a card kept costs its value if the hand ends
+        cost = -self.shed_value * self.values[c] + self._closeness(t.hand, slots, c, True)
+        if mine >> c & 1:
             cost += 120.0
-        danger = feeds.get(c, 0.0)
+        danger = feeds[c]
         if self._known_any:
-            danger += 0.6 * self._closeness(self._known[t.next_seat], c, False)
+            danger += 0.6 * self._closeness(known, known_slots, c, False)
         if self._discarded[t.next_seat][c]:
             danger -= 15.0
         return cost + danger * (1.0 + len(t.pile) / 4.0)
 
-    def _closeness(self, counts: list[int], c: int, own: bool) -> float:
-        """How well ``c`` connects to the cards in ``counts``: neighbours in its suit, its rank."""
+    def _closeness(self, counts: list[int], slots: list[int], c: int, own: bool) -> float:
+        """How well ``c`` connects to the cards in ``counts`` (``slots``: their ``suit_slots``):
+        neighbours in its suit, its rank."""
         r = c % 13
-        base = c - r  # the suit's first code
+        held = slots[c // 13]
         # each held neighbour one slot away weighs 25, two slots away 10 (sums of whole numbers: exact
-        # in any order); an ace stands at both ends, slots 1 and 14
+        # in any order); an ace stands at both ends, slots 1 and 14, and no slot outside 1..14 is held
         if r == 0:
-            near = _held(counts, base, 2) + _held(counts, base, 13)
-            far = _held(counts, base, 3) + _held(counts, base, 12)
+            near = (held >> 2 & 1) + (held >> 13 & 1)
+            far = (held >> 3 & 1) + (held >> 12 & 1)
         else:
             slot = r + 1
-            near = _held(counts, base, slot - 1) + _held(counts, base, slot + 1)
-            far = _held(counts, base, slot - 2) + _held(counts, base, slot + 2)
+            near = (held >> (slot - 1) & 1) + (held >> (slot + 1) & 1)
+            far = (held >> (slot - 2) & 1) + (held >> (slot + 2) & 1)
         score = 25.0 * near + 10.0 * far
         if self.groups and r != 1:
             same = counts[r] + counts[13 + r] + counts[26 + r] + counts[39 + r] - (1 if own else 0)
@@ -478,12 +503,24 @@ class HeuristicBot:
         return score
 
 
-def _held(counts: list[int], base: int, slot: int) -> int:
-    """1 if the hand holds the card of slot ``slot`` (1..14, the ace at both ends) of the suit whose
-    first code is ``base``, else 0 (a slot off the ends is not held)."""
-    if slot < 1 or slot > 14:
-        return 0
-    return 1 if counts[base + (0 if slot == 14 else slot - 1)] else 0
+#: ``suit_slots`` of no cards
+_NO_SLOTS: Final[list[int]] = [0, 0, 0, 0]
+
+
+def suit_slots(counts: list[int]) -> list[int]:
+    """Per suit, the slots (1..14) of the cards ``counts`` holds, as a bit mask: an ace holds both 1
+    and 14."""
+    out = [0, 0, 0, 0]
+    for suit in range(4):
+        base = 13 * suit
+        held = 0
+        for r in range(13):
+            if counts[base + r]:
+                held |= 1 << (r + 1)
+        if held & 2:
+            held |= 1 << 14
+        out[suit] = held
+    return out
 
 
 __all__ = ["HeuristicBot", "Turn"]

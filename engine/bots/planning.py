@@ -10,7 +10,6 @@ come from the engine's legal-action list.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from engine.bots.reading import TableMeld, slot_card
@@ -20,28 +19,33 @@ from engine.rules import CANASTRA
 _GROUP_RANKS: Final[tuple[int, ...]] = (ACE, *range(3, 14))
 
 
-@dataclass(slots=True)
 class Plan:
-    used: list[int]  # per card code: how many copies the plan lays down
-    count: int  # cards laid down
-    value: int  # their point value
-    canastras: int  # melds (new or extended) that reach a canastra
-    clean_canastras: int  # of which without a wild
+    """What a hand can lay down, as ``plan_naturals`` estimates it.
+
+    Written out rather than a dataclass (as ``heuristic.Turn``): every call makes one, and a compiled
+    dataclass still builds itself in interpreted code."""
+
+    __slots__ = ("canastras", "clean_canastras", "count", "used", "value")
+
+    def __init__(self, used: list[int], count: int, value: int, canastras: int, clean_canastras: int) -> None:
+        self.used = used  # per card code: how many copies the plan lays down
+        self.count = count  # cards laid down
+        self.value = value  # their point value
+        self.canastras = canastras  # melds (new or extended) that reach a canastra
+        self.clean_canastras = clean_canastras  # of which without a wild
 
 
-def _take_rank(avail: list[int], used: list[int], values: tuple[int, ...], first: int) -> tuple[int, int]:
+def _take_rank(avail: list[int], used: list[int], values: tuple[int, ...], first: int) -> int:
     """Takes every copy of one rank left in ``avail`` (codes ``first``, +13, +26, +39) into ``used``;
-    returns how many cards and how many points were taken."""
-    taken = 0
+    returns their points (the caller knows how many they are: a tuple would be allocated per call)."""
     points = 0
     for code in range(first, JOKER, 13):
         n = avail[code]
         if n:
             avail[code] = 0
-            used[code] += n
-            taken += n
+            used[code] = used[code] + n
             points += n * values[code]
-    return taken, points
+    return points
 
 
 def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, values: tuple[int, ...],
@@ -108,10 +112,12 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                         size += 1
                         progress = True
         else:
-            n, points = _take_rank(avail, used, values, m.rank - 1)
-            count += n
-            value += points
-            size += n
+            code = m.rank - 1
+            n = avail[code] + avail[code + 13] + avail[code + 26] + avail[code + 39]
+            if n:
+                value += _take_rank(avail, used, values, code)
+                count += n
+                size += n
         if m.size < CANASTRA <= size:
             canastras += 1
             clean += m.wild < 0
@@ -152,35 +158,47 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
             code = rank - 1  # the rank's four codes: code, code + 13, code + 26, code + 39
             total = avail[code] + avail[code + 13] + avail[code + 26] + avail[code + 39]
             if total >= 3:
-                n, points = _take_rank(avail, used, values, code)
-                count += n
-                value += points
+                value += _take_rank(avail, used, values, code)
+                count += total
                 if total >= CANASTRA:
                     canastras += 1
                     clean += 1
     if wilds and avail[JOKER] + avail[1] + avail[14] + avail[27] + avail[40]:
-        spare = [JOKER] * avail[JOKER]
-        for two in (1, 14, 27, 40):
-            spare.extend([two] * avail[two])
-        left: list[int] = []  # the natural cards left, in code order, each copy once
-        for c in range(JOKER):
-            n = avail[c]
-            if n > 0 and c % 13 != 1:
-                left.extend([c] * n)
-        i = 0
-        while spare and i + 1 < len(left):
-            c, d = left[i], left[i + 1]
-            if (c // 13 == d // 13 and 0 < d - c <= 2) or (groups and c == d):
-                w = spare.pop()
-                for taken in (c, d, w):
-                    avail[taken] -= 1
-                    used[taken] += 1
-                    count += 1
-                    value += values[taken]
-                i += 2
-            else:
-                i += 1
+        # each wild joins the next two close natural cards left, in code order (each copy once):
+        # a pair starts at every card that did not end one. The wilds go the 2s of the last suit
+        # first, then each suit's before it, the jokers last
+        spare = avail[JOKER] + avail[1] + avail[14] + avail[27] + avail[40]
+        prev = -1  # the card waiting for a partner
+        for d in range(JOKER):
+            copies = avail[d]
+            if copies == 0 or d % 13 == 1:
+                continue
+            for _ in range(copies):
+                c = prev
+                if c >= 0 and ((c // 13 == d // 13 and 0 < d - c <= 2) or (groups and c == d)):
+                    w = _spare_wild(avail)
+                    for taken in (c, d, w):
+                        avail[taken] -= 1
+                        used[taken] += 1
+                        count += 1
+                        value += values[taken]
+                    spare -= 1
+                    prev = -1
+                    if not spare:
+                        break
+                else:
+                    prev = d
+            if not spare:
+                break
     return Plan(used, count, value, canastras, clean)
+
+
+def _spare_wild(avail: list[int]) -> int:
+    """The wild ``plan_naturals`` spends next: a 2 of the highest suit left, else a joker."""
+    for w in (40, 27, 14, 1):
+        if avail[w]:
+            return w
+    return JOKER
 
 
 __all__ = ["Plan", "plan_naturals"]

@@ -15,7 +15,7 @@ import pytest
 from engine.actions import DRAW, TAKE_PILE, Action, Discard
 from engine.bots import Bot, ExpertBot, HeuristicBot, make_bot
 from engine.bots.base import BOT_KINDS
-from engine.bots.expert import RolloutView
+from engine.bots.expert import MeldReadings, RolloutView
 from engine.bots.reading import TypedView, codes, read_meld
 from engine.bots.sampling import PublicMemory, SamplingError, information, meld_from_view, playable, sample
 from engine.cards import NCODES, format_many, parse_many
@@ -519,7 +519,7 @@ def test_a_meld_that_does_not_read_back_is_refused() -> None:
 def test_the_rollout_view_shows_what_the_view_shows(name: str, players: int) -> None:
     """The rollouts' players read ``RolloutView``: it must equal ``HandState.view(seat)`` field by field."""
     cache: dict[Any, dict[str, Any]] = {}
-    tables: dict[Any, Any] = {}
+    tables = MeldReadings()
     for turns in (1, 9, 25, 60):
         state = played_position(name, players, 1, turns=turns)
         if state.is_terminal():
@@ -530,13 +530,41 @@ def test_the_rollout_view_shows_what_the_view_shows(name: str, players: int) -> 
             assert dict(RolloutView(state, seat, cache, tables)) == dict(fast)  # from the cache, the same
 
 
+@pytest.mark.parametrize("name", ["fechado", "aberto_joker50", "buraco_2005"])
+@pytest.mark.parametrize("players", [2, 4])
+def test_the_rollout_view_reads_every_position_of_a_rollout_as_its_fields_read(name: str, players: int) -> None:
+    """A rollout's positions follow one another in one state, two rollouts interleaved (as a world
+    plays its candidates): the melds each position shows are read as its fields read, whatever the
+    readings kept from the position before (the row of a side is reused only where its melds are the
+    very same)."""
+    rules = PRESETS[name]
+    cache: dict[Any, dict[str, Any]] = {}
+    readings = MeldReadings()
+    states = [played_position(name, players, 3, turns=2), played_position(name, players, 4, turns=2)]
+    bots = [[HeuristicBot(f"r{k}/{s}", rules) for s in range(players)] for k in range(2)]
+    positions = grown = 0
+    while not all(state.is_terminal() for state in states):
+        for k, state in enumerate(states):
+            if state.is_terminal():
+                continue
+            seat = state.to_act
+            view = RolloutView(state, seat, cache, readings)
+            read = [[read_meld(m["kind"], tuple(m["cards"]), m["canastra"]) for m in side] for side in view["melds"]]
+            before = [len(row) for row in readings.rows]
+            assert view.table_melds() == read
+            grown += sum(len(row) for row in read) != sum(before)
+            positions += 1
+            state.apply(bots[k][seat].choose(view, state.legal_actions()))
+    assert positions > 100 and grown > 0
+
+
 @pytest.mark.parametrize("name", ["fechado", "aberto", "buraco_2005"])
 @pytest.mark.parametrize("players", [2, 4])
 def test_the_rollout_view_reads_as_its_fields_read(name: str, players: int) -> None:
     """``RolloutView``'s typed reads (what the rollouts' players use) are what its fields read as,
     the melds on the table included, and new lists each time (the reader may change them)."""
     cache: dict[Any, dict[str, Any]] = {}
-    tables: dict[Any, Any] = {}
+    tables = MeldReadings()
     melds_seen = 0
     for turns in (1, 9, 25, 60, 90):
         state = played_position(name, players, 2, turns=turns)
@@ -555,5 +583,8 @@ def test_the_rollout_view_reads_as_its_fields_read(name: str, players: int) -> N
                 melds_seen += sum(len(side) for side in read)
                 view.hand_counts().append(99)
                 view.pile_codes().append(99)
+                for row in view.table_melds():
+                    row.append(read_meld("group", ("3H", "3S", "3D"), "none"))
                 assert view.hand_counts() == counts and view.pile_codes() == codes(view["discard"])
+                assert view.table_melds() == read
     assert melds_seen > 0
