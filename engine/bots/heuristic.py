@@ -149,8 +149,7 @@ class HeuristicBot:
         self._known: list[list[int]] = [[0] * NCODES for _ in range(4)]  # taken from the pile, per seat
         self._known_any = False
         self._discarded: list[list[int]] = [[0] * NCODES for _ in range(4)]  # discarded, per seat
-        self._table: list[list[int]] = [[0] * NCODES, [0] * NCODES]  # cards seen on the table, per side
-        self._table_melds: list[list[TableMeld]] = [[], []]  # the readings ``_table`` was counted from
+        self._table_melds: list[list[TableMeld]] = [[], []]  # per side: its melds on the table, as last read
         self._stock_seen = -1  # the stock at this seat's previous turn
         self._stale_turns = 0  # own turns in a row at which the stock had not shrunk since the one before
 
@@ -187,33 +186,30 @@ class HeuristicBot:
         """Cards an opponent took from the pile and has since laid down are no longer in its hand."""
         opp = 1 - t.side
         melds = t.melds[opp]
-        seen = self._table_melds[opp]
-        if len(seen) == len(melds):
-            same = True
-            for i in range(len(melds)):
-                if melds[i] is not seen[i]:
-                    same = False
-                    break
-            if same:
-                return  # the very readings of the last call: the same cards on the table, nothing laid since
+        seen = self._table_melds[opp]  # the readings of the last call (a meld is immutable: its cards)
+        # what the opponents laid since: the cards of the melds that are not the very same readings
+        # as then, less those readings' cards
+        laid: dict[int, int] = {}
+        for i in range(max(len(melds), len(seen))):
+            if i < len(melds) and i < len(seen) and melds[i] is seen[i]:
+                continue
+            if i < len(melds):
+                for c in melds[i].cards:
+                    laid[c] = laid.get(c, 0) + 1
+            if i < len(seen):
+                for c in seen[i].cards:
+                    laid[c] = laid.get(c, 0) - 1
+        if not laid:
+            return
         self._table_melds[opp] = melds[:]
-        now = [0] * NCODES
-        for m in melds:
-            for c in m.cards:
-                now[c] = now[c] + 1
-        old = self._table[opp]
-        for m in melds:
-            for c in m.cards:
-                grew = now[c] - old[c]
-                old[c] = now[c]  # each code once
-                s = opp
-                while grew > 0 and s < t.players:
-                    if self._known[s][c]:
-                        self._known[s][c] = self._known[s][c] - 1
-                        grew -= 1
-                    else:
-                        s += 2
-        self._table[opp] = now
+        for c, grew in laid.items():
+            s = opp
+            while grew > 0 and s < t.players:
+                if self._known[s][c]:
+                    self._known[s][c] = self._known[s][c] - 1
+                    grew -= 1
+                else:
+                    s += 2
 
     # --- reading -------------------------------------------------------------------------------------
     def _read(self, view: Mapping[str, Any], pile: list[int]) -> Turn:
@@ -426,23 +422,25 @@ class HeuristicBot:
                 self._forget_laid(t)
             mine = 0  # bit c: card c fits the side's melds
             for m in t.melds[t.side]:
-                for c in m.fits:
-                    mine |= 1 << c
+                mine |= m.fits_bits
             # what each card would give the opponents' melds, with the pile they would take with it
             feeds = [0.0] * NCODES
             pile_counts: list[int] | None = None
             for m in t.melds[1 - t.side]:
-                fits = m.fits
+                fits = m.fits_bits
                 if t.pile and m.is_sequence:
                     if pile_counts is None:
                         pile_counts = [0] * NCODES
                         for p in t.pile:
                             pile_counts[p] = pile_counts[p] + 1
-                    fits = m.fits_with(pile_counts)
+                    fits = m.fits_bits_with(pile_counts)
                 weight = self.feed_danger
                 if m.size >= CANASTRA - 2 and not t.opp_ready:
                     weight *= self.feed_near_canastra  # it may give them the canastra they need
-                for c in fits:
+                while fits:
+                    low = fits & -fits
+                    c = low.bit_length() - 1
+                    fits ^= low
                     if feeds[c] < weight:
                         feeds[c] = weight
             slots = suit_slots(t.hand)

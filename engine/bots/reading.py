@@ -49,11 +49,12 @@ class TableMeld:
     cards: tuple[int, ...]  # the cards, in table order
     fits: frozenset[int]  # the natural cards that can be added on their own (an ace closing an A..A
     # run is counted in; whether the ruleset allows it is the engine's to say)
+    fits_bits: int  # ``fits`` as a bit mask: bit c for card c
 
-    def fits_with(self, extra: list[int]) -> frozenset[int]:
-        """The natural cards that fit once the run is stretched with the cards ``extra`` holds."""
+    def fits_bits_with(self, extra: list[int]) -> int:
+        """``fits_bits`` once the run is stretched with the cards ``extra`` holds."""
         if not self.is_sequence:
-            return self.fits
+            return self.fits_bits
         lo, hi, mask = self.lo, self.hi, self.mask
         while lo > ACE and extra[slot_card(self.suit, lo - 1)] and not mask >> (lo - 1) & 1:
             lo -= 1
@@ -62,12 +63,19 @@ class TableMeld:
             hi += 1
             mask |= 1 << hi
         if lo == self.lo and hi == self.hi:
-            return self.fits
-        out = set(self.fits)
+            return self.fits_bits
+        out = self.fits_bits
         for s in (lo - 1, hi + 1):
             if ACE <= s <= HIGH_ACE and not mask >> s & 1:
-                out.add(slot_card(self.suit, s))
-        return frozenset(out)
+                out |= 1 << slot_card(self.suit, s)
+        return out
+
+
+def _bits(cards: frozenset[int]) -> int:
+    out = 0
+    for c in cards:
+        out |= 1 << c
+    return out
 
 
 #: ``read_meld``'s memo: a dict bounded by a ring (``movegen.remember``; an lru_cache is a call through
@@ -99,7 +107,8 @@ def _read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
             rank = TWO
             wilds = [c for c in cs if c == JOKER]
         fits = frozenset(s * 13 + rank - 1 for s in range(4))
-        return TableMeld(False, -1, rank, 0, 0, 0, wilds[0] if wilds else -1, 0, n, canastra, tuple(cs), fits)
+        return TableMeld(False, -1, rank, 0, 0, 0, wilds[0] if wilds else -1, 0, n, canastra, tuple(cs), fits,
+                         _bits(fits))
     # a sequence: anchor the slots on a card that can only stand for itself (3..K)
     lo = ACE
     suit = -1
@@ -124,7 +133,7 @@ def _read_meld(kind: str, cards: tuple[str, ...], canastra: str) -> TableMeld:
     if wild >= 0 and (lo > ACE or hi < HIGH_ACE):
         slots.add(wild_slot)  # the natural card takes the wild's place; the wild moves to an end
     fits = frozenset(slot_card(suit, s) for s in slots if ACE <= s <= HIGH_ACE and not mask >> s & 1)
-    return TableMeld(True, suit, 0, lo, hi, mask, wild, wild_slot, n, canastra, tuple(cs), fits)
+    return TableMeld(True, suit, 0, lo, hi, mask, wild, wild_slot, n, canastra, tuple(cs), fits, _bits(fits))
 
 
 class TypedView(Mapping[str, Any]):
