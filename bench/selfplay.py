@@ -247,6 +247,7 @@ class MatchOutcome:
     short_searches: int = 0  # ... with fewer worlds than the expert's prune_after: too few to switch
     switches: int = 0  # ... whose choice replaced the heuristic's
     cut_searches: int = 0  # ... whose rollouts were cut short and valued by the learned evaluation
+    worlds: int = 0  # worlds the searches dealt (what the budget bought: each plays every live candidate)
     deals: list[str] = field(default_factory=list)  # per hand: a digest of its deal (duplicate pairs share them)
 
 
@@ -292,6 +293,7 @@ def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str],
     outcome.short_searches = sum(b.short_searches for b in experts)
     outcome.switches = sum(b.switches for b in experts)
     outcome.cut_searches = sum(b.cut_searches for b in experts)
+    outcome.worlds = sum(b.worlds for b in experts)
     return outcome
 
 
@@ -317,6 +319,7 @@ class SuiteRun:
     short_searches: int
     switches: int
     cut_searches: int
+    worlds: int
     won: list[bool]  # per game: whether the first bot won it (the match, or the single hand)
     outcomes: list[MatchOutcome]
 
@@ -341,7 +344,7 @@ def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str,
         outcomes = [_play_match_task(t) for t in tasks]
     result.seconds = time.perf_counter() - started
     cpu: list[float] = []
-    searched = short = switches = cut = 0
+    searched = short = switches = cut = worlds = 0
     won: list[bool] = []
     for o in outcomes:
         won.append(first_bot_won(o.swap, o.winner, o.hand_totals, single_hands))
@@ -350,6 +353,7 @@ def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str,
         short += o.short_searches
         switches += o.switches
         cut += o.cut_searches
+        worlds += o.worlds
         result.turns += o.turns
         result.actions += o.actions
         for totals in o.hand_totals:
@@ -371,7 +375,7 @@ def run_pairing(rules: Ruleset, players: int, kinds: tuple[str, str], seed: str,
                 st.matches += 1
                 st.match_points += o.totals[side]
                 st.matches_won += o.winner == side
-    return SuiteRun(result, cpu, searched, short, switches, cut, won, outcomes)
+    return SuiteRun(result, cpu, searched, short, switches, cut, worlds, won, outcomes)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -391,7 +395,7 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
     a JSON line (preset, table size, game number, the expert's ``knobs`` and ``MatchOutcome`` but the
     decisions' CPU times), for analyses the summary does not print (``compare``)."""
     cpu: list[float] = []
-    searched = short = switches = cut = 0
+    searched = short = switches = cut = worlds = 0
     over = [0, 0, 0]  # pairings; of which the low end of the 95% interval is over 60%: Wilson's, the pairs'
     name = f"{kinds[0]}_vs_{kinds[1]}"
     budget = ExpertBot(0).budget_ms if budget_ms is None else budget_ms
@@ -411,9 +415,10 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
             short += run_.short_searches
             switches += run_.switches
             cut += run_.cut_searches
+            worlds += run_.worlds
             yield from report(run_.result)
             if run_.searched:
-                yield _searches_line(run_.searched, run_.short_searches, run_.switches, run_.cut_searches)
+                yield _searches_line(run_.searched, run_.short_searches, run_.switches, run_.cut_searches, run_.worlds)
             paired = paired_rate(run_.won)
             lo, hi = wilson(sum(run_.won), len(run_.won))  # the games won: the first bot's matches or hands won
             over[0] += 1
@@ -453,7 +458,7 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
                f"{mean:.2f} ms, p50 {percentile(cpu, 0.5):.2f} ms, p99 {percentile(cpu, 0.99):.2f} ms, "
                f"max {max(cpu):.2f} ms (budget {budget} ms)")
         if searched:
-            yield _searches_line(searched, short, switches, cut)
+            yield _searches_line(searched, short, switches, cut, worlds)
         if bench:
             yield f"bench: expert_cpu_per_decision_mean {mean:.2f} ms"
             yield f"bench: expert_cpu_per_decision_p99 {percentile(cpu, 0.99):.2f} ms"
@@ -464,15 +469,18 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
                 yield f"bench: expert_searches_short {100 * short / searched:.1f} %"
                 yield f"bench: expert_searches_switched {100 * switches / searched:.1f} %"
                 yield f"bench: expert_searches_cut {100 * cut / searched:.1f} %"
+                yield f"bench: expert_worlds_per_search {worlds / searched:.2f} worlds"
 
 
-def _searches_line(searched: int, short: int, switches: int, cut: int) -> str:
+def _searches_line(searched: int, short: int, switches: int, cut: int, worlds: int) -> str:
     """What the expert's searches bought: those that ended with too few worlds to replace the
-    heuristic's choice (its budget spent on a world or two), those that replaced it, and those whose
-    rollouts were cut short (valued by the learned evaluation)."""
+    heuristic's choice (its budget spent on a world or two), those that replaced it, those whose
+    rollouts were cut short (valued by the learned evaluation), and the worlds they dealt (the faster
+    the rollouts, the more a budget buys)."""
     return (f"expert searches: {searched}; with too few worlds to switch {short} ({100 * short / searched:.1f}%); "
             f"switched from the heuristic's choice {switches} ({100 * switches / searched:.1f}%); "
-            f"rollouts cut short {cut} ({100 * cut / searched:.1f}%)")
+            f"rollouts cut short {cut} ({100 * cut / searched:.1f}%); "
+            f"worlds dealt {worlds} ({worlds / searched:.2f} a search)")
 
 
 #: the expert's tuning knobs that ``--expert-set`` may set, with their types (those of a new bot's

@@ -91,9 +91,11 @@ def test_the_suite_plays_every_preset_and_size_and_times_the_experts_decisions(
     assert len(searches) >= 2
     counts = [[int(n) for n in re.findall(r"(?<![.\d])(\d+)(?= |;|$)", line.split(":", 1)[1])] for line in searches]
     *pairings, total = counts
-    assert total == [sum(c[i] for c in pairings) for i in range(4)]
-    searched, short, switched, cut = total
+    assert total == [sum(c[i] for c in pairings) for i in range(5)]
+    searched, short, switched, cut, worlds = total
     assert searched > 0 and 0 <= short <= searched and 0 <= switched <= searched - short and 0 <= cut <= searched
+    assert float(bench["expert_worlds_per_search"]) == round(worlds / searched, 2)
+    assert worlds >= 3 * (searched - short)  # a search that could switch dealt at least prune_after worlds
     assert float(bench["expert_searches_short"]) == round(100 * short / searched, 1)
     assert float(bench["expert_searches_switched"]) == round(100 * switched / searched, 1)
     assert float(bench["expert_searches_cut"]) == round(100 * cut / searched, 1)
