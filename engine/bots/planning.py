@@ -164,9 +164,9 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                     canastras += 1
                     clean += 1
     if wilds and avail[JOKER] + avail[1] + avail[14] + avail[27] + avail[40]:
-        # each wild joins the next two close natural cards left, in code order (each copy once):
-        # a pair starts at every card that did not end one. The wilds go the 2s of the last suit
-        # first, then each suit's before it, the jokers last
+        # the natural cards left are walked in code order, each copy once: a card and the next one,
+        # when close, take a wild and make a meld, and the walk goes on after them; otherwise it goes
+        # on from the next card. The 2s of the last suit are spent first, the jokers last
         spare = avail[JOKER] + avail[1] + avail[14] + avail[27] + avail[40]
         prev = -1  # the card waiting for a partner
         for d in range(JOKER):
