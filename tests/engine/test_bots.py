@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from engine.actions import DRAW, TAKE_PILE, Action, AddCards, Discard, MeldCards
 from engine.bots import Bot, HeuristicBot, make_bot
+from engine.bots.heuristic import suit_slots
 from engine.bots.reading import read_meld
 from engine.cards import JOKER, parse
 from engine.match import MatchState
@@ -213,6 +214,49 @@ def test_reading_a_sequence_with_its_wild_and_a_group() -> None:
     group = read_meld("group", ("9S", "9H", "9C", "2D"), "none")
     assert not group.is_sequence and group.rank == 9 and group.wild == parse("2D")
     assert group.fits == {parse("9S"), parse("9H"), parse("9D"), parse("9C")}
+    for meld in (seq, low, high, group):
+        assert meld.fits_bits == sum(1 << c for c in meld.fits)
+    # stretched by the pile: 8H and 9H extend the run to 9, so 10H fits; a group is not stretched
+    extra = [0] * 53
+    extra[parse("8H")] = extra[parse("9H")] = 1
+    assert seq.fits_bits_with(extra) == sum(1 << parse(c) for c in ("3H", "5H", "8H", "10H"))
+    assert group.fits_bits_with(extra) == group.fits_bits
+
+
+def closeness_by_definition(counts: list[int], c: int, groups: bool, own: bool) -> float:
+    """The heuristic's closeness of card ``c`` to ``counts``, written from its definition: 25 per
+    held neighbour in its suit one slot away, 10 per one two slots away (an ace stands at slots 1 and
+    14), and with groups 18 per other card of its rank (a 2 excepted)."""
+    r = c % 13
+    base = c - r
+
+    def held(slot: int) -> int:
+        if slot < 1 or slot > 14:
+            return 0
+        return 1 if counts[base + (0 if slot == 14 else slot - 1)] else 0
+
+    if r == 0:
+        near, far = held(2) + held(13), held(3) + held(12)
+    else:
+        x = r + 1
+        near, far = held(x - 1) + held(x + 1), held(x - 2) + held(x + 2)
+    score = 25.0 * near + 10.0 * far
+    same = counts[r] + counts[13 + r] + counts[26 + r] + counts[39 + r] - (1 if own else 0)
+    if groups and r != 1 and same > 0:
+        score += 18.0 * same
+    return score
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2), min_size=53, max_size=53), st.booleans(), st.booleans())
+def test_a_cards_closeness_counts_its_neighbours_and_its_rank(counts: list[int], groups: bool, own: bool) -> None:
+    """The discard's closeness, read from each suit's held slots as one mask (``suit_slots``), is
+    the definition's for every card."""
+    bot = HeuristicBot(0)
+    bot.groups = groups
+    slots = suit_slots(counts)
+    for c in range(52):
+        assert bot._closeness(counts, slots, c, own) == closeness_by_definition(counts, c, groups, own)
 
 
 # --- the heuristic's tactics ---------------------------------------------------------------------------
