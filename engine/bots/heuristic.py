@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Final
 
 from engine.actions import DRAW, Action, AddCards, Discard, MeldCards, TakePile
 from engine.bots.planning import plan_naturals
-from engine.bots.reading import TableMeld, hand_counts, is_wild_card, melds_of, pile_codes
+from engine.bots.reading import TableMeld, hand_counts, held_slots, is_wild_card, melds_of, pile_codes
 from engine.cards import JOKER, NCODES
 from engine.melds import card_values
 from engine.rules import CANASTRA, MORTO_SIZE, Ruleset
@@ -506,19 +506,8 @@ _NO_SLOTS: Final[list[int]] = [0, 0, 0, 0]
 
 
 def suit_slots(counts: list[int]) -> list[int]:
-    """Per suit, the slots (1..14) of the cards ``counts`` holds, as a bit mask: an ace holds both 1
-    and 14."""
-    out = [0, 0, 0, 0]
-    for suit in range(4):
-        base = 13 * suit
-        held = 0
-        for r in range(13):
-            if counts[base + r]:
-                held |= 1 << (r + 1)
-        if held & 2:
-            held |= 1 << 14
-        out[suit] = held
-    return out
+    """``held_slots`` of each suit."""
+    return [held_slots(counts, 0), held_slots(counts, 1), held_slots(counts, 2), held_slots(counts, 3)]
 
 
 __all__ = ["HeuristicBot", "Turn"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from engine.bots.reading import TableMeld, slot_card
+from engine.bots.reading import TableMeld, held_slots, slot_card
 from engine.cards import ACE, HIGH_ACE, JOKER, NCODES
 from engine.rules import CANASTRA
 
@@ -126,12 +126,7 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
     for suit in range(4):
         base = suit * 13
         for _ in range(2):
-            mask = 0
-            for r in range(1, 13):  # ranks 2..K are slots 2..13
-                if avail[base + r]:
-                    mask |= 1 << (r + 1)
-            if avail[base]:
-                mask |= 1 << ACE | 1 << HIGH_ACE
+            mask = held_slots(avail, suit)
             laid = False
             while mask:
                 lo = (mask & -mask).bit_length() - 1
@@ -163,11 +158,11 @@ def plan_naturals(counts: list[int], melds: list[TableMeld], groups: bool, value
                 if total >= CANASTRA:
                     canastras += 1
                     clean += 1
-    if wilds and avail[JOKER] + avail[1] + avail[14] + avail[27] + avail[40]:
+    spare = avail[JOKER] + avail[1] + avail[14] + avail[27] + avail[40] if wilds else 0
+    if spare:
         # the natural cards left are walked in code order, each copy once: a card and the next one,
         # when close, take a wild and make a meld, and the walk goes on after them; otherwise it goes
         # on from the next card. The 2s of the last suit are spent first, the jokers last
-        spare = avail[JOKER] + avail[1] + avail[14] + avail[27] + avail[40]
         prev = -1  # the card waiting for a partner
         for d in range(JOKER):
             copies = avail[d]

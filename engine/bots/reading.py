@@ -27,6 +27,19 @@ def slot_card(suit: int, slot: int) -> int:
     return suit * 13 + (0 if slot == HIGH_ACE else slot - 1)
 
 
+def held_slots(counts: list[int], suit: int) -> int:
+    """The slots (1..14) of ``suit`` whose card ``counts`` holds, as a bit mask: an ace holds both 1
+    and 14."""
+    base = 13 * suit
+    held = 0
+    for r in range(13):
+        if counts[base + r]:
+            held |= 1 << (r + 1)
+    if held & 1 << ACE:
+        held |= 1 << HIGH_ACE
+    return held
+
+
 def is_wild_card(code: int) -> bool:
     """A joker or any 2 (whether it ends up natural depends on the meld)."""
     return code == JOKER or code % 13 == 1
@@ -192,5 +205,5 @@ def melds_of(view: Mapping[str, Any]) -> list[list[TableMeld]]:
     return out
 
 
-__all__ = ["CODE", "TableMeld", "TypedView", "codes", "hand_counts", "is_wild_card", "melds_of", "pile_codes",
-           "read_meld", "slot_card"]
+__all__ = ["CODE", "TableMeld", "TypedView", "codes", "hand_counts", "held_slots", "is_wild_card", "melds_of",
+           "pile_codes", "read_meld", "slot_card"]
