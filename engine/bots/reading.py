@@ -64,6 +64,12 @@ class TableMeld:
     # run is counted in; whether the ruleset allows it is the engine's to say)
     fits_bits: int  # ``fits`` as a bit mask: bit c for card c
 
+    def __copy__(self) -> TableMeld:
+        return self  # immutable: a copy of a bot's memory shares its readings
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TableMeld:
+        return self
+
     def fits_bits_with(self, extra: list[int]) -> int:
         """``fits_bits`` once the run is stretched with the cards ``extra`` holds."""
         if not self.is_sequence:

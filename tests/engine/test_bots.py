@@ -163,6 +163,34 @@ def test_the_heuristic_decides_from_the_view_alone(name: str) -> None:
     assert "hand" in read and "discard" in read
 
 
+def test_a_copy_of_a_bot_mid_hand_plays_on_as_the_bot_itself() -> None:
+    """``copy.deepcopy`` of a bot whose memory holds the hand (the pile taken, discards, the melds it
+    read): the offline measure of the expert (bench/decisions.py) plays on with such copies of the
+    table's bots, compiled as well as in Python."""
+    import copy as copying
+
+    rules = PRESETS["aberto"]
+    bots = [HeuristicBot(f"c/{seat}", rules) for seat in range(2)]
+    match = MatchState(rules, 2)
+    match.start_hand(seed="copy")
+    hand = match.hand
+    assert hand is not None
+    copies: list[HeuristicBot] = []
+    compared = 0
+    while not hand.is_terminal():
+        seat = hand.to_act
+        if not copies and hand.turns >= 40:
+            assert any(any(row) for row in bots[0]._discarded) and any(bots[s]._table_melds[1 - s] for s in range(2))
+            copies = [copying.deepcopy(bot, {id(rules): rules}) for bot in bots]
+        legal = hand.legal_actions()
+        action = bots[seat].choose(hand.view(seat), list(legal))
+        if copies:
+            assert copies[seat].choose(hand.view(seat), list(legal)) == action
+            compared += 1
+        match.apply(action, seat)
+    assert compared > 20
+
+
 def test_the_heuristic_forgets_a_hand_when_the_next_one_starts() -> None:
     """A bot kept for a whole match remembers within a hand only."""
     rules = ruleset_from_spec({"preset": "aberto", "target": 5000})
