@@ -60,7 +60,8 @@ class MatchState:
             deal = deal_from_seed(self.rules, self.players, seed)
         else:
             deal.check(self.rules)
-        self.hand = HandState(self.rules, self.players, deal, self.next_dealer(), self.hands_played + 1)
+        self.hand = HandState(self.rules, self.players, deal, self.next_dealer(), self.hands_played + 1,
+                              self.totals)
         return self.hand.started_event()
 
     def apply(self, action: Action, seat: int | None = None) -> list[Event]:
@@ -126,6 +127,9 @@ class MatchState:
         match.totals = [int(x) for x in data["totals"]]
         match.winner = int(data["winner"])
         match.hand = None if data["hand"] is None else HandState.from_json(data["hand"])
+        if match.hand is not None:  # the totals before it: the hands before it
+            before = match.hand_scores[:match.hand.hand_number - 1]
+            match.hand.match_totals = [sum(int(h[side]["total"]) for h in before) for side in (0, 1)]
         return match
 
     def __eq__(self, other: object) -> bool:

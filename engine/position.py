@@ -48,6 +48,7 @@ class ViewedPosition(Protocol):
     players: int
     hand_number: int
     dealer: int
+    match_totals: list[int]
     phase: str
     counts: list[list[int]]
     sizes: list[int]

@@ -65,6 +65,7 @@ class HandState:
         "hand_number",
         "history",
         "lone",
+        "match_totals",
         "melds",
         "morto_pending",
         "morto_taken",
@@ -106,11 +107,14 @@ class HandState:
     turns: int
     history: list[tuple[int, Action]]
     version: int
+    match_totals: list[int]
     _legal: LegalMemo | None
     _seat_plays: list[movegen.SeatPlays | None]
 
     def __init__(self, rules: Ruleset, players: int, deal: Deal, dealer: int | None = None,
-                 hand_number: int = 1) -> None:
+                 hand_number: int = 1, match_totals: list[int] | None = None) -> None:
+        """``match_totals``: the sides' match totals before this hand (public; ``[0, 0]`` for a hand
+        played alone), which every seat's view shows."""
         if players not in (2, 4):
             raise ValueError("Buraco is played by 2 or 4 players")
         if len(deal.hands) != players:
@@ -122,6 +126,7 @@ class HandState:
         if not 0 <= self.dealer < players:
             raise ValueError(f"dealer must be a seat 0..{players - 1}")
         self.hand_number = hand_number
+        self.match_totals = [0, 0] if match_totals is None else [int(match_totals[0]), int(match_totals[1])]
         self.counts = []
         for hand in deal.hands:
             counts = [0] * NCODES
@@ -161,7 +166,7 @@ class HandState:
         return [totals[side_of(seat)] for seat in range(self.players)]
 
     def clone(self) -> HandState:
-        other = HandState(self.rules, self.players, self.deal, self.dealer, self.hand_number)
+        other = HandState(self.rules, self.players, self.deal, self.dealer, self.hand_number, self.match_totals)
         other.counts = [c[:] for c in self.counts]
         other.sizes = self.sizes[:]
         other.melds = [self.melds[0][:], self.melds[1][:]]

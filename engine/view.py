@@ -10,8 +10,9 @@ than mixing two moments.
 Fields: ``seat``, ``players``, ``hand_number``, ``dealer``, ``phase``, ``to_act``, ``hand_sizes``,
 ``melds`` (per side, each ``{"kind", "cards", "canastra"}``), ``discard`` (the whole pile, bottom
 first), ``stock_count``, ``mortos_taken``, ``mortos_in_stock``, ``must_meld``, ``lone_card``,
-``score`` (per side); ``hand`` (the seat's own cards, sorted) unless the viewer is a spectator; and
-once the hand is over ``went_out``, ``end_reason`` and ``hands`` (every hand, now public).
+``score`` (per side), ``match_totals`` (per side, the match's totals before this hand); ``hand``
+(the seat's own cards, sorted) unless the viewer is a spectator; and once the hand is over
+``went_out``, ``end_reason`` and ``hands`` (every hand, now public).
 
 The hand is read through ``engine.position``'s protocol: this module does not import
 ``engine.state``, which imports it.
@@ -48,6 +49,7 @@ _FIELDS: Final[dict[str, Callable[[ViewedPosition, int | None], Any]]] = {
     "must_meld": lambda s, seat: CARD_STR[s.must_meld] if s.must_meld >= 0 else None,
     "lone_card": lambda s, seat: CARD_STR[s.lone] if s.lone >= 0 else None,
     "score": lambda s, seat: s.score(),
+    "match_totals": lambda s, seat: s.match_totals[:],
 }
 _OWN: Final[dict[str, Callable[[ViewedPosition, int | None], Any]]] = {
     "hand": lambda s, seat: _hand(s, seat) if seat is not None else None,

@@ -13,10 +13,13 @@ At each decision that is a real choice, the bot
    for;
 3. in each world plays every candidate, then the rest of the hand with the heuristic bot in every
    seat (the opponents are played as the heuristic plays, the seat itself too), up to the end of
-   the hand, and scores the result for its side (``_utility``). Where the ruleset has a learned
-   evaluation (``engine/bots/evaluation.py``) and ``cut_worlds`` worlds played to the end of the
-   hand would not fit in the budget (early in a long hand), the rollouts stop after as many turns
-   as let them fit, and the evaluation values where they stopped (``_horizon``);
+   the hand, and scores the result for its side (``_utility``: the hand's score difference; when
+   the hand decides the match, a one-hand match or a hand in which a side reaches the match's
+   target from the view's ``match_totals``, winning the match weighs ``win_weight`` more). Where
+   the ruleset has a learned evaluation (``engine/bots/evaluation.py``) and ``cut_worlds`` worlds
+   played to the end of the hand would not fit in the budget (early in a long hand), the rollouts
+   stop after as many turns as let them fit, and the evaluation values where they stopped
+   (``_horizon``);
 4. keeps the heuristic's choice unless another candidate beats it by a margin the evidence
    supports: the differences are paired (every candidate is played in the same worlds, with the same
    seeds: common random numbers), a candidate is dropped once it is clearly worse, and it replaces
@@ -105,6 +108,10 @@ class ExpertBot:
     assume_laid: float = 0.0
     # ... and towards hands that held nothing to meld with the pile's top they declined (``declined``)
     assume_declined: float = 0.0
+    # in a match to a target, a hand that ends the match (a side reaches the target: the view's
+    # ``match_totals`` plus the hand's score) weighs ``win_weight`` more for the side that wins the
+    # match: near the end, winning the match is what counts, not the hand's margin
+    match_aware: bool = True
 
     def __init__(self, seed: int | str = 0, rules: Ruleset | None = None,
                  budget_ms: float | None = DEFAULT_BUDGET_MS, max_worlds: int = 10_000,
@@ -360,8 +367,15 @@ class ExpertBot:
         diff = float(score[side]["total"] - score[1 - side]["total"])
         if not state.is_terminal():
             diff += self._static(state, side) - self._static(state, 1 - side)
-        if self.rules.target == 0 and diff != 0.0:
-            diff += self.win_weight if diff > 0 else -self.win_weight
+        target = self.rules.target
+        if target == 0:
+            if diff != 0.0:
+                diff += self.win_weight if diff > 0 else -self.win_weight
+        elif self.match_aware and state.is_terminal():
+            mine = state.match_totals[side] + score[side]["total"]
+            theirs = state.match_totals[1 - side] + score[1 - side]["total"]
+            if (mine >= target or theirs >= target) and mine != theirs:
+                diff += self.win_weight if mine > theirs else -self.win_weight
         return diff
 
     def _static(self, state: HandState, side: int) -> float:
@@ -415,7 +429,7 @@ class RolloutView(TypedView):
     __slots__ = ("_cache", "_readings", "_seat", "_state")
 
     KEYS = ("seat", "players", "hand_number", "dealer", "phase", "to_act", "hand_sizes", "melds", "discard",
-            "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "hand")
+            "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "match_totals", "hand")
 
     def __init__(self, state: HandState, seat: int, cache: dict[Meld, dict[str, Any]],
                  readings: MeldReadings) -> None:
@@ -494,6 +508,8 @@ class RolloutView(TypedView):
             return s.dealer
         if key == "score":
             return s.score()
+        if key == "match_totals":
+            return s.match_totals[:]
         if key == "melds":
             return [[self._view_form(m) for m in side] for side in s.melds]
         if key == "discard":

@@ -218,8 +218,8 @@ class PublicMemory:
 class Information:
     """Everything one seat knows at one decision, in the engine's terms; ``sample`` deals the rest."""
 
-    __slots__ = ("dealer", "declined", "fits", "hand", "hand_number", "in_hands", "known", "lone", "melds",
-                 "morto_open", "morto_pending", "morto_taken", "morto_to_stock", "must_meld", "phase", "pile",
+    __slots__ = ("dealer", "declined", "fits", "hand", "hand_number", "in_hands", "known", "lone", "match_totals",
+                 "melds", "morto_open", "morto_pending", "morto_taken", "morto_to_stock", "must_meld", "phase", "pile",
                  "played", "players", "pool", "rules", "seat", "shares", "sizes", "stock_count", "to_act")
 
     rules: Ruleset
@@ -227,6 +227,7 @@ class Information:
     seat: int
     dealer: int
     hand_number: int
+    match_totals: list[int]  # per side: the match's totals before this hand
     hand: list[int]  # the seat's own cards, as codes
     sizes: list[int]
     melds: list[list[Meld]]
@@ -268,6 +269,8 @@ def information(view: Mapping[str, Any], memory: PublicMemory, rules: Ruleset) -
                   for side in view["melds"]]
     info.pile = [CODE[c] for c in view["discard"]]
     info.stock_count = int(view["stock_count"])
+    totals = view.get("match_totals") or (0, 0)
+    info.match_totals = [int(totals[0]), int(totals[1])]
     info.morto_taken = [bool(x) for x in view["mortos_taken"]]
     info.morto_to_stock = [bool(x) for x in view["mortos_in_stock"]]
     info.morto_open = [not info.morto_taken[s] and not info.morto_to_stock[s] for s in (0, 1)]
@@ -365,7 +368,7 @@ def sample(info: Information, rng: random.Random, laid: float = 0.0, declined: f
             mortos.append(())
     stock = tuple(pool[at:])
     state = HandState(info.rules, info.players, Deal(tuple(hands), (mortos[0], mortos[1]), stock),
-                      info.dealer, info.hand_number)
+                      info.dealer, info.hand_number, info.match_totals)
     state.melds = [info.melds[0][:], info.melds[1][:]]
     state.pile = info.pile[:]
     state.mortos = [mortos[side] if info.morto_open[side] else None for side in (0, 1)]

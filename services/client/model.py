@@ -488,7 +488,7 @@ def shadow_state(model: TableModel, rules: Ruleset) -> HandState:
     hands = tuple(own if s == seat else () for s in range(players))
     placeholder_morto = (PLACEHOLDER,) * MORTO_SIZE
     deal = Deal(hands, (placeholder_morto, placeholder_morto), (PLACEHOLDER,) * model.stock_count)
-    state = HandState(rules, players, deal, model.dealer % players, max(1, model.hand_number))
+    state = HandState(rules, players, deal, model.dealer % players, max(1, model.hand_number), model.match_scores)
     state.sizes = [len(own) if s == seat else model.seats[s].hand_size for s in range(players)]
     state.melds = [[m.engine_meld(rules) for m in side] for side in model.melds]
     state.pile = [parse(c) for c in model.pile]

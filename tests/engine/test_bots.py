@@ -25,7 +25,8 @@ from tests.engine.builders import cards, position
 PRESET_NAMES = sorted(PRESETS)
 # what HandState.view(seat) shows while a hand is played
 VIEW_KEYS = {"seat", "players", "hand_number", "dealer", "phase", "to_act", "hand_sizes", "melds", "discard",
-             "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "hand"}
+             "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "match_totals",
+             "hand"}
 # A hand lasts a few hundred turns at most (the stock and both mortos run out); far more is a stall.
 MAX_TURNS = 1000
 

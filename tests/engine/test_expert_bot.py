@@ -21,6 +21,7 @@ from engine.bots.sampling import PublicMemory, SamplingError, information, meld_
 from engine.cards import NCODES, format_many, parse_many
 from engine.match import MatchState
 from engine.rules import PRESETS, ruleset_from_spec
+from engine.selfplay import play_hand
 from engine.state import HandState
 from tests.engine.builders import position
 
@@ -310,6 +311,64 @@ def test_a_seeded_match_against_the_heuristic_runs_to_its_end() -> None:
         assert match.hands_played < 30
     assert match.winner in (0, 1)
     assert bots[0].searches > 0
+
+
+def test_in_a_match_to_a_target_the_hand_that_ends_it_weighs_the_match_win() -> None:
+    """The expert's value of a finished hand: the hands' difference, and ``win_weight`` more for the
+    side that wins the match when the hand ends it (a side reaches the target)."""
+    rules = PRESETS["fechado"]
+    match = MatchState(rules, 2)
+    match.start_hand(seed="utility")
+    play_hand(match, [HeuristicBot(s, rules) for s in range(2)])
+    state = match.hand
+    assert state is not None and state.is_terminal()
+    totals = [side["total"] for side in state.score()]
+    diff = float(totals[0] - totals[1])
+    assert diff != 0 and max(totals) < rules.target
+    bot = ExpertBot(0, rules)
+    weight = bot.win_weight
+    state.match_totals = [0, 0]  # nobody reaches the target: the hand's difference alone
+    assert bot._utility(state, 0) == diff and bot._utility(state, 1) == -diff
+    state.match_totals = [rules.target - totals[0], 0]  # side 0 reaches it exactly, side 1 stays far below
+    assert bot._utility(state, 0) == diff + weight and bot._utility(state, 1) == -diff - weight
+    state.match_totals = [0, rules.target - totals[1] + 50]  # side 1 is over it and ahead
+    assert bot._utility(state, 0) == diff - weight and bot._utility(state, 1) == -diff + weight
+    both = rules.target + abs(totals[0] - totals[1])  # both over it, level: no winner yet
+    state.match_totals = [both - totals[0], both - totals[1]]
+    assert bot._utility(state, 0) == diff
+    bot.match_aware = False
+    state.match_totals = [rules.target - totals[0], 0]
+    assert bot._utility(state, 0) == diff
+
+
+def test_the_view_the_worlds_and_a_restored_match_show_the_totals_before_the_hand() -> None:
+    rules = PRESETS["fechado"]
+    bots = [HeuristicBot(s, rules) for s in range(2)]
+    match = MatchState(rules, 2)
+    match.start_hand(seed="totals/1")
+    play_hand(match, bots)
+    before = match.totals[:]
+    assert before != [0, 0] and not match.is_over()
+    match.start_hand(seed="totals/2")
+    hand = match.hand
+    assert hand is not None
+    for _ in range(9):
+        seat = hand.to_act
+        match.apply(bots[seat].choose(hand.view(seat), hand.legal_actions()), seat)
+    seat = hand.to_act
+    view = hand.view(seat)
+    assert view["match_totals"] == before
+    restored = MatchState.from_json(match.to_json())
+    assert restored.hand is not None and restored.hand.match_totals == before
+    memory = PublicMemory()
+    memory.observe(view)
+    world = sample(information(view, memory, rules), random.Random(1))
+    assert world.view(seat).to_dict() == view.to_dict()
+    assert RolloutView(world, seat, {}, MeldReadings())["match_totals"] == before
+    play_hand(match, bots)  # the hand over: the totals now count it, the hand's still exclude it
+    assert match.totals != before
+    restored = MatchState.from_json(match.to_json())
+    assert restored.hand is not None and restored.hand.match_totals == before
 
 
 # --- the sampler ---------------------------------------------------------------------------------------

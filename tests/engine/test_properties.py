@@ -32,7 +32,7 @@ PUBLIC_CARD_FIELDS = {"took_pile": {"cards"}, "melded": {"cards", "wild_as"}, "a
 # card-bearing fields only the acting seat may see
 PRIVATE_CARD_FIELDS = {"drew": {"card"}, "morto_taken": {"cards"}, "hand_started": {"hand"}}
 VIEW_KEYS = {"seat", "players", "hand_number", "dealer", "phase", "to_act", "hand_sizes", "melds", "discard",
-             "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score"}
+             "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "match_totals"}
 
 
 def check_meld(m: Meld, state: HandState) -> None:
