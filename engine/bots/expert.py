@@ -13,9 +13,9 @@ At each decision that is a real choice, the bot
    for;
 3. in each world plays every candidate, then the rest of the hand with the heuristic bot in every
    seat (the opponents are played as the heuristic plays, the seat itself too), up to the end of
-   the hand, and scores the result for its side (``_utility``: the hand's score difference; when
-   the hand decides the match, a one-hand match or a hand in which a side reaches the match's
-   target from the view's ``match_totals``, winning the match weighs ``win_weight`` more). Where
+   the hand, and scores the result for its side (``_utility``: the hand's score difference; in a
+   one-hand match, and with ``match_aware`` in a hand in which a side reaches the match's target
+   from the view's ``match_totals``, winning the match weighs ``win_weight`` more). Where
    the ruleset has a learned evaluation (``engine/bots/evaluation.py``) and ``cut_worlds`` worlds
    played to the end of the hand would not fit in the budget (early in a long hand), the rollouts
    stop after as many turns as let them fit, and the evaluation values where they stopped
@@ -110,8 +110,9 @@ class ExpertBot:
     assume_declined: float = 0.0
     # in a match to a target, a hand that ends the match (a side reaches the target: the view's
     # ``match_totals`` plus the hand's score) weighs ``win_weight`` more for the side that wins the
-    # match: near the end, winning the match is what counts, not the hand's margin
-    match_aware: bool = True
+    # match. Off by default: against the heuristic it wins as many matches as without (900 duplicate
+    # games, docs/performance.md, "Bots")
+    match_aware: bool = False
 
     def __init__(self, seed: int | str = 0, rules: Ruleset | None = None,
                  budget_ms: float | None = DEFAULT_BUDGET_MS, max_worlds: int = 10_000,

@@ -314,8 +314,9 @@ def test_a_seeded_match_against_the_heuristic_runs_to_its_end() -> None:
 
 
 def test_in_a_match_to_a_target_the_hand_that_ends_it_weighs_the_match_win() -> None:
-    """The expert's value of a finished hand: the hands' difference, and ``win_weight`` more for the
-    side that wins the match when the hand ends it (a side reaches the target)."""
+    """The expert's value of a finished hand: the hands' difference, and with ``match_aware``
+    ``win_weight`` more for the side that wins the match when the hand ends it (a side reaches the
+    target)."""
     rules = PRESETS["fechado"]
     match = MatchState(rules, 2)
     match.start_hand(seed="utility")
@@ -326,6 +327,9 @@ def test_in_a_match_to_a_target_the_hand_that_ends_it_weighs_the_match_win() -> 
     diff = float(totals[0] - totals[1])
     assert diff != 0 and max(totals) < rules.target
     bot = ExpertBot(0, rules)
+    state.match_totals = [rules.target - totals[0], 0]
+    assert bot._utility(state, 0) == diff  # off by default: the hand's difference alone
+    bot.match_aware = True
     weight = bot.win_weight
     state.match_totals = [0, 0]  # nobody reaches the target: the hand's difference alone
     assert bot._utility(state, 0) == diff and bot._utility(state, 1) == -diff
