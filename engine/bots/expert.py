@@ -110,8 +110,8 @@ class ExpertBot:
     assume_declined: float = 0.0
     # in a match to a target, a hand that ends the match (a side reaches the target: the view's
     # ``match_totals`` plus the hand's score) weighs ``win_weight`` more for the side that wins the
-    # match. Off by default: against the heuristic it wins as many matches as without (900 duplicate
-    # games, docs/performance.md, "Bots")
+    # match. False (the default until a measure shows it worth it: docs/performance.md, "Bots"):
+    # every hand is valued by its score difference alone
     match_aware: bool = False
 
     def __init__(self, seed: int | str = 0, rules: Ruleset | None = None,
