@@ -61,6 +61,10 @@ _OVER: Final[dict[str, Callable[[ViewedPosition, int | None], Any]]] = {
 }
 
 
+#: the fields a seat's view shows while the hand runs (a spectator's lacks ``hand``): every
+#: mapping offered to a bot as a seat's view shows exactly these (``engine.bots.expert.RolloutView``)
+SEAT_KEYS: Final[tuple[str, ...]] = (*_FIELDS, *_OWN)
+
 # the fields of a view, at 2 * (a seat's view) + (the hand over)
 _KEYS: Final[list[tuple[str, ...]]] = [
     (*_FIELDS, *(("hand",) if own else ()), *(_OVER if over else ()))

@@ -69,6 +69,7 @@ from engine.errors import EngineError
 from engine.melds import Meld, card_values
 from engine.rules import Ruleset
 from engine.state import HandState
+from engine.view import SEAT_KEYS
 
 #: a rollout stops after this many actions (a hand lasts a few hundred): a guard, never reached in play
 MAX_ROLLOUT_ACTIONS = 4000
@@ -429,8 +430,7 @@ class RolloutView(TypedView):
 
     __slots__ = ("_cache", "_readings", "_seat", "_state")
 
-    KEYS = ("seat", "players", "hand_number", "dealer", "phase", "to_act", "hand_sizes", "melds", "discard",
-            "stock_count", "mortos_taken", "mortos_in_stock", "must_meld", "lone_card", "score", "match_totals", "hand")
+    KEYS = SEAT_KEYS
 
     def __init__(self, state: HandState, seat: int, cache: dict[Meld, dict[str, Any]],
                  readings: MeldReadings) -> None:
