@@ -27,7 +27,9 @@ of decisions that searched). ``--outcomes FILE`` appends every game's outcome to
 
 A/B of the expert's tuning, on the same deals: ``--expert-set KNOB=VALUE`` (repeatable) sets a knob
 on every expert of the suite; two suites' outcome files, same seed and games, are compared game by
-game with ``--compare A B`` (the games each won, those won by one only, the sign test). A suite can
+game with ``--compare A B`` (the games each won, those won by one only, the sign test). Likewise
+for the heuristic: with ``--bots heuristic,heuristic``, ``--heuristic-set KNOB=VALUE`` (repeatable)
+plays a variant of the heuristic (the first bot) against the plain one. A suite can
 be played in parts (``--first-game N``: games N.. of each pairing, the same deals as a whole run's),
 and ``--summarize FILE...`` gives the win rates over the parts' outcome files together.
 ``--budget-ms`` sets the expert's CPU budget per decision (default: the bot's default). ``--smoke``
@@ -54,6 +56,7 @@ from typing import Any
 from engine.actions import Action, Discard
 from engine.bots.base import BOT_KINDS, Bot, make_bot
 from engine.bots.expert import ExpertBot
+from engine.bots.heuristic import HeuristicBot
 from engine.errors import EngineError
 from engine.match import MatchState
 from engine.rules import PRESETS, Ruleset, ruleset_from_spec
@@ -257,7 +260,8 @@ def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str],
     duplicate: games ``2k`` and ``2k + 1`` deal the same hands (hand ``h`` of both from the seed of
     pair ``k``) with the same first dealer, each bot on the other side, so that the luck of the deal
     cancels out of the comparison and only the play differs. ``knobs`` (``expert_knobs``) are set
-    on every expert bot of the match."""
+    on every expert bot of the match, but those named ``heuristic.KNOB`` (``heuristic_knobs``): those
+    are set on the first bot's players, a heuristic bot (a variant against the plain heuristic)."""
     rules = Ruleset(**rules_spec)
     swap = side_of_bot(0, game)
     side_kind = [kinds[swap], kinds[1 - swap]]
@@ -268,9 +272,16 @@ def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str],
         bot = make_bot(side_kind[seat & 1], f"{seed}/{game}/{seat}", rules, budget_ms=budget_ms)
         if isinstance(bot, ExpertBot):
             for knob, value in (knobs or {}).items():
-                setattr(bot, knob, value)
+                if not knob.startswith(HEURISTIC_PREFIX):
+                    setattr(bot, knob, value)
             experts.append(bot)
             bots.append(TimedBot(bot, times))
+        elif isinstance(bot, HeuristicBot):
+            if (seat & 1) == swap:  # the first bot's
+                for knob, value in (knobs or {}).items():
+                    if knob.startswith(HEURISTIC_PREFIX):
+                        set_heuristic_knob(bot, knob[len(HEURISTIC_PREFIX):], value)
+            bots.append(bot)
         else:
             bots.append(bot)
     match = MatchState(rules, players, first_dealer=first_dealer(game, players))
@@ -404,7 +415,8 @@ def suite(presets: list[str], players_list: list[int], kinds: tuple[str, str], s
            f"{games} {unit} each ({express_games} in one-hand presets)"
            + (f", from game {first_game}" if first_game else "") + "; "
            f"expert budget {budget} ms CPU per decision; {jobs} process(es)"
-           + "".join(f"; expert {knob} = {value}" for knob, value in (knobs or {}).items()))
+           + "".join(f"; {'' if knob.startswith(HEURISTIC_PREFIX) else 'expert '}{knob} = {value}"
+                     for knob, value in (knobs or {}).items()))
     for preset_name in presets:
         rules = PRESETS[preset_name]
         n = express_games if rules.target == 0 else games
@@ -493,6 +505,66 @@ EXPERT_KNOBS: dict[str, type] = {
 }
 
 
+#: ``--heuristic-set``'s knobs go into the same mapping as the expert's, named with this prefix
+HEURISTIC_PREFIX = "heuristic."
+#: the heuristic's tuning knobs that ``--heuristic-set`` may set, with their types (as the expert's);
+#: and ``pile_params.STAGE``, one stage's four parameters of taking the pile (``HeuristicBot.PILE_PARAMS``)
+HEURISTIC_KNOBS: dict[str, type] = {
+    name: type(getattr(HeuristicBot(0), name)) for name in (
+        "pile_per_laid", "pile_wild", "max_stale_turns", "wild_spent", "wild_spent_well", "keep_wilds",
+        "wild_surplus", "dirtying", "direct_batida", "indirect_batida", "feed_danger", "feed_near_canastra",
+        "close_hand", "close_meld", "out_when_pressed", "length_weight", "shed_value")
+}
+
+
+def heuristic_knobs(settings: Sequence[str]) -> dict[str, Any]:
+    """``KNOB=VALUE`` settings of the heuristic as a mapping of ``heuristic.KNOB`` to values of the
+    knobs' types (``pile_params.STAGE=BAR,DEAD,LINK,SMALL``: a tuple of four numbers); ``ValueError``
+    naming the setting otherwise."""
+    out: dict[str, Any] = {}
+    for setting in settings:
+        knob, sep, text = setting.partition("=")
+        knob = knob.strip()
+        stage = knob.partition("pile_params.")[2] if knob.startswith("pile_params.") else ""
+        if stage:
+            if stage not in HeuristicBot.PILE_PARAMS:
+                stages = ", ".join(HeuristicBot.PILE_PARAMS)
+                raise ValueError(f"{setting!r}: pile_params takes a stage, one of {stages}")
+            try:
+                params = tuple(float(x) for x in text.split(","))
+            except ValueError:
+                params = ()
+            if not sep or len(params) != 4:
+                raise ValueError(f"{setting!r}: pile_params.{stage} takes four numbers: BAR,DEAD,LINK,SMALL")
+            out[HEURISTIC_PREFIX + knob] = params
+            continue
+        if not sep or knob not in HEURISTIC_KNOBS:
+            raise ValueError(f"{setting!r}: expected KNOB=VALUE with KNOB one of {', '.join(HEURISTIC_KNOBS)}, "
+                             f"or pile_params.STAGE")
+        out[HEURISTIC_PREFIX + knob] = _knob_value(setting, knob, HEURISTIC_KNOBS[knob], text)
+    return out
+
+
+def set_heuristic_knob(bot: HeuristicBot, knob: str, value: Any) -> None:
+    """Set one of ``heuristic_knobs``' settings (without its prefix) on ``bot``."""
+    if knob.startswith("pile_params."):
+        bot.pile_params = {**bot.pile_params, knob.partition(".")[2]: value}  # a new dict: the shared one stays
+    else:
+        setattr(bot, knob, value)
+
+
+def _knob_value(setting: str, knob: str, kind: type, text: str) -> Any:
+    """``text`` as a value of ``kind`` (``true``/``false`` for a bool); ``ValueError`` naming ``setting``."""
+    try:
+        if kind is bool:
+            if text.strip().lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.strip().lower() == "true"
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{setting!r}: {knob} takes a {kind.__name__}") from None
+
+
 def expert_knobs(settings: Sequence[str]) -> dict[str, Any]:
     """``KNOB=VALUE`` settings as a mapping of the expert's knobs to values of their types; ``ValueError``
     naming the setting otherwise."""
@@ -502,17 +574,7 @@ def expert_knobs(settings: Sequence[str]) -> dict[str, Any]:
         knob = knob.strip()
         if not sep or knob not in EXPERT_KNOBS:
             raise ValueError(f"{setting!r}: expected KNOB=VALUE with KNOB one of {', '.join(EXPERT_KNOBS)}")
-        kind = EXPERT_KNOBS[knob]
-        try:
-            if kind is bool:
-                if text.strip().lower() not in ("true", "false"):
-                    raise ValueError(text)
-                value: Any = text.strip().lower() == "true"
-            else:
-                value = kind(text)
-        except ValueError:
-            raise ValueError(f"{setting!r}: {knob} takes a {kind.__name__}") from None
-        out[knob] = value
+        out[knob] = _knob_value(setting, knob, EXPERT_KNOBS[knob], text)
     return out
 
 
@@ -590,7 +652,7 @@ def compare(a_path: Path, b_path: Path) -> Iterator[str]:
     if not common:
         raise ValueError(f"{a_path} and {b_path} share no game (preset, table size, seed, game number)")
     knobs = [dict(rows[common[0]].get("knobs", {})) for rows in (a_rows, b_rows)]
-    yield f"A: {a_path} (expert {knobs[0] or 'defaults'}); B: {b_path} (expert {knobs[1] or 'defaults'})"
+    yield f"A: {a_path} (knobs {knobs[0] or 'defaults'}); B: {b_path} (knobs {knobs[1] or 'defaults'})"
     pairings: dict[tuple[str, int], list[tuple[bool, bool]]] = {}
     for key in common:
         pairings.setdefault((key[0], key[1]), []).append((_won(a_rows[key]), _won(b_rows[key])))
@@ -657,6 +719,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --suite: append every game's outcome to this file (JSON lines)")
     parser.add_argument("--expert-set", action="append", default=[], metavar="KNOB=VALUE",
                         help=f"with --suite: set an expert knob ({', '.join(EXPERT_KNOBS)}); repeatable")
+    parser.add_argument("--heuristic-set", action="append", default=[], metavar="KNOB=VALUE",
+                        help="with --suite and a heuristic first bot: set a knob on its players (a variant "
+                             f"against the plain heuristic: {', '.join(HEURISTIC_KNOBS)}, pile_params.STAGE); "
+                             "repeatable")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
                         help="compare two --outcomes files game by game (the same seed and games) and exit")
     parser.add_argument("--summarize", nargs="+", type=Path, metavar="FILE",
@@ -681,6 +747,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         knobs = expert_knobs(args.expert_set)
     except ValueError as exc:
         parser.error(f"--expert-set: {exc}")
+    try:
+        knobs.update(heuristic_knobs(args.heuristic_set))
+    except ValueError as exc:
+        parser.error(f"--heuristic-set: {exc}")
+    if args.heuristic_set and (args.bots[0] != "heuristic" or not args.suite):
+        parser.error("--heuristic-set: a variant of the first bot, with --suite: --bots heuristic,...")
     if args.suite:
         presets = list(PRESETS) if args.suite == "all" else [p.strip() for p in args.suite.split(",")]
         unknown = [p for p in presets if p not in PRESETS]

@@ -105,11 +105,13 @@ class Turn:
 class HeuristicBot:
     name = "heuristic"
 
-    # Tuning knobs, class attributes so that experiments can vary them.
+    # Tuning knobs, class attributes so that experiments can vary them (on one bot: ``setattr``).
     # Taking the pile, per stage: the bar the pile's gain must clear (what a card from the stock
     # would have brought), the cost of each dead card it brings, the worth of a pile card that
     # connects to the hand without being laid at once, and of each card the hand lacks below six.
-    pile_params: ClassVar[dict[str, tuple[float, float, float, float]]] = {
+    # Every bot reads its ``pile_params``, this table unless a variant was given its own (a new
+    # dict: the shared one is never changed).
+    PILE_PARAMS: ClassVar[dict[str, tuple[float, float, float, float]]] = {
         "morto": (10.0, 3.0, 0.0, 0.0),
         "morto_clean": (-15.0, 0.0, 10.0, 8.0),
         "build": (0.0, 0.0, 10.0, 8.0),
@@ -138,6 +140,7 @@ class HeuristicBot:
         self.rng = random.Random(seed)
         self.rules = rules if rules is not None else Ruleset()
         self.values = card_values(self.rules)
+        self.pile_params: dict[str, tuple[float, float, float, float]] = self.PILE_PARAMS
         self.groups = rules.groups if rules is not None else False  # learnt from the table otherwise
         self.clean_needed = self.rules.clean_to_go_out
         self._hand_key: tuple[int, int] = (-1, -1)

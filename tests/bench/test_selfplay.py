@@ -262,6 +262,59 @@ def test_a_knob_reaches_the_expert_of_every_match(monkeypatch: pytest.MonkeyPatc
     assert ExpertBot(0).pick_z != 7.5  # set on the match's bots, not on the class
 
 
+def test_heuristic_knobs_are_parsed_to_their_types_and_bad_ones_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.selfplay import HEURISTIC_KNOBS, heuristic_knobs
+    from engine.bots import HeuristicBot
+
+    bot = HeuristicBot(0)
+    for knob, kind in HEURISTIC_KNOBS.items():
+        assert kind in (int, float, bool), knob
+        assert type(getattr(bot, knob)) is kind
+    assert heuristic_knobs(["keep_wilds=3", "feed_danger=45", "out_when_pressed=false",
+                            "pile_params.morto=0,0,0,0"]) == {
+        "heuristic.keep_wilds": 3, "heuristic.feed_danger": 45.0, "heuristic.out_when_pressed": False,
+        "heuristic.pile_params.morto": (0.0, 0.0, 0.0, 0.0)}
+    for bad, message in (("genius=1", "expected KNOB=VALUE"), ("keep_wilds=two", "takes a int"),
+                         ("pile_params.sleepy=1,2,3,4", "takes a stage"),
+                         ("pile_params.morto=1,2,3", "takes four numbers")):
+        with pytest.raises(ValueError, match=message):
+            heuristic_knobs([bad])
+    with pytest.raises(SystemExit):  # a variant of the first bot, which must be the heuristic
+        main(["--suite", "aberto", "--bots", "expert,heuristic", "--heuristic-set", "keep_wilds=3"])
+    assert "--heuristic-set: a variant of the first bot" in capsys.readouterr().err
+
+
+def test_a_heuristic_knob_reaches_the_first_bots_players_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variant against the plain heuristic: the first bot's players (side ``swap``) get the knobs, the
+    second bot's keep the defaults, and the table every bot reads by default is left as it was."""
+    import bench.selfplay as selfplay
+    from engine.bots.base import Bot, make_bot
+    from engine.bots.heuristic import HeuristicBot
+    from engine.rules import PRESETS, Ruleset
+
+    default_morto = HeuristicBot.PILE_PARAMS["morto"]
+    knobs = selfplay.heuristic_knobs(["keep_wilds=5", "pile_params.morto=-7,0,0,0"])
+    made: list[Bot] = []
+
+    def spy(kind: str, seed: str, rules: Ruleset, budget_ms: float | None = None) -> Bot:
+        made.append(make_bot(kind, seed, rules, budget_ms=budget_ms))
+        return made[-1]
+
+    monkeypatch.setattr(selfplay, "make_bot", spy)
+    for game in (0, 1):
+        made.clear()
+        outcome = selfplay.play_match(PRESETS["aberto"].to_dict(), 4, ("heuristic", "heuristic"), "k", game,
+                                      None, True, knobs)
+        assert len(made) == 4
+        for seat, bot in enumerate(made):
+            assert isinstance(bot, HeuristicBot)
+            variant = (seat & 1) == outcome.swap
+            assert bot.keep_wilds == (5 if variant else HeuristicBot(0).keep_wilds)
+            assert bot.pile_params["morto"] == ((-7.0, 0.0, 0.0, 0.0) if variant else default_morto)
+            assert bot.pile_params["build"] == HeuristicBot.PILE_PARAMS["build"]
+    assert HeuristicBot.PILE_PARAMS["morto"] == default_morto and HeuristicBot(0).pile_params["morto"] == default_morto
+
+
 def test_compare_pairs_two_runs_game_by_game(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
