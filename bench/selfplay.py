@@ -278,9 +278,8 @@ def play_match(rules_spec: dict[str, Any], players: int, kinds: tuple[str, str],
             bots.append(TimedBot(bot, times))
         elif isinstance(bot, HeuristicBot):
             if (seat & 1) == swap:  # the first bot's
-                for knob, value in (knobs or {}).items():
-                    if knob.startswith(HEURISTIC_PREFIX):
-                        set_heuristic_knob(bot, knob[len(HEURISTIC_PREFIX):], value)
+                bot.tune({knob[len(HEURISTIC_PREFIX):]: value for knob, value in (knobs or {}).items()
+                          if knob.startswith(HEURISTIC_PREFIX)})
             bots.append(bot)
         else:
             bots.append(bot)
@@ -501,7 +500,7 @@ EXPERT_KNOBS: dict[str, type] = {
     name: type(getattr(ExpertBot(0), name)) for name in (
         "discard_candidates", "play_candidates", "search_all_plays", "prune_after", "prune_z", "pick_z",
         "pick_margin", "win_weight", "hand_weight", "morto_weight", "cut_worlds", "min_cut_turns", "assume_laid",
-        "assume_declined", "match_aware")
+        "assume_declined", "match_aware", "tuned_policy")
 }
 
 
@@ -543,14 +542,6 @@ def heuristic_knobs(settings: Sequence[str]) -> dict[str, Any]:
                              f"or pile_params.STAGE")
         out[HEURISTIC_PREFIX + knob] = _knob_value(setting, knob, HEURISTIC_KNOBS[knob], text)
     return out
-
-
-def set_heuristic_knob(bot: HeuristicBot, knob: str, value: Any) -> None:
-    """Set one of ``heuristic_knobs``' settings (without its prefix) on ``bot``."""
-    if knob.startswith("pile_params."):
-        bot.pile_params = {**bot.pile_params, knob.partition(".")[2]: value}  # a new dict: the shared one stays
-    else:
-        setattr(bot, knob, value)
 
 
 def _knob_value(setting: str, knob: str, kind: type, text: str) -> Any:

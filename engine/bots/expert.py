@@ -12,7 +12,9 @@ At each decision that is a real choice, the bot
    worlds lean towards other hands that laid down what they could and held nothing to take the pile
    for;
 3. in each world plays every candidate, then the rest of the hand with the heuristic bot in every
-   seat (the opponents are played as the heuristic plays, the seat itself too), up to the end of
+   seat (the opponents are played as the heuristic plays, the seat itself too; with
+   ``tuned_policy``, off by default, the seat's side and its advisor play the heuristic tuned,
+   ``heuristic.TUNED_KNOBS``), up to the end of
    the hand, and scores the result for its side (``_utility``: the hand's score difference; in a
    one-hand match, and with ``match_aware`` in a hand in which a side reaches the match's target
    from the view's ``match_totals``, winning the match weighs ``win_weight`` more). Where
@@ -61,7 +63,7 @@ from typing import Any
 
 from engine.actions import DRAW, TAKE_PILE, Action, AddCards, Discard, MeldCards
 from engine.bots.evaluation import Evaluation, weights_for
-from engine.bots.heuristic import HeuristicBot
+from engine.bots.heuristic import TUNED_KNOBS, HeuristicBot
 from engine.bots.reading import TableMeld, TypedView, read_meld
 from engine.bots.sampling import Information, PublicMemory, SamplingError, information, sample
 from engine.cards import CARD_STR, JOKER
@@ -114,6 +116,11 @@ class ExpertBot:
     # match. False (the default until a measure shows it worth it: docs/performance.md, "Bots"):
     # every hand is valued by its score difference alone
     match_aware: bool = False
+    # its own side's players, the advisor and the side's seats in the rollouts, play the heuristic
+    # tuned (``heuristic.TUNED_KNOBS``); the opponents in the rollouts stay the plain heuristic.
+    # False (the default until a measure shows it worth it: docs/performance.md, "Bots"): every
+    # player is the plain heuristic
+    tuned_policy: bool = False
 
     def __init__(self, seed: int | str = 0, rules: Ruleset | None = None,
                  budget_ms: float | None = DEFAULT_BUDGET_MS, max_worlds: int = 10_000,
@@ -128,6 +135,7 @@ class ExpertBot:
         # the advisor sees every view this bot sees, so its memory (pile taken, discards) stays its own
         # and with no search the expert plays exactly as HeuristicBot(seed, rules)
         self.advisor = HeuristicBot(seed, rules)
+        self._advisor_tuned = False  # whether the advisor plays tuned (brought to ``tuned_policy`` at each decision)
         self.rng = random.Random(f"expert/{seed}")
         self.memory = PublicMemory()
         self.budget_ms = budget_ms
@@ -157,6 +165,8 @@ class ExpertBot:
     # --- the Bot interface ---------------------------------------------------------------------------
     def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
         start = self.clock()
+        if self._advisor_tuned != self.tuned_policy:
+            self._tune_advisor()
         self.last_worlds = self.last_rollouts = 0
         self.memory.observe(view)
         if view["phase"] == "draw":
@@ -179,10 +189,20 @@ class ExpertBot:
         return action
 
     def choose_discard(self, view: Mapping[str, Any], legal: list[Action]) -> Discard:
+        if self._advisor_tuned != self.tuned_policy:
+            self._tune_advisor()
         self.memory.observe(view)
         action = self.advisor.choose_discard(view, legal)
         self.memory.note_discard(view, action.card)
         return action
+
+    def _tune_advisor(self) -> None:
+        """The advisor's knobs as ``tuned_policy`` says (set on a bot after it was made)."""
+        plain = HeuristicBot(0, self.rules)
+        self.advisor.tune(TUNED_KNOBS if self.tuned_policy else {
+            knob: plain.pile_params[knob[len("pile_params."):]] if knob.startswith("pile_params.")
+            else getattr(plain, knob) for knob in TUNED_KNOBS})
+        self._advisor_tuned = self.tuned_policy
 
     # --- candidates ----------------------------------------------------------------------------------
     def _candidates(self, view: Mapping[str, Any], legal: list[Action], advice: Action) -> list[Action]:
@@ -345,6 +365,9 @@ class ExpertBot:
         self.last_rollouts += 1
         rules = self.rules
         bots = [HeuristicBot(seed + s, rules) for s in range(state.players)]
+        if self.tuned_policy:
+            for s in range(side, state.players, 2):
+                bots[s].tune(TUNED_KNOBS)
         first = state.turns
         stop = first + horizon if horizon is not None else 1 << 30
         actions = 0

@@ -52,6 +52,13 @@ from engine.cards import JOKER, NCODES
 from engine.melds import card_values
 from engine.rules import CANASTRA, MORTO_SIZE, Ruleset
 
+#: knob settings (``HeuristicBot.tune``) of a variant of the heuristic that beat the plain one in
+#: duplicate matches (docs/performance.md, "Bots"): the expert's own side may play them
+#: (``ExpertBot.tuned_policy``); the heuristic bot of the tables keeps its defaults
+TUNED_KNOBS: Final[dict[str, Any]] = {
+    "pile_params.morto": (0.0, 0.0, 0.0, 0.0),
+}
+
 
 class Turn:
     """One decision's reading of the view.
@@ -145,6 +152,18 @@ class HeuristicBot:
         self.clean_needed = self.rules.clean_to_go_out
         self._hand_key: tuple[int, int] = (-1, -1)
         self._reset()
+
+    def tune(self, knobs: Mapping[str, Any]) -> None:
+        """Set knobs on this bot alone: a knob by its name (``keep_wilds``), or one stage's four
+        parameters of taking the pile as ``pile_params.STAGE`` (the shared table is not changed)."""
+        for knob, value in knobs.items():
+            if knob.startswith("pile_params."):
+                stage = knob[len("pile_params."):]
+                if stage not in self.PILE_PARAMS:
+                    raise ValueError(f"{knob!r}: no such stage of taking the pile")
+                self.pile_params = {**self.pile_params, stage: value}
+            else:
+                setattr(self, knob, value)
 
     # --- memory within a hand ---------------------------------------------------------------------
     def _reset(self) -> None:
@@ -513,4 +532,4 @@ def suit_slots(counts: list[int]) -> list[int]:
     return [held_slots(counts, 0), held_slots(counts, 1), held_slots(counts, 2), held_slots(counts, 3)]
 
 
-__all__ = ["HeuristicBot", "Turn"]
+__all__ = ["TUNED_KNOBS", "HeuristicBot", "Turn"]

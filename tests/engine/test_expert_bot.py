@@ -183,6 +183,52 @@ def test_budget_zero_plays_exactly_as_the_heuristic() -> None:
     assert rollouts == 0
 
 
+def test_tuned_policy_plays_the_advisor_and_its_sides_rollout_seats_tuned() -> None:
+    """``tuned_policy``: with no budget the expert is its advisor tuned (``TUNED_KNOBS``); a rollout
+    plays the expert's side tuned and the opponents plain, as such bots play the position; the knob
+    turned off again gives back the plain advisor."""
+    import math
+
+    from engine.bots.heuristic import TUNED_KNOBS
+
+    rules = PRESETS["fechado_sujo"]
+    match = MatchState(rules, 2)
+    match.start_hand(seed="tuned/0")
+    hand = match.hand
+    assert hand is not None
+
+    def played(bots: list[Any]) -> list[Any]:
+        state = hand.clone()
+        while not state.is_terminal():
+            seat = state.to_act
+            state.apply(bots[seat].choose(state.view(seat), state.legal_actions()))
+        return state.history
+
+    def tuned(seed: int) -> HeuristicBot:
+        bot = HeuristicBot(seed, rules)
+        bot.tune(TUNED_KNOBS)
+        return bot
+
+    experts = [ExpertBot(s, rules, budget_ms=0) for s in range(2)]
+    for bot in experts:
+        bot.tuned_policy = True
+    assert played(experts) == played([tuned(0), tuned(1)])
+    assert played([tuned(0), tuned(1)]) != played([HeuristicBot(0, rules), HeuristicBot(1, rules)])
+    rollouts = []
+    for on in (False, True):
+        expert = ExpertBot(0, rules, budget_ms=None, max_worlds=1)
+        expert.tuned_policy = on
+        state = hand.clone()
+        expert._rollout(state, 0, 7, math.inf, None)
+        rollouts.append(state.history)
+    assert rollouts[1] == played([tuned(7), HeuristicBot(8, rules)])
+    assert rollouts[0] == played([HeuristicBot(7, rules), HeuristicBot(8, rules)]) != rollouts[1]
+    expert = experts[0]
+    expert.tuned_policy = False
+    expert.choose(hand.view(hand.to_act), hand.legal_actions())
+    assert expert.advisor.pile_params == HeuristicBot(0, rules).pile_params
+
+
 class FakeClock:
     """A CPU clock that advances ``step`` seconds each time it is read."""
 
