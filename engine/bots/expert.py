@@ -133,7 +133,8 @@ class ExpertBot:
         self.rules = rules if rules is not None else Ruleset()
         self.values = card_values(self.rules)
         # the advisor sees every view this bot sees, so its memory (pile taken, discards) stays its own
-        # and with no search the expert plays exactly as HeuristicBot(seed, rules)
+        # and with no search the expert plays exactly as HeuristicBot(seed, rules) (tuned with
+        # ``tuned_policy``)
         self.advisor = HeuristicBot(seed, rules)
         self._advisor_tuned = False  # whether the advisor plays tuned (brought to ``tuned_policy`` at each decision)
         self.rng = random.Random(f"expert/{seed}")

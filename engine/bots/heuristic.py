@@ -53,8 +53,9 @@ from engine.melds import card_values
 from engine.rules import CANASTRA, MORTO_SIZE, Ruleset
 
 #: knob settings (``HeuristicBot.tune``) of a variant of the heuristic that beat the plain one in
-#: duplicate matches (docs/performance.md, "Bots"): the expert's own side may play them
-#: (``ExpertBot.tuned_policy``); the heuristic bot of the tables keeps its defaults
+#: duplicate matches of ``fechado_sujo`` and is even with it in the other presets measured
+#: (docs/performance.md, "Bots"): the expert's own side may play them (``ExpertBot.tuned_policy``);
+#: the heuristic bot of the tables keeps its defaults
 TUNED_KNOBS: Final[dict[str, Any]] = {
     "pile_params.morto": (0.0, 0.0, 0.0, 0.0),
 }
@@ -112,7 +113,7 @@ class Turn:
 class HeuristicBot:
     name = "heuristic"
 
-    # Tuning knobs, class attributes so that experiments can vary them (on one bot: ``setattr``).
+    # Tuning knobs, class attributes so that experiments can vary them (on one bot: ``tune``).
     # Taking the pile, per stage: the bar the pile's gain must clear (what a card from the stock
     # would have brought), the cost of each dead card it brings, the worth of a pile card that
     # connects to the hand without being laid at once, and of each card the hand lacks below six.
