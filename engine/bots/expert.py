@@ -39,7 +39,8 @@ Guarantees:
   world plays every live candidate once (a few rollouts), so the overshoot is bounded by one
   world's cost estimate; rollouts are also capped in length (``MAX_ROLLOUT_ACTIONS``). Trivial
   decisions (one legal action, a draw with the pile not takeable, the draw forced by the
-  anti-exchange rule below) do no search. ``budget_ms=0`` gives exactly the heuristic's choice.
+  anti-exchange rule below) do no search. ``budget_ms=0`` gives exactly the heuristic's choice
+  (the tuned heuristic's with ``tuned_policy``).
 - **Deterministic for its seed**, for a given number of worlds per decision: the worlds and the
   rollouts' seeds derive from the seed and the decision's number, never from the clock. Under a
   CPU budget the number of worlds depends on the machine's speed, so two runs agree only as far
