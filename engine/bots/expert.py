@@ -200,10 +200,7 @@ class ExpertBot:
 
     def _tune_advisor(self) -> None:
         """The advisor's knobs as ``tuned_policy`` says (set on a bot after it was made)."""
-        plain = HeuristicBot(0, self.rules)
-        self.advisor.tune(TUNED_KNOBS if self.tuned_policy else {
-            knob: plain.pile_params[knob[len("pile_params."):]] if knob.startswith("pile_params.")
-            else getattr(plain, knob) for knob in TUNED_KNOBS})
+        self.advisor.tune(TUNED_KNOBS if self.tuned_policy else HeuristicBot(0, self.rules).knobs(TUNED_KNOBS))
         self._advisor_tuned = self.tuned_policy
 
     # --- candidates ----------------------------------------------------------------------------------

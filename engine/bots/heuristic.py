@@ -42,7 +42,7 @@ assumes the defaults of ``Ruleset()`` and learns groups from the table.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Final
 
 from engine.actions import DRAW, Action, AddCards, Discard, MeldCards, TakePile
@@ -165,6 +165,11 @@ class HeuristicBot:
                 self.pile_params = {**self.pile_params, stage: value}
             else:
                 setattr(self, knob, value)
+
+    def knobs(self, names: Iterable[str]) -> dict[str, Any]:
+        """This bot's values of the knobs ``names``, named as ``tune`` takes them (its inverse)."""
+        return {knob: self.pile_params[knob[len("pile_params."):]] if knob.startswith("pile_params.")
+                else getattr(self, knob) for knob in names}
 
     # --- memory within a hand ---------------------------------------------------------------------
     def _reset(self) -> None:

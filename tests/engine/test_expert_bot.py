@@ -209,6 +209,8 @@ def test_tuned_policy_plays_the_advisor_and_its_sides_rollout_seats_tuned() -> N
         bot.tune(TUNED_KNOBS)
         return bot
 
+    assert tuned(0).knobs(TUNED_KNOBS) == TUNED_KNOBS  # knobs reads back what tune set
+    assert HeuristicBot(0, rules).knobs(TUNED_KNOBS) != TUNED_KNOBS
     experts = [ExpertBot(s, rules, budget_ms=0) for s in range(2)]
     for bot in experts:
         bot.tuned_policy = True
