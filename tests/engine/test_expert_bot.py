@@ -245,9 +245,9 @@ class FakeClock:
         return self.now
 
 
-def a_real_choice() -> tuple[HandState, int]:
+def a_real_choice(name: str = "aberto") -> tuple[HandState, int]:
     """A play-phase decision with several candidates (no meld: which card to discard)."""
-    s = position("aberto", ["9C 9D KS QD 3C 7H JH", "5D 6D 9S 10S KH QH 8C"], pile="7S 10C", stock_top="5C")
+    s = position(name, ["9C 9D KS QD 3C 7H JH", "5D 6D 9S 10S KH QH 8C"], pile="7S 10C", stock_top="5C")
     s.apply(DRAW, 0)
     return s, 0
 
@@ -317,6 +317,25 @@ def test_some_loosened_searches_switch() -> None:
         bot.choose(s.view(seat), s.legal_actions())
         switched += bot.switches
     assert switched > 0
+
+
+@pytest.mark.parametrize("name", ["aberto", "classico_104"])
+def test_the_switch_asks_express_pick_z_in_a_one_hand_match_and_pick_z_elsewhere(name: str) -> None:
+    """The threshold of the ruleset's kind of match decides (the other set the opposite way is never
+    read): loosened, some searches replace the heuristic's choice; raised out of reach, none does."""
+    s, seat = a_real_choice(name)
+    one_hand = PRESETS[name].target == 0
+    assert one_hand == (name == "classico_104")
+    switched = {}
+    for loose in (True, False):
+        switched[loose] = 0
+        for seed in range(6):
+            bot = small(seed, PRESETS[name], worlds=4, horizon=2)
+            bot.pick_margin = 0.0
+            bot.pick_z, bot.express_pick_z = (0.0, 1e9) if loose != one_hand else (1e9, 0.0)
+            bot.choose(s.view(seat), s.legal_actions())
+            switched[loose] += bot.switches
+    assert switched[True] > 0 and switched[False] == 0
 
 
 def test_trivial_decisions_do_not_search() -> None:
