@@ -96,10 +96,10 @@ class ExpertBot:
     pick_z: float = 2.0
     pick_margin: float = 5.0  # ... and at least this many points of mean gain
     # ``pick_z`` in a one-hand match (the ruleset's target 0): there a rollout is worth the hand won
-    # or lost (``win_weight``), a world's difference between two candidates is nearly always nothing
-    # or a whole ``win_weight`` either way, and a few worlds' flips (which rollouts that part ways
-    # after the decision give by chance) pass a test of two standard errors: the switches such a test
-    # lets through lose matches (docs/performance.md, "Bots")
+    # or lost (``win_weight``), a world's difference between two candidates is nearly always a few
+    # points or twice ``win_weight`` (a hand won instead of lost, or the reverse), and a few worlds'
+    # flips (which rollouts that part ways after the decision give by chance) pass a test of two
+    # standard errors: the switches such a test lets through lose matches (docs/performance.md, "Bots")
     express_pick_z: float = 3.0
     # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
     # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike

@@ -326,13 +326,15 @@ def test_the_switch_asks_express_pick_z_in_a_one_hand_match_and_pick_z_elsewhere
     s, seat = a_real_choice(name)
     one_hand = PRESETS[name].target == 0
     assert one_hand == (name == "classico_104")
+    read, unread = ("express_pick_z", "pick_z") if one_hand else ("pick_z", "express_pick_z")
     switched = {}
     for loose in (True, False):
         switched[loose] = 0
         for seed in range(6):
             bot = small(seed, PRESETS[name], worlds=4, horizon=2)
             bot.pick_margin = 0.0
-            bot.pick_z, bot.express_pick_z = (0.0, 1e9) if loose != one_hand else (1e9, 0.0)
+            setattr(bot, read, 0.0 if loose else 1e9)
+            setattr(bot, unread, 1e9 if loose else 0.0)
             bot.choose(s.view(seat), s.legal_actions())
             switched[loose] += bot.switches
     assert switched[True] > 0 and switched[False] == 0
