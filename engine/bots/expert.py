@@ -26,7 +26,7 @@ At each decision that is a real choice, the bot
    supports: the differences are paired (every candidate is played in the same worlds, with the same
    seeds: common random numbers), a candidate is dropped once it is clearly worse, and it replaces
    the heuristic's choice only if its mean gain exceeds ``pick_z`` standard errors (in a one-hand
-   match ``express_pick_z``) and ``pick_margin`` points.
+   match between two players ``express_pick_z``) and ``pick_margin`` points.
 
 Guarantees:
 
@@ -95,11 +95,12 @@ class ExpertBot:
     # that was as good or better (docs/performance.md, "Bots")
     pick_z: float = 2.0
     pick_margin: float = 5.0  # ... and at least this many points of mean gain
-    # ``pick_z`` in a one-hand match (the ruleset's target 0): there a rollout is worth the hand won
-    # or lost (``win_weight``), a world's difference between two candidates is nearly always a few
-    # points or twice ``win_weight`` (a hand won instead of lost, or the reverse), and a few worlds'
-    # flips (which rollouts that part ways after the decision give by chance) pass a test of two
-    # standard errors: the switches such a test lets through lose matches (docs/performance.md, "Bots")
+    # ``pick_z`` in a one-hand match (the ruleset's target 0) between two players: there a rollout is
+    # worth the hand won or lost (``win_weight``), a world's difference between two candidates is
+    # nearly always a few points or twice ``win_weight`` (a hand won instead of lost, or the reverse),
+    # and a few worlds' flips (which rollouts that part ways after the decision give by chance) pass a
+    # test of two standard errors: the switches such a test lets through lose matches. At four players
+    # the stricter test lost matches instead (docs/performance.md, "Bots")
     express_pick_z: float = 3.0
     # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
     # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike
@@ -316,7 +317,7 @@ class ExpertBot:
             self.short_searches += 1
         best = 0
         best_mean = 0.0
-        pick_z = self.express_pick_z if self.rules.target == 0 else self.pick_z
+        pick_z = self.express_pick_z if self.rules.target == 0 and info.players == 2 else self.pick_z
         for i in range(1, k):
             if played[i] >= self.prune_after:
                 mean, se = _mean_se(total[i], square[i], played[i])

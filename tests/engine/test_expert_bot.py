@@ -245,9 +245,10 @@ class FakeClock:
         return self.now
 
 
-def a_real_choice(name: str = "aberto") -> tuple[HandState, int]:
+def a_real_choice(name: str = "aberto", players: int = 2) -> tuple[HandState, int]:
     """A play-phase decision with several candidates (no meld: which card to discard)."""
-    s = position(name, ["9C 9D KS QD 3C 7H JH", "5D 6D 9S 10S KH QH 8C"], pile="7S 10C", stock_top="5C")
+    hands = ["9C 9D KS QD 3C 7H JH", "5D 6D 9S 10S KH QH 8C", "4C 4D 8S JS AH 6C 10D", "3D 7D 5S QS 4H 8H KC"]
+    s = position(name, hands[:players], pile="7S 10C", stock_top="5C")
     s.apply(DRAW, 0)
     return s, 0
 
@@ -319,14 +320,15 @@ def test_some_loosened_searches_switch() -> None:
     assert switched > 0
 
 
-@pytest.mark.parametrize("name", ["aberto", "classico_104"])
-def test_the_switch_asks_express_pick_z_in_a_one_hand_match_and_pick_z_elsewhere(name: str) -> None:
-    """The threshold of the ruleset's kind of match decides (the other set the opposite way is never
-    read): loosened, some searches replace the heuristic's choice; raised out of reach, none does."""
-    s, seat = a_real_choice(name)
-    one_hand = PRESETS[name].target == 0
-    assert one_hand == (name == "classico_104")
-    read, unread = ("express_pick_z", "pick_z") if one_hand else ("pick_z", "express_pick_z")
+@pytest.mark.parametrize("name,players", [("aberto", 2), ("classico_104", 2), ("classico_104", 4)])
+def test_the_switch_asks_express_pick_z_in_a_two_player_one_hand_match_and_pick_z_elsewhere(
+        name: str, players: int) -> None:
+    """The threshold of the match's kind decides (the other, set the opposite way, is never read):
+    loosened, some searches replace the heuristic's choice; raised out of reach, none does."""
+    s, seat = a_real_choice(name, players)
+    heads_up_one_hand = PRESETS[name].target == 0 and players == 2
+    assert heads_up_one_hand == ((name, players) == ("classico_104", 2))
+    read, unread = ("express_pick_z", "pick_z") if heads_up_one_hand else ("pick_z", "express_pick_z")
     switched = {}
     for loose in (True, False):
         switched[loose] = 0
