@@ -174,8 +174,7 @@ class ExpertBot:
     # --- the Bot interface ---------------------------------------------------------------------------
     def choose(self, view: Mapping[str, Any], legal: list[Action]) -> Action:
         start = self.clock()
-        if self._advisor_tuned != self.tuned_policy:
-            self._tune_advisor()
+        self._tune_advisor()
         self.last_worlds = self.last_rollouts = 0
         self.memory.observe(view)
         if view["phase"] == "draw":
@@ -198,15 +197,17 @@ class ExpertBot:
         return action
 
     def choose_discard(self, view: Mapping[str, Any], legal: list[Action]) -> Discard:
-        if self._advisor_tuned != self.tuned_policy:
-            self._tune_advisor()
+        self._tune_advisor()
         self.memory.observe(view)
         action = self.advisor.choose_discard(view, legal)
         self.memory.note_discard(view, action.card)
         return action
 
     def _tune_advisor(self) -> None:
-        """The advisor's knobs as ``tuned_policy`` says (set on a bot after it was made)."""
+        """The advisor's knobs as ``tuned_policy`` says (it may be set on a bot after it was made);
+        nothing to do, at every decision but the first after a change."""
+        if self._advisor_tuned == self.tuned_policy:
+            return
         self.advisor.tune(TUNED_KNOBS if self.tuned_policy else HeuristicBot(0, self.rules).knobs(TUNED_KNOBS))
         self._advisor_tuned = self.tuned_policy
 
