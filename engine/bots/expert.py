@@ -26,7 +26,8 @@ At each decision that is a real choice, the bot
    supports: the differences are paired (every candidate is played in the same worlds, with the same
    seeds: common random numbers), a candidate is dropped once it is clearly worse, and it replaces
    the heuristic's choice only if its mean gain exceeds ``pick_z`` standard errors (in a one-hand
-   match between two players ``express_pick_z``) and ``pick_margin`` points.
+   match between two players ``express_pick_z``, in a match to a target between two pairs
+   ``pairs_pick_z``) and ``pick_margin`` points.
 
 Guarantees:
 
@@ -102,6 +103,11 @@ class ExpertBot:
     # test of two standard errors: the switches such a test lets through lose matches. At four players
     # the stricter test lost matches instead (docs/performance.md, "Bots")
     express_pick_z: float = 3.0
+    # ``pick_z`` in a match to a target (the ruleset's target above 0) between two pairs: there a
+    # rollout is worth the hand's score difference, without a win's jump, and the switches a looser
+    # test lets through won more matches than its chance flips lost, over the presets together
+    # (docs/performance.md, "Bots")
+    pairs_pick_z: float = 1.5
     # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
     # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike
     win_weight: float = 1000.0
@@ -318,7 +324,7 @@ class ExpertBot:
             self.short_searches += 1
         best = 0
         best_mean = 0.0
-        pick_z = self.express_pick_z if self.rules.target == 0 and info.players == 2 else self.pick_z
+        pick_z = self._pick_z(info.players)
         for i in range(1, k):
             if played[i] >= self.prune_after:
                 mean, se = _mean_se(total[i], square[i], played[i])
@@ -327,6 +333,13 @@ class ExpertBot:
         if best:
             self.switches += 1
         return candidates[best]
+
+    def _pick_z(self, players: int) -> float:
+        """The switch's threshold in standard errors for this match's kind: one hand or to a target,
+        two players or two pairs."""
+        if self.rules.target == 0:
+            return self.express_pick_z if players == 2 else self.pick_z
+        return self.pairs_pick_z if players == 4 else self.pick_z
 
     def _horizon(self, info: Information, candidates: int, budget: float | None) -> int | None:
         """The turns each rollout of this search plays (``None``: to the end of the hand, or the

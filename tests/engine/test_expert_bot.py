@@ -320,23 +320,27 @@ def test_some_loosened_searches_switch() -> None:
     assert switched > 0
 
 
-@pytest.mark.parametrize("name,players", [("aberto", 2), ("classico_104", 2), ("classico_104", 4)])
-def test_the_switch_asks_express_pick_z_in_a_two_player_one_hand_match_and_pick_z_elsewhere(
-        name: str, players: int) -> None:
-    """The threshold of the match's kind decides (the other, set the opposite way, is never read):
+#: the switch's threshold each kind of match reads: one hand or to a target, two players or two pairs
+SWITCH_THRESHOLDS = ("pick_z", "express_pick_z", "pairs_pick_z")
+
+
+@pytest.mark.parametrize("name,players,read", [
+    ("aberto", 2, "pick_z"), ("classico_104", 2, "express_pick_z"), ("classico_104", 4, "pick_z"),
+    ("aberto", 4, "pairs_pick_z"), ("fechado_sujo", 4, "pairs_pick_z"),
+])
+def test_the_switch_asks_the_threshold_of_its_kind_of_match(name: str, players: int, read: str) -> None:
+    """The threshold of the match's kind decides (the others, set the opposite way, are never read):
     loosened, some searches replace the heuristic's choice; raised out of reach, none does."""
     s, seat = a_real_choice(name, players)
-    heads_up_one_hand = PRESETS[name].target == 0 and players == 2
-    assert heads_up_one_hand == ((name, players) == ("classico_104", 2))
-    read, unread = ("express_pick_z", "pick_z") if heads_up_one_hand else ("pick_z", "express_pick_z")
+    assert (PRESETS[name].target == 0) == (name == "classico_104")
     switched = {}
     for loose in (True, False):
         switched[loose] = 0
         for seed in range(6):
             bot = small(seed, PRESETS[name], worlds=4, horizon=2)
             bot.pick_margin = 0.0
-            setattr(bot, read, 0.0 if loose else 1e9)
-            setattr(bot, unread, 1e9 if loose else 0.0)
+            for threshold in SWITCH_THRESHOLDS:
+                setattr(bot, threshold, (0.0 if loose else 1e9) if threshold == read else (1e9 if loose else 0.0))
             bot.choose(s.view(seat), s.legal_actions())
             switched[loose] += bot.switches
     assert switched[True] > 0 and switched[False] == 0
