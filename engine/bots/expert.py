@@ -210,8 +210,8 @@ class ExpertBot:
         return action
 
     def _tune_advisor(self) -> None:
-        """The advisor's knobs as ``tuned_policy`` says (it may be set on a bot after it was made);
-        nothing to do, at every decision but the first after a change."""
+        """The advisor's knobs as ``tuned_policy`` says; it may be set on a bot after it was made, so
+        every decision calls this, and it does nothing unless the knob changed since the last call."""
         if self._advisor_tuned == self.tuned_policy:
             return
         self.advisor.tune(TUNED_KNOBS if self.tuned_policy else HeuristicBot(0, self.rules).knobs(TUNED_KNOBS))
