@@ -25,9 +25,9 @@ At each decision that is a real choice, the bot
 4. keeps the heuristic's choice unless another candidate beats it by a margin the evidence
    supports: the differences are paired (every candidate is played in the same worlds, with the same
    seeds: common random numbers), a candidate is dropped once it is clearly worse, and it replaces
-   the heuristic's choice only if its mean gain exceeds ``pick_z`` standard errors (in a one-hand
-   match between two players ``express_pick_z``, in a match to a target between two pairs
-   ``pairs_pick_z``) and ``pick_margin`` points.
+   the heuristic's choice only if its mean gain exceeds a threshold in standard errors that depends
+   on the match's kind (``pick_z``, ``pairs_pick_z``, ``express_pick_z``, ``express_pairs_pick_z``:
+   to a target or one hand, two players or two pairs) and ``pick_margin`` points.
 
 Guarantees:
 
@@ -91,23 +91,26 @@ class ExpertBot:
     search_all_plays: bool = False  # search every meld the heuristic makes, not only the critical ones
     prune_after: int = 3  # worlds before a candidate may be dropped
     prune_z: float = 1.0  # dropped when its mean gain is this many standard errors below 0
-    # replaces the heuristic's choice when this many standard errors above 0: a decision buys a few
-    # worlds, whose score differences are heavy-tailed, so a looser test lets noise overrule a choice
-    # that was as good or better (docs/performance.md, "Bots")
+    # The switch: a candidate replaces the heuristic's choice when its mean gain is this many standard
+    # errors above 0 (and ``pick_margin`` points), one threshold per kind of match (``_pick_z``). A
+    # decision buys a few worlds, whose score differences are heavy-tailed: a test too loose lets
+    # chance flips overrule a choice that was as good or better, one too strict refuses the switches
+    # worth making. Where the balance lies was measured per kind of match, on the same deals
+    # (docs/performance.md, "Bots"):
+    # - to a target (the ruleset's target above 0), two players: 2 replaced 1, whose chance flips lost
+    #   matches where worlds are few (``aberto``'s long hands)
     pick_z: float = 2.0
-    pick_margin: float = 5.0  # ... and at least this many points of mean gain
-    # ``pick_z`` in a one-hand match (the ruleset's target 0) between two players: there a rollout is
-    # worth the hand won or lost (``win_weight``), a world's difference between two candidates is
-    # nearly always a few points or twice ``win_weight`` (a hand won instead of lost, or the reverse),
-    # and a few worlds' flips (which rollouts that part ways after the decision give by chance) pass a
-    # test of two standard errors: the switches such a test lets through lose matches. At four players
-    # the stricter test lost matches instead (docs/performance.md, "Bots")
-    express_pick_z: float = 3.0
-    # ``pick_z`` in a match to a target (the ruleset's target above 0) between two pairs: there a
-    # rollout is worth the hand's score difference, without a win's jump, and the switches a looser
-    # test lets through won more matches than its chance flips lost, over the presets together
-    # (docs/performance.md, "Bots")
+    # - to a target, two pairs: a rollout is worth the hand's score difference, without a win's jump,
+    #   and the looser test's switches won more matches than its chance flips lost
     pairs_pick_z: float = 1.5
+    # - one hand (target 0), two players: a rollout is worth the hand won or lost (``win_weight``), a
+    #   world's difference between two candidates is nearly always a few points or twice
+    #   ``win_weight``, and a few worlds' flips (rollouts that part ways after the decision) pass a
+    #   test of two standard errors: the switches such a test lets through lose matches
+    express_pick_z: float = 3.0
+    # - one hand, two pairs: both a stricter (3) and a looser (1.5) test lost matches
+    express_pairs_pick_z: float = 2.0
+    pick_margin: float = 5.0  # ... and at least this many points of mean gain
     # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
     # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike
     win_weight: float = 1000.0
@@ -338,8 +341,8 @@ class ExpertBot:
         """The switch's threshold in standard errors for this match's kind: one hand or to a target,
         two players or two pairs."""
         if self.rules.target == 0:
-            return self.express_pick_z if players == 2 else self.pick_z
-        return self.pairs_pick_z if players == 4 else self.pick_z
+            return self.express_pick_z if players == 2 else self.express_pairs_pick_z
+        return self.pick_z if players == 2 else self.pairs_pick_z
 
     def _horizon(self, info: Information, candidates: int, budget: float | None) -> int | None:
         """The turns each rollout of this search plays (``None``: to the end of the hand, or the

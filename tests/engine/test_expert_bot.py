@@ -321,12 +321,13 @@ def test_some_loosened_searches_switch() -> None:
 
 
 #: the switch's threshold each kind of match reads: one hand or to a target, two players or two pairs
-SWITCH_THRESHOLDS = ("pick_z", "express_pick_z", "pairs_pick_z")
+SWITCH_THRESHOLDS = ("pick_z", "pairs_pick_z", "express_pick_z", "express_pairs_pick_z")
 
 
 @pytest.mark.parametrize("name,players,read", [
-    ("aberto", 2, "pick_z"), ("classico_104", 2, "express_pick_z"), ("classico_104", 4, "pick_z"),
-    ("aberto", 4, "pairs_pick_z"), ("fechado_sujo", 4, "pairs_pick_z"),
+    ("aberto", 2, "pick_z"), ("fechado_sujo", 2, "pick_z"), ("aberto", 4, "pairs_pick_z"),
+    ("fechado_sujo", 4, "pairs_pick_z"), ("classico_104", 2, "express_pick_z"),
+    ("classico_104", 4, "express_pairs_pick_z"),
 ])
 def test_the_switch_asks_the_threshold_of_its_kind_of_match(name: str, players: int, read: str) -> None:
     """The threshold of the match's kind decides (the others, set the opposite way, are never read):
