@@ -97,8 +97,8 @@ class ExpertBot:
     # chance flips overrule a choice that was as good or better, one too strict refuses the switches
     # worth making. Where the balance lies was measured per kind of match, on the same deals
     # (docs/performance.md, "Bots"):
-    # - to a target (the ruleset's target above 0), two players: 2 replaced 1, whose chance flips lost
-    #   matches where worlds are few (``aberto``'s long hands)
+    # - to a target (the ruleset's target above 0), two players: a looser test's chance flips lose
+    #   matches where a search buys few worlds (long hands, as ``aberto``'s)
     pick_z: float = 2.0
     # - to a target, two pairs: a rollout is worth the hand's score difference, without a win's jump,
     #   and the looser test's switches won more matches than its chance flips lost
@@ -108,7 +108,7 @@ class ExpertBot:
     #   ``win_weight``, and a few worlds' flips (rollouts that part ways after the decision) pass a
     #   test of two standard errors: the switches such a test lets through lose matches
     express_pick_z: float = 3.0
-    # - one hand, two pairs: both a stricter (3) and a looser (1.5) test lost matches
+    # - one hand, two pairs: neither a stricter nor a looser test won more matches
     express_pairs_pick_z: float = 2.0
     pick_margin: float = 5.0  # ... and at least this many points of mean gain
     # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
