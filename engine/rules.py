@@ -125,6 +125,12 @@ class Ruleset:
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _FIELD_ORDER}
 
+    def __reduce__(self) -> tuple[type[Ruleset], tuple[Any, ...]]:
+        """Pickled as the constructor and its fields in order, which the compiled build (mypyc) needs:
+        its classes lack the setstate a frozen slotted dataclass pickles through, so a ruleset can be
+        sent to a worker process (``multiprocessing``) in both builds."""
+        return (Ruleset, tuple(getattr(self, name) for name in _FIELD_ORDER))
+
     def override(self, **changes: Any) -> Ruleset:
         unknown = sorted(set(changes) - PARAMETERS)
         if unknown:

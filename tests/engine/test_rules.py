@@ -1,3 +1,5 @@
+import pickle
+
 import pytest
 
 from engine.errors import RulesetError
@@ -98,3 +100,11 @@ def test_ruleset_is_frozen_data() -> None:
     with pytest.raises(AttributeError):
         r.target = 1  # type: ignore[misc]
     assert Ruleset(**r.to_dict()) == r
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_ruleset_survives_pickling(name: str) -> None:
+    # worker processes receive rulesets pickled, in the compiled build as in pure Python
+    r = PRESETS[name].override(target=1500, bonus_royal=None)
+    back = pickle.loads(pickle.dumps(r))
+    assert back == r and back.to_dict() == r.to_dict() and type(back) is Ruleset
