@@ -98,7 +98,8 @@ class ExpertBot:
     # worth making. Where the balance lies was measured per kind of match, on the same deals
     # (docs/performance.md, "Bots"):
     # - to a target (the ruleset's target above 0), two players: a looser test's chance flips lose
-    #   matches where a search buys few worlds (long hands, as ``aberto``'s)
+    #   matches where a search buys few worlds (long hands, as ``aberto``'s), and elsewhere its
+    #   switches won no more matches once measured on a second set of deals
     pick_z: float = 2.0
     # - to a target, two pairs: a rollout is worth the hand's score difference, without a win's jump,
     #   and the looser test's switches won more matches than its chance flips lost
