@@ -499,8 +499,9 @@ def _searches_line(searched: int, short: int, switches: int, cut: int, worlds: i
 EXPERT_KNOBS: dict[str, type] = {
     name: type(getattr(ExpertBot(0), name)) for name in (
         "discard_candidates", "play_candidates", "search_all_plays", "prune_after", "prune_z", "pick_z",
-        "pairs_pick_z", "express_pick_z", "express_pairs_pick_z", "pick_margin", "win_weight", "hand_weight",
-        "morto_weight", "cut_worlds", "min_cut_turns", "assume_laid", "assume_declined", "match_aware", "tuned_policy")
+        "pairs_pick_z", "express_pick_z", "express_pairs_pick_z", "pick_margin", "student_switch", "win_weight",
+        "express_pairs_win_weight", "hand_weight", "morto_weight", "cut_worlds", "min_cut_turns", "assume_laid",
+        "assume_declined", "match_aware", "tuned_policy")
 }
 
 

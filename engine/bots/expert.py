@@ -27,7 +27,7 @@ At each decision that is a real choice, the bot
    seeds: common random numbers), a candidate is dropped once it is clearly worse, and it replaces
    the heuristic's choice only if its mean gain exceeds a threshold in standard errors that depends
    on the match's kind (``pick_z``, ``pairs_pick_z``, ``express_pick_z``, ``express_pairs_pick_z``:
-   to a target or one hand, two players or two pairs) and ``pick_margin`` points.
+   to a target or one hand, two players or two pairs; ``threshold``) and ``pick_margin`` points.
 
 Guarantees:
 
@@ -92,7 +92,7 @@ class ExpertBot:
     prune_after: int = 3  # worlds before a candidate may be dropped
     prune_z: float = 1.0  # dropped when its mean gain is this many standard errors below 0
     # The switch: a candidate replaces the heuristic's choice when its mean gain is this many standard
-    # errors above 0 (and ``pick_margin`` points), one threshold per kind of match (``_pick_z``). A
+    # errors above 0 (and ``pick_margin`` points), one threshold per kind of match (``threshold``). A
     # decision buys a few worlds, whose score differences are heavy-tailed: a test too loose lets
     # chance flips overrule a choice that was as good or better, one too strict refuses the switches
     # worth making. Where the balance lies was measured per kind of match, on the same deals
@@ -112,9 +112,18 @@ class ExpertBot:
     # - one hand, two pairs: neither a stricter nor a looser test won more matches
     express_pairs_pick_z: float = 2.0
     pick_margin: float = 5.0  # ... and at least this many points of mean gain
+    # the threshold read as a one-sided tail of the normal law, and asked of Student's t with as many
+    # degrees of freedom as the candidate's worlds less one: the standard error of a few worlds is
+    # itself a guess, and with three or four worlds a z test passes far more chance flips than its
+    # tail says. False (the default until a measure shows it worth it: docs/performance.md, "Bots"):
+    # the threshold in standard errors as it is
+    student_switch: bool = False
     # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
     # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike
     win_weight: float = 1000.0
+    # ... in a one-hand match between two pairs (``win_weight`` serves two players, and the matches to
+    # a target with ``match_aware``)
+    express_pairs_win_weight: float = 1000.0
     hand_weight: float = 0.6  # at a fixed horizon: cards in hand count this share of their value
     morto_weight: float = 0.5  # ... a morto not yet taken this share of its penalty
     # shortened rollouts: where the ruleset has a learned evaluation (``engine/bots/evaluation.py``)
@@ -328,22 +337,25 @@ class ExpertBot:
             self.short_searches += 1
         best = 0
         best_mean = 0.0
-        pick_z = self._pick_z(info.players)
         for i in range(1, k):
             if played[i] >= self.prune_after:
                 mean, se = _mean_se(total[i], square[i], played[i])
-                if mean > self.pick_margin and mean - pick_z * se > 0 and mean > best_mean:
+                if mean > self.pick_margin and mean - self.threshold(info.players, played[i]) * se > 0 \
+                        and mean > best_mean:
                     best, best_mean = i, mean
         if best:
             self.switches += 1
         return candidates[best]
 
-    def _pick_z(self, players: int) -> float:
-        """The switch's threshold in standard errors for this match's kind: one hand or to a target,
-        two players or two pairs."""
+    def threshold(self, players: int, worlds: int) -> float:
+        """The switch's threshold in standard errors, for a candidate played in ``worlds`` worlds (at
+        least 2): the one of this match's kind (one hand or to a target, two players or two pairs),
+        with ``student_switch`` read as Student's t of ``worlds - 1`` degrees of freedom."""
         if self.rules.target == 0:
-            return self.express_pick_z if players == 2 else self.express_pairs_pick_z
-        return self.pick_z if players == 2 else self.pairs_pick_z
+            z = self.express_pick_z if players == 2 else self.express_pairs_pick_z
+        else:
+            z = self.pick_z if players == 2 else self.pairs_pick_z
+        return student_quantile(z, worlds - 1) if self.student_switch else z
 
     def _horizon(self, info: Information, candidates: int, budget: float | None) -> int | None:
         """The turns each rollout of this search plays (``None``: to the end of the hand, or the
@@ -409,8 +421,9 @@ class ExpertBot:
 
     def _utility(self, state: HandState, side: int) -> float:
         """The hand's score difference for ``side`` (estimated at a horizon); in a one-hand match,
-        winning the hand weighs ``win_weight`` more. A hand stopped by a shortened rollout is valued
-        by the learned evaluation, which predicts this same utility."""
+        winning the hand weighs ``win_weight`` more (``express_pairs_win_weight`` between two pairs).
+        A hand stopped by a shortened rollout is valued by the learned evaluation, which predicts this
+        same utility."""
         if self._evaluation is not None and not state.is_terminal():
             return self._evaluation.value(state, side)
         score = state.score()
@@ -420,7 +433,8 @@ class ExpertBot:
         target = self.rules.target
         if target == 0:
             if diff != 0.0:
-                diff += self.win_weight if diff > 0 else -self.win_weight
+                weight = self.win_weight if state.players == 2 else self.express_pairs_win_weight
+                diff += weight if diff > 0 else -weight
         elif self.match_aware and state.is_terminal():
             mine = state.match_totals[side] + score[side]["total"]
             theirs = state.match_totals[1 - side] + score[1 - side]["total"]
@@ -590,6 +604,56 @@ def distinct(candidates: list[Action]) -> list[Action]:
         if a not in out:
             out.append(a)
     return out
+
+
+#: Student's t quantiles already computed, per (normal quantile, degrees of freedom)
+_STUDENT: dict[tuple[float, int], float] = {}
+
+
+def student_quantile(z: float, df: int) -> float:
+    """The quantile of Student's t with ``df`` degrees of freedom (at least 1) whose upper tail is the
+    normal law's above ``z`` (``z`` itself for ``df`` of 1,000 or more, where the two agree to a
+    thousandth): found by bisection on the t law's distribution (Abramowitz and Stegun 26.7.3-4)."""
+    if df >= 1000 or z <= 0.0:
+        return z
+    key = (z, df)
+    known = _STUDENT.get(key)
+    if known is not None:
+        return known
+    tail = 0.5 * math.erfc(z / math.sqrt(2.0))
+    low, high = z, z
+    while _t_upper_tail(high, df) > tail:
+        high *= 2.0
+    for _ in range(60):
+        middle = 0.5 * (low + high)
+        if _t_upper_tail(middle, df) > tail:
+            low = middle
+        else:
+            high = middle
+    _STUDENT[key] = high
+    return high
+
+
+def _t_upper_tail(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom, t at least 0 (the finite series for
+    an integer ``df``)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2 == 1:
+        term = math.cos(theta)  # the series in cos(theta) ** (2j + 1), j = 0 .. (df - 3) / 2
+        series = 0.0
+        for j in range(1, (df - 1) // 2 + 1):
+            series += term
+            term *= c2 * (2 * j) / (2 * j + 1)
+        inside = 2.0 / math.pi * (theta + math.sin(theta) * series)  # P(|T| < t)
+    else:
+        term = 1.0  # the series in cos(theta) ** 2j, j = 0 .. (df - 2) / 2
+        series = 0.0
+        for j in range(1, df // 2 + 1):
+            series += term
+            term *= c2 * (2 * j - 1) / (2 * j)
+        inside = math.sin(theta) * series
+    return 0.5 * (1.0 - inside)
 
 
 def _mean_se(total: float, square: float, n: int) -> tuple[float, float]:

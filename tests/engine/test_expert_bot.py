@@ -15,7 +15,7 @@ import pytest
 from engine.actions import DRAW, TAKE_PILE, Action, Discard
 from engine.bots import Bot, ExpertBot, HeuristicBot, make_bot
 from engine.bots.base import BOT_KINDS
-from engine.bots.expert import MeldReadings, RolloutView
+from engine.bots.expert import MeldReadings, RolloutView, student_quantile
 from engine.bots.reading import TypedView, codes, read_meld
 from engine.bots.sampling import PublicMemory, SamplingError, information, meld_from_view, playable, sample
 from engine.cards import NCODES, format_many, parse_many
@@ -345,6 +345,55 @@ def test_the_switch_asks_the_threshold_of_its_kind_of_match(name: str, players: 
             bot.choose(s.view(seat), s.legal_actions())
             switched[loose] += bot.switches
     assert switched[True] > 0 and switched[False] == 0
+
+
+@pytest.mark.parametrize("df,t", [(1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042),
+                                  (120, 1.980)])
+def test_student_quantile_reads_as_the_t_tables(df: int, t: float) -> None:
+    """The normal law's 97.5% quantile carried to Student's t: the tables' 97.5% quantiles."""
+    assert student_quantile(1.959964, df) == pytest.approx(t, abs=1e-3)
+
+
+def test_student_quantile_falls_towards_the_normal_one() -> None:
+    values = [student_quantile(2.0, df) for df in (1, 2, 4, 8, 16, 64, 256, 999)]
+    assert values == sorted(values, reverse=True) and len(set(values)) == len(values)
+    assert 2.0 < values[-1] < 2.01 and student_quantile(2.0, 1000) == 2.0
+    assert student_quantile(0.0, 3) == 0.0
+
+
+@pytest.mark.parametrize("name,players,read", [
+    ("aberto", 2, "pick_z"), ("aberto", 4, "pairs_pick_z"), ("classico_104", 2, "express_pick_z"),
+    ("classico_104", 4, "express_pairs_pick_z"),
+])
+def test_the_student_switch_asks_more_of_fewer_worlds(name: str, players: int, read: str) -> None:
+    """Off by default, the threshold is the kind's in standard errors, whatever the worlds; on, it is
+    Student's t of the worlds less one, stricter the fewer the worlds."""
+    bot = ExpertBot(0, PRESETS[name])
+    z = getattr(bot, read)
+    assert [bot.threshold(players, w) for w in (3, 10, 40)] == [z, z, z]
+    bot.student_switch = True
+    strict = [bot.threshold(players, w) for w in (3, 10, 40)]
+    assert strict == [student_quantile(z, 2), student_quantile(z, 9), student_quantile(z, 39)]
+    assert strict[0] > strict[1] > strict[2] > z
+
+
+@pytest.mark.parametrize("players", [2, 4])
+def test_a_one_hand_win_weighs_win_weight_for_two_players_and_its_own_for_two_pairs(players: int) -> None:
+    rules = PRESETS["classico_104"]
+    assert rules.target == 0
+    match = MatchState(rules, players)
+    match.start_hand(seed="express-utility")
+    play_hand(match, [HeuristicBot(s, rules) for s in range(players)])
+    state = match.hand
+    assert state is not None and state.is_terminal()
+    totals = [side["total"] for side in state.score()]
+    diff = float(totals[0] - totals[1])
+    assert diff != 0
+    bot = ExpertBot(0, rules)
+    bot.win_weight, bot.express_pairs_win_weight = 1000.0, 300.0
+    weight = 1000.0 if players == 2 else 300.0
+    won = 1.0 if diff > 0 else -1.0
+    assert bot._utility(state, 0) == diff + won * weight and bot._utility(state, 1) == -diff - won * weight
 
 
 def test_trivial_decisions_do_not_search() -> None:
