@@ -122,7 +122,8 @@ class ExpertBot:
     # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike
     win_weight: float = 1000.0
     # ... in a one-hand match between two pairs (``win_weight`` serves two players, and the matches to
-    # a target with ``match_aware``)
+    # a target with ``match_aware``). The same as ``win_weight``: a lower weight won more matches in
+    # one of the two one-hand presets and fewer in the other (docs/performance.md, "Bots")
     express_pairs_win_weight: float = 1000.0
     hand_weight: float = 0.6  # at a fixed horizon: cards in hand count this share of their value
     morto_weight: float = 0.5  # ... a morto not yet taken this share of its penalty
