@@ -150,11 +150,12 @@ def test_the_service_collector_settles_only_when_enabled_and_when_due() -> None:
 
 @pytest.mark.parametrize(("df", "exact"), [
     (1, 12.7062), (2, 4.30265), (3, 3.18245), (5, 2.57058), (10, 2.22814), (29, 2.04523), (59, 2.00100),
+    (1000, 1.96234), (10000, 1.96020),
 ])
 def test_student_t_quantile_matches_the_tables(df: int, exact: float) -> None:
     from bench.selfplay import student_t_quantile
 
-    assert student_t_quantile(0.975, df) == pytest.approx(exact, abs=4e-3 if df == 3 else 3e-4)
+    assert student_t_quantile(0.975, df) == pytest.approx(exact, abs=1e-5)
 
 
 def test_the_paired_rate_takes_the_duplicate_pair_as_its_unit() -> None:

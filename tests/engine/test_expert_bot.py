@@ -355,10 +355,22 @@ def test_student_quantile_reads_as_the_t_tables(df: int, t: float) -> None:
 
 
 def test_student_quantile_falls_towards_the_normal_one() -> None:
-    values = [student_quantile(2.0, df) for df in (1, 2, 4, 8, 16, 64, 256, 999)]
+    """Bisection under 1,000 degrees of freedom, Cornish-Fisher from there: one falling curve."""
+    values = [student_quantile(2.0, df) for df in (1, 2, 4, 8, 16, 64, 256, 999, 1000, 4000, 10 ** 6)]
     assert values == sorted(values, reverse=True) and len(set(values)) == len(values)
-    assert 2.0 < values[-1] < 2.01 and student_quantile(2.0, 1000) == 2.0
+    assert 2.0 < values[-1] < 2.0 + 1e-5
+    # no step where the method changes: from 999 to 1,000 the curve falls by its slope, z (z^2 + 1) / 4n^2
+    for z in (2.0, 4.0):
+        fall = student_quantile(z, 999) - student_quantile(z, 1000)
+        assert fall == pytest.approx(z * (z * z + 1) / 4 / 999 / 1000, rel=0.01)
+
+
+def test_student_quantile_is_odd_and_needs_a_degree_of_freedom() -> None:
     assert student_quantile(0.0, 3) == 0.0
+    assert student_quantile(-1.959964, 5) == pytest.approx(-2.571, abs=1e-3)
+    assert student_quantile(-3.0, 2000) == -student_quantile(3.0, 2000)
+    with pytest.raises(ValueError, match="degree of freedom"):
+        student_quantile(2.0, 0)
 
 
 @pytest.mark.parametrize("name,players,read", [
