@@ -371,6 +371,8 @@ def test_student_quantile_is_odd_and_needs_a_degree_of_freedom() -> None:
     assert student_quantile(-3.0, 2000) == -student_quantile(3.0, 2000)
     with pytest.raises(ValueError, match="degree of freedom"):
         student_quantile(2.0, 0)
+    # past the series' digits, a threshold set out of reach stays out of reach
+    assert all(student_quantile(z, df) >= z for z in (8.0, 40.0, 1e9) for df in (2, 3, 39, 999))
 
 
 @pytest.mark.parametrize("name,players,read", [
