@@ -380,15 +380,15 @@ def test_student_quantile_is_odd_and_needs_a_degree_of_freedom() -> None:
     ("classico_104", 4, "express_pairs_pick_z"),
 ])
 def test_the_student_switch_asks_more_of_fewer_worlds(name: str, players: int, read: str) -> None:
-    """Off by default, the threshold is the kind's in standard errors, whatever the worlds; on, it is
-    Student's t of the worlds less one, stricter the fewer the worlds."""
+    """On (the default), the threshold is Student's t of the worlds less one, stricter the fewer the
+    worlds; off, the kind's in standard errors, whatever the worlds."""
     bot = ExpertBot(0, PRESETS[name])
     z = getattr(bot, read)
-    assert [bot.threshold(players, w) for w in (3, 10, 40)] == [z, z, z]
-    bot.student_switch = True
     strict = [bot.threshold(players, w) for w in (3, 10, 40)]
     assert strict == [student_quantile(z, 2), student_quantile(z, 9), student_quantile(z, 39)]
     assert strict[0] > strict[1] > strict[2] > z
+    bot.student_switch = False
+    assert [bot.threshold(players, w) for w in (3, 10, 40)] == [z, z, z]
 
 
 @pytest.mark.parametrize("players", [2, 4])
