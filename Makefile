@@ -107,11 +107,11 @@ bench-engine: venv engine-native ## engine speed: hands/s, turns/s, legal_action
 #   over the matches, and Student's t over the duplicate pairs, the sample's unit) and the CPU per
 #   expert decision. 120 duplicate matches a pairing: the expert wins about 65-75% of them, and at
 #   60 matches the 95% interval's low end sits at 55-60% there (a half-width of about 11 points; at 120,
-#   8). A one-hand match costs about a quarter of a match to a target, and the one-hand match between
-#   two pairs is where the expert's rate sits closest to 60% (about two in three): 200 matches there
-#   (a half-width of about 6.5 points) say whether it clears 60%, where 120 cannot. The expert suite
-#   takes about two hours and three quarters here (the heuristic's about a minute); it can be run in
-#   parts (`bench.selfplay --first-game`, `--outcomes`, `--summarize`), or small
+#   8). The one-hand presets play 200: the one-hand match between two pairs is where the expert's
+#   rate sits closest to 60% (about two in three), and 200 matches (a half-width of about 6.5 points)
+#   say whether it clears 60%, where 120 cannot. The expert suite takes two hours and a half to three
+#   here (the heuristic's about a minute); it can be run in parts (`bench.selfplay --first-game`,
+#   `--outcomes`, `--summarize`), or small
 #   (`BENCH_EXPERT_GAMES=4 BENCH_EXPERT_EXPRESS_GAMES=4` for a look).
 BENCH_BOTS_PRESETS := aberto aberto_sujo fechado fechado_stbl fechado_sujo classico_104 buraco_2005 aberto_joker50
 BENCH_EXPERT_GAMES := 120
