@@ -116,8 +116,8 @@ class ExpertBot:
     # degrees of freedom as the candidate's worlds less one: the standard error of a few worlds is
     # itself a guess, and with three or four worlds a z test passes far more chance flips than its
     # tail says; with many worlds the two tests agree. On by default: measured in every kind of match
-    # (docs/performance.md, "Bots"), it won as many matches or more. False: the threshold in standard
-    # errors as it is
+    # (docs/performance.md, "Bots"), it lost in none beyond the noise of a run and won clearly where
+    # searches buy the fewest worlds. False: the threshold in standard errors as it is
     student_switch: bool = True
     # express (one-hand) matches: the worth of winning the hand. Only the win counts there, so it
     # outweighs any likely margin; the points difference still ranks lines that win (or lose) alike
