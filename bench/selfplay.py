@@ -30,7 +30,8 @@ on every expert of the suite; two suites' outcome files, same seed and games, ar
 game with ``--compare A B`` (the games each won, those won by one only, the sign test). Likewise
 for the heuristic: with ``--bots heuristic,heuristic``, ``--heuristic-set KNOB=VALUE`` (repeatable)
 plays a variant of the heuristic (the first bot) against the plain one. A suite can
-be played in parts (``--first-game N``: games N.. of each pairing, the same deals as a whole run's),
+be played in parts (``--first-game N``: ``--games`` matches of each pairing from game N, the same
+deals as a whole run's games N to N + games - 1),
 and ``--summarize FILE...`` gives the win rates over the parts' outcome files together.
 ``--budget-ms`` sets the expert's CPU budget per decision (default: the bot's default). ``--smoke``
 is the suite at a tiny size (one single hand per preset and table size, a 5 ms budget), for CI.
@@ -692,8 +693,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --suite: matches in one-hand presets (default: --games)")
     parser.add_argument("--jobs", type=int, default=1, help="with --suite: worker processes")
     parser.add_argument("--first-game", type=int, default=0,
-                        help="with --suite: play games N.. (N even) of each pairing: a suite in parts, "
-                             "whose --outcomes files together are the whole")
+                        help="with --suite: play --games (--express-games) matches of each pairing from "
+                             "game N (N even), games N to N + games - 1: a suite in parts, whose --outcomes "
+                             "files together are the whole")
     parser.add_argument("--outcomes", type=Path, default=None,
                         help="with --suite: append every game's outcome to this file (JSON lines)")
     parser.add_argument("--expert-set", action="append", default=[], metavar="KNOB=VALUE",
