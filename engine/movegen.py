@@ -141,8 +141,10 @@ MeldCandidate = tuple[MeldCards, Meld]
 AddCandidate = tuple[tuple[int, ...], Meld]
 #: (the new melds' actions, the melds they make), index by index
 MeldCandidates = tuple[tuple[MeldCards, ...], tuple[Meld, ...]]
-#: (the additions' cards, the melds they make), index by index
-AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld, ...]]
+#: (the additions' cards, the melds they make), index by index; a meld not made yet is ``None``
+#: (``made_meld`` makes it): a group's additions all fit by construction, and their melds are
+#: needed only for the few candidates a move goes on to apply or check
+AddCandidates = tuple[tuple[tuple[int, ...], ...], tuple[Meld | None, ...]]
 _WILD_CODES: Final = (JOKER, 1, 14, 27, 40)
 
 
@@ -329,59 +331,67 @@ def _shared_meld_action(cards: tuple[int, ...], wild_as: int | None) -> MeldCard
     return found
 
 
-_ADDITIONS: Final[dict[tuple[int, tuple[int, ...], int, bool, bytes, int], AddCandidates]] = {}
+_ADDITIONS: Final[dict[tuple[int, tuple[int, ...], int, bytes, int], AddCandidates]] = {}
 _ADDITIONS_RING: Final = Ring(1 << 14)
+#: a group's additions by (its rank, the hand's cards of that rank, the wilds it may take): they do
+#: not depend on the group's own cards (see _group_additions), so groups of a rank share entries
+_GROUP_ADDITIONS: Final[dict[tuple[int, bytes, int], AddCandidates]] = {}
+_GROUP_ADDITIONS_RING: Final = Ring(1 << 12)
 
 
 def meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
     """Every addition to ``meld`` from the hand's relevant part (its cards of the sequence's suit, or
-    of the group's rank) and its wilds, each with the meld it makes."""
-    key = (rules_number, meld.cards, meld.wild_slot, meld.is_sequence, part, wild_counts)
+    of the group's rank) and its wilds, each with the meld it makes (or ``None``: see AddCandidates)."""
+    if not meld.is_sequence:
+        rank = meld.group_rank
+        # the wild codes the group may take, one bit per code held (``wild_key``'s nibbles): none
+        # when it holds a wild, only the joker for a group of 2s
+        takes = 0
+        if meld.wild < 0:
+            held = wild_counts | wild_counts >> 1 | wild_counts >> 2 | wild_counts >> 3
+            takes = held & (1 if rank == TWO else 0x11111)
+        group_key = (rank, part, takes)
+        found = _GROUP_ADDITIONS.get(group_key)
+        if found is None:
+            found = _group_additions(rank, part, takes)
+            remember(_GROUP_ADDITIONS, _GROUP_ADDITIONS_RING, group_key, found)
+        return found
+    key = (rules_number, meld.cards, meld.wild_slot, part, wild_counts)
     found = _ADDITIONS.get(key)
     if found is None:
-        found = _meld_additions(rules_number, meld, part, wild_counts)
+        out: dict[tuple[int, ...], AddCandidate] = {}
+        counts = _Counts(part, meld.suit * 13, wild_counts)
+        _sequence_additions(rules_number, counts, meld, _avail_slots(part), _wilds_of(wild_counts), out)
+        found = _split(out)
         remember(_ADDITIONS, _ADDITIONS_RING, key, found)
     return found
 
 
-def _meld_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
-    if not meld.is_sequence:
-        return _group_additions(rules_number, meld, part, wild_counts)
-    out: dict[tuple[int, ...], AddCandidate] = {}
-    counts = _Counts(part, meld.suit * 13, wild_counts)
-    avail = _avail_slots(part)
-    _sequence_additions(rules_number, counts, meld, avail, _wilds_of(wild_counts), out)
-    return _split(out)
-
-
-def _group_additions(rules_number: int, meld: Meld, part: bytes, wild_counts: int) -> AddCandidates:
-    """The additions to a group: every multiset of its rank's cards held (``_group_picks``' order), each
-    alone (when not empty), then with each wild held, when the group has none (a group of 2s takes only
-    a joker). Every such addition is held and distinct by construction (a pick takes no more of a card
-    than held; a wild is never of the rank's cards), so none is checked against the counts."""
-    rank = meld.group_rank
-    wilds: tuple[int, ...] = ()
-    if meld.wild < 0 and wild_counts:
-        if rank != TWO:
-            wilds = _wilds_of(wild_counts)
-        elif wild_counts & 15:
-            wilds = (JOKER,)
+def _group_additions(rank: int, part: bytes, takes: int) -> AddCandidates:
+    """The additions to a group of ``rank``: every multiset of its rank's cards held (``_group_picks``'
+    order), each alone (when not empty), then with each wild it may take (``takes``: the wild codes
+    held, as ``wild_key``'s nibbles, when the group has none; only the joker for a group of 2s).
+    Every such addition is held and distinct by construction (a pick takes no more of a card than
+    held; a wild is never of the rank's cards), so none is checked against the counts; and every one
+    fits the group (``extended_or_problem`` refuses a card of another rank, or a second wild: the
+    picks hold the rank's cards only, and a wild only when the group has none). So they depend on
+    the group's rank alone, not on its cards, and the melds they make are left to ``made_meld``,
+    for the candidates that need one."""
+    wilds = _wilds_of(takes) if takes else ()
     firsts: list[tuple[int, ...]] = []
-    results: list[Meld] = []
     for naturals in _group_picks(rank, part):
         if naturals:
-            cards_t = tuple(naturals)  # sorted: the suits' cards of one rank in suit order
-            result = _extended(meld, cards_t, rules_number)
-            if result is not None:
-                firsts.append(cards_t)
-                results.append(result)
+            firsts.append(tuple(naturals))  # sorted: the suits' cards of one rank in suit order
         for w in wilds:
-            cards_t = tuple(sorted([*naturals, w]))
-            result = _extended(meld, cards_t, rules_number)
-            if result is not None:
-                firsts.append(cards_t)
-                results.append(result)
-    return tuple(firsts), tuple(results)
+            firsts.append(tuple(sorted([*naturals, w])))
+    return tuple(firsts), (None,) * len(firsts)
+
+
+def made_meld(meld: Meld, cards: tuple[int, ...], rules_number: int) -> Meld:
+    """The meld an addition listed by ``meld_additions`` makes (whose result it left ``None``)."""
+    result = _extended(meld, cards, rules_number)
+    assert result is not None, "a listed addition fits its meld"
+    return result
 
 
 def _sequence_additions(rules_number: int, counts: _Counts, meld: Meld, avail: int, wilds: tuple[int, ...],
@@ -545,6 +555,7 @@ def plays(state: PlayPosition, first_only: bool = False,
             actions, melds = segment.actions, segment.melds
             for i in range(len(actions)):
                 action, meld = actions[i], melds[i]
+                assert meld is not None  # a new meld's segment holds every meld it makes
                 if must >= 0 and must not in action.cards:
                     continue  # refused by _accept
                 if size - len(action.cards) >= simple_from or _accept(state, must, simple_from, action, meld, -1):
@@ -564,6 +575,7 @@ def plays(state: PlayPosition, first_only: bool = False,
                 actions, melds = segment.actions, segment.melds
                 for i in range(len(actions)):
                     action, meld = actions[i], melds[i]
+                    assert meld is not None  # a new meld's segment holds every meld it makes
                     if must >= 0 and must not in action.cards:
                         continue  # refused by _accept
                     if size - len(action.cards) >= simple_from or _accept(state, must, simple_from, action, meld, -1):
@@ -597,12 +609,16 @@ def plays(state: PlayPosition, first_only: bool = False,
             if must >= 0 and must not in cards_t:
                 continue  # refused by _accept: no action made for it
             addition = AddCards(index, cards_t)
-            if size - len(cards_t) >= simple_from or _accept(state, must, simple_from, addition, result, index):
-                out.append(addition)
-                if plans is not None:
-                    plans[addition] = result
-                if first_only:
-                    return out
+            if size - len(cards_t) < simple_from:
+                if result is None:
+                    result = made_meld(meld, cards_t, number)
+                if not _accept(state, must, simple_from, addition, result, index):
+                    continue
+            out.append(addition)
+            if plans is not None:
+                plans[addition] = result if result is not None else made_meld(meld, cards_t, number)
+            if first_only:
+                return out
     return out
 
 
@@ -653,12 +669,17 @@ _BELOW: Final[list[int]] = [(1 << (code << 3)) - 1 for code in range(53)]
 
 class Segment:
     """The candidates of one part of the hand, in ``plays``' order, with the meld each makes, the
-    cards each lays down as one integer (a byte per card code), and the most cards any lays down."""
+    cards each lays down as one integer (a byte per card code), and the most cards any lays down.
 
-    def __init__(self, actions: tuple[MeldCards | AddCards, ...], melds: tuple[Meld, ...],
-                 needs: tuple[int, ...] | None = None) -> None:
+    An addition's meld may be ``None`` (see ``AddCandidates``): ``meld_at`` makes it from ``extends``,
+    the meld the segment's additions extend."""
+
+    def __init__(self, actions: tuple[MeldCards | AddCards, ...], melds: tuple[Meld | None, ...],
+                 needs: tuple[int, ...] | None = None, extends: Meld | None = None, rules_number: int = -1) -> None:
         self.actions = actions
         self.melds = melds
+        self.extends = extends
+        self.rules_number = rules_number
         most = 0
         for action in actions:
             n = len(action.cards)
@@ -689,23 +710,32 @@ class Segment:
             return EMPTY_SEGMENT
         melds = self.melds
         kept_actions: list[MeldCards | AddCards] = []
-        kept_melds: list[Meld] = []
+        kept_melds: list[Meld | None] = []
         kept_needs: list[int] = []
         for i in keep:
             kept_actions.append(actions[i])
             kept_melds.append(melds[i])
             kept_needs.append(needs[i])
-        return Segment(tuple(kept_actions), tuple(kept_melds), tuple(kept_needs))
+        return Segment(tuple(kept_actions), tuple(kept_melds), tuple(kept_needs), self.extends, self.rules_number)
+
+    def meld_at(self, i: int) -> Meld:
+        """The meld candidate ``i`` makes."""
+        meld = self.melds[i]
+        if meld is not None:
+            return meld
+        extends = self.extends
+        assert extends is not None, "only additions leave their melds to be made"
+        return made_meld(extends, self.actions[i].cards, self.rules_number)
 
     def plan(self, action: MeldCards | AddCards) -> Meld | None:
         """The meld ``action`` makes, if it is one of this segment's candidates."""
         actions = self.actions
         for i in range(len(actions)):
             if actions[i] is action:
-                return self.melds[i]
+                return self.meld_at(i)
         for i in range(len(actions)):
             if actions[i] == action:
-                return self.melds[i]
+                return self.meld_at(i)
         return None
 
 
@@ -942,7 +972,7 @@ def _addition_segment(number: int, index: int, meld: Meld, hand: bytes, wilds: i
     made: list[MeldCards | AddCards] = []
     for cards in additions:
         made.append(AddCards(index, cards))
-    return Segment(tuple(made), results)
+    return Segment(tuple(made), results, None, meld, number)
 
 
 PlanSlots = list[Segment | None]
@@ -961,14 +991,14 @@ def _add_checked(out: list[Action], plans: PlanSlots, slot: int, state: PlayPosi
         return
     melds = segment.melds
     kept: list[MeldCards | AddCards] = []
-    kept_melds: list[Meld] = []
+    kept_melds: list[Meld | None] = []
     for i in range(len(actions)):
         action = actions[i]
-        if size - len(action.cards) >= 2 or state.meld_result_allowed(action, melds[i], index):
+        if size - len(action.cards) >= 2 or state.meld_result_allowed(action, segment.meld_at(i), index):
             out.append(action)
             kept.append(action)
             kept_melds.append(melds[i])
-    plans[slot] = Segment(tuple(kept), tuple(kept_melds))
+    plans[slot] = Segment(tuple(kept), tuple(kept_melds), None, segment.extends, segment.rules_number)
 
 
 def legal_plays(state: PlayPosition, seat_plays: SeatPlays, out: list[Action], rules: Ruleset, counts: list[int],

@@ -9,6 +9,7 @@ taking it on a copy and asking ``plays`` for a meld of its top card.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from hypothesis import given, settings
@@ -16,9 +17,9 @@ from hypothesis import strategies as st
 
 from engine import movegen
 from engine.actions import TAKE_PILE, Action, AddCards, Discard, MeldCards
-from engine.cards import NCODES
+from engine.cards import JOKER, NCODES, TWO
 from engine.deal import deal_from_seed
-from engine.melds import Meld
+from engine.melds import Meld, extended_or_problem
 from engine.rules import PRESETS
 from engine.state import DRAW_PHASE, PLAY_PHASE, HandState
 
@@ -131,3 +132,44 @@ def test_melds_replaced_or_removed_by_hand_are_read_right() -> None:
     state.melds[side].append(Meld.sequence(0, 0b111 << 11))  # JS QS KS
     state.touch()
     assert state.legal_actions() == from_scratch(state)[0]
+
+
+@settings(max_examples=300)
+@given(rank=st.integers(1, 13), in_group=st.lists(st.integers(0, 2), min_size=4, max_size=4),
+       held=st.lists(st.integers(0, 2), min_size=4, max_size=4),
+       group_wild=st.sampled_from([-1, JOKER, 1, 14, 27, 40]),
+       wilds=st.lists(st.integers(0, 2), min_size=5, max_size=5))
+def test_group_additions_are_every_addition_that_fits_whatever_the_group_holds(
+        rank: int, in_group: list[int], held: list[int], group_wild: int, wilds: list[int]) -> None:
+    """A group's additions are listed from its rank, the hand's cards of that rank and its wilds alone
+    (the memo shares them between the groups of a rank, and leaves their melds to be made): they are
+    exactly the cards held that ``extend_meld`` accepts, each once, and each makes the meld it makes."""
+    rules = PRESETS["fechado"]  # groups, and groups of 2s
+    number = movegen.ruleset_number(rules)
+    codes = [13 * suit + rank - 1 for suit in range(4)]
+    naturals = tuple(code for code, n in zip(codes, in_group, strict=True) for _ in range(n))
+    if len(naturals) < 2 or (rank == TWO and group_wild not in (-1, JOKER)) or group_wild in codes:
+        return  # not a group
+    meld = Meld.group(rank, naturals, group_wild)
+    counts = [0] * NCODES
+    for code, n in zip(codes, held, strict=True):
+        counts[code] = n
+    for code, n in zip((JOKER, 1, 14, 27, 40), wilds, strict=True):
+        if code not in codes:
+            counts[code] = n
+    part = bytes(counts[rank - 1:rank + 39:13])
+    additions, results = movegen.meld_additions(number, meld, part, movegen.wild_key(counts))
+    expected: dict[tuple[int, ...], Meld] = {}
+    held_wilds = [code for code in (JOKER, 1, 14, 27, 40) if counts[code] and code not in codes]
+    for picks in itertools.product(*(range(counts[code] + 1) for code in codes)):
+        chosen = [code for code, n in zip(codes, picks, strict=True) for _ in range(n)]
+        for extra in ([], *([w] for w in held_wilds)):
+            cards = tuple(sorted(chosen + extra))
+            if cards:
+                made = extended_or_problem(meld, cards, rules)
+                if isinstance(made, Meld):
+                    expected[cards] = made
+    assert sorted(additions) == sorted(expected) and len(set(additions)) == len(additions)
+    for cards, result in zip(additions, results, strict=True):
+        made = result if result is not None else movegen.made_meld(meld, cards, number)
+        assert made == expected[cards] and made.cards == expected[cards].cards
