@@ -422,6 +422,7 @@ def _sequence_additions(rules_number: int, counts: _Counts, meld: Meld, avail: i
     # moving into it; without either, only runs of naturals held are additions
     most_missing = 1 if wilds or meld.wild >= 0 else 0
     moved = meld.wild >= 0  # the meld's wild may move into the slot left empty
+    keeps_wild = moved and not home  # the meld's wild stays a wild, wherever it moves
     low: list[int] = []
     low_cards: list[int] = []
     low_missing = 0
@@ -473,6 +474,8 @@ def _sequence_additions(rules_number: int, counts: _Counts, meld: Meld, avail: i
                     if moved:
                         _add_addition(out, counts, rules_number, meld, chosen, check)
                     for w in wilds:
+                        if keeps_wild and w != first + 1:
+                            continue  # a second wild: extend_meld refuses it (only the suit's 2 may be natural)
                         _add_addition(out, counts, rules_number, meld, [*chosen, w],
                                       check or (w == first + 1 and two_natural))
 
