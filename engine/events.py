@@ -16,21 +16,73 @@ Event types: ``hand_started``, ``drew``, ``took_pile``, ``melded``, ``added``, `
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+#: an event's facts as its maker takes them: ``facts[0]`` the maker, which returns the event's
+#: ``(public, private)`` layers from the whole tuple
+Facts = tuple[Any, ...]
+Maker = Callable[[Facts], tuple[dict[str, Any], dict[int, dict[str, Any]]]]
 
 
 class Event:
+    """One event. Its layers are given (``public``, ``private``, ``secret``), or made from ``facts`` when
+    first read: the engine makes an event at every action and most are never read (self-play,
+    search), so the common ones defer their dictionaries and strings. Facts are immutable values
+    taken at the moment of the event, so the layers made later say what they would have said then."""
+
     # written out rather than a dataclass, for the same reason as engine.actions.MeldCards: every
     # action makes one, and a compiled dataclass still builds itself in interpreted code
-    __slots__ = ("private", "public", "seat", "secret", "type")
+    __slots__ = ("_facts", "_private", "_public", "_secret", "seat", "type")
 
     def __init__(self, type: str, seat: int, public: dict[str, Any] | None = None,
-                 private: dict[int, dict[str, Any]] | None = None, secret: dict[str, Any] | None = None) -> None:
+                 private: dict[int, dict[str, Any]] | None = None, secret: dict[str, Any] | None = None,
+                 facts: Facts | None = None) -> None:
         self.type = type
         self.seat = seat  # the seat that acted, or -1 for the table
-        self.public: dict[str, Any] = {} if public is None else public
-        self.private: dict[int, dict[str, Any]] = {} if private is None else private
-        self.secret: dict[str, Any] = {} if secret is None else secret
+        self._facts = facts
+        self._public = public
+        self._private = private
+        self._secret = secret
+
+    def _make(self) -> None:
+        facts = self._facts
+        if facts is not None:
+            maker: Maker = facts[0]
+            self._public, self._private = maker(facts)
+            self._facts = None
+        if self._public is None:
+            self._public = {}
+        if self._private is None:
+            self._private = {}
+
+    @property
+    def public(self) -> dict[str, Any]:
+        """What every seat and every spectator sees."""
+        public = self._public
+        if public is None:
+            self._make()
+            public = self._public
+            assert public is not None
+        return public
+
+    @property
+    def private(self) -> dict[int, dict[str, Any]]:
+        """By seat: what only that seat sees."""
+        private = self._private
+        if private is None:
+            self._make()
+            private = self._private
+            assert private is not None
+        return private
+
+    @property
+    def secret(self) -> dict[str, Any]:
+        """What no seat sees while the hand runs."""
+        secret = self._secret
+        if secret is None:
+            secret = self._secret = {}
+        return secret
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Event) and self.type == other.type and self.seat == other.seat

@@ -37,7 +37,7 @@ from engine.actions import (
 from engine.cards import CARD_STR, NCODES, cards_of, format_many, is_wild_capable, to_str
 from engine.deal import Deal
 from engine.errors import IllegalActionError
-from engine.events import Event
+from engine.events import Event, Facts
 from engine.melds import Meld, card_values, extend_meld, make_meld
 from engine.rules import CANASTRA, Ruleset
 from engine.view import View
@@ -50,6 +50,34 @@ OVER: Final = "hand_over"
 
 def side_of(seat: int) -> int:
     return seat & 1
+
+
+# The layers of the events every action makes, from their facts (``engine.events.Event``): made
+# when an event is read, from values taken when it happened.
+def _drew(facts: Facts) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    _, seat, stock_count, card = facts
+    return {"stock_count": stock_count}, {seat: {"card": CARD_STR[card]}}
+
+
+def _took_pile(facts: Facts) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    return {"cards": format_many(facts[1])}, {}
+
+
+def _discarded(facts: Facts) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    return {"card": CARD_STR[facts[1]]}, {}
+
+
+def _melded(facts: Facts) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    _, side, index, meld, rules, wild_as = facts
+    payload = {"side": side, "meld": index, **meld.to_json(rules)}
+    if wild_as is not None:
+        payload["wild_as"] = to_str(wild_as)
+    return payload, {}
+
+
+def _added(facts: Facts) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    _, side, index, cards, meld, rules = facts
+    return {"side": side, "meld": index, "added": format_many(cards), **meld.to_json(rules)}, {}
 
 
 class HandState:
@@ -630,6 +658,8 @@ class HandState:
         self._legal = None
 
     def _do(self, action: Action, plan: Meld | None) -> list[Event]:
+        # the events of the actions themselves defer their layers to their facts (Event's sixth
+        # argument, given by position: the cheapest call in pure Python)
         self.version += 1
         seat = self.to_act
         side = seat & 1  # side_of
@@ -640,7 +670,7 @@ class HandState:
             counts[card] = counts[card] + 1
             self.sizes[seat] = self.sizes[seat] + 1
             self.phase = PLAY_PHASE
-            events.append(Event("drew", seat, {"stock_count": len(self.stock)}, {seat: {"card": CARD_STR[card]}}))
+            events.append(Event("drew", seat, None, None, None, (_drew, seat, len(self.stock), card)))
             if not self.stock:
                 self._stock_ran_out(events)
         elif isinstance(action, TakePile):
@@ -654,12 +684,12 @@ class HandState:
                 self.must_meld = taken[-1]
             if len(taken) == 1 and self.rules.lone_discard:
                 self.lone = taken[0]
-            events.append(Event("took_pile", seat, {"cards": format_many(taken)}))
+            events.append(Event("took_pile", seat, None, None, None, (_took_pile, tuple(taken))))
         elif isinstance(action, Discard):
             counts[action.card] = counts[action.card] - 1
             self.sizes[seat] = self.sizes[seat] - 1
             self.pile.append(action.card)
-            events.append(Event("discarded", seat, {"card": CARD_STR[action.card]}))
+            events.append(Event("discarded", seat, None, None, None, (_discarded, action.card)))
             if self.sizes[seat] == 0:
                 if self.mortos[side] is not None:
                     self._take_morto(seat, direct=False, events=events)
@@ -675,16 +705,12 @@ class HandState:
             self.must_meld = -1
             if isinstance(action, MeldCards):
                 self.melds[side].append(plan)
-                payload = {"side": side, "meld": len(self.melds[side]) - 1, **plan.to_json(self.rules)}
-                if action.wild_as is not None:
-                    payload["wild_as"] = to_str(action.wild_as)
-                events.append(Event("melded", seat, payload))
+                events.append(Event("melded", seat, None, None, None,
+                                    (_melded, side, len(self.melds[side]) - 1, plan, self.rules, action.wild_as)))
             else:
                 self.melds[side][action.meld] = plan
-                events.append(Event("added", seat, {
-                    "side": side, "meld": action.meld, "added": format_many(action.cards),
-                    **plan.to_json(self.rules),
-                }))
+                events.append(Event("added", seat, None, None, None,
+                                    (_added, side, action.meld, action.cards, plan, self.rules)))
             if self.sizes[seat] == 0:
                 if self.mortos[side] is not None:
                     self._take_morto(seat, direct=True, events=events)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from engine.actions import Action, AddCards, Discard, MeldCards
 from engine.cards import JOKER, is_two, parse_many, rank_of, suit_of, to_str
+from engine.deal import deal_from_seed
 from engine.errors import IllegalActionError
 from engine.events import Event
 from engine.match import MatchState, rebuild
@@ -307,3 +308,21 @@ def test_a_meld_naming_the_default_wild_place_is_recorded_in_the_listed_form() -
     assert group in s.legal_actions() and s.is_legal(MeldCards(group.cards, parse_many(["9H"])[0]))
     s.apply(MeldCards(group.cards, parse_many(["9H"])[0]), 0)
     assert s.history[-1][1] == group
+
+
+def test_events_read_later_say_what_they_said_when_made() -> None:
+    """The events of actions defer their layers (``Event``'s facts): read at the end of the hand, they
+    equal the same events read the moment they were made, in every preset."""
+    for name in PRESET_NAMES:
+        rules = PRESETS[name]
+        rng = random.Random(name)
+        now = HandState(rules, 2, deal_from_seed(rules, 2, f"events-{name}"))
+        later = now.clone()
+        read_now: list[dict[str, Any]] = []
+        kept: list[Event] = []
+        while not now.is_terminal():
+            action = rng.choice(now.legal_actions())
+            read_now.extend(e.to_json() for e in now.apply(action))
+            kept.extend(later.apply(action))
+        assert [e.to_json() for e in kept] == read_now
+        assert {e.type for e in kept} >= {"drew", "discarded", "melded"}
