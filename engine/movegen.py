@@ -811,6 +811,8 @@ class SeatPlays:
             self.group_mask |= 1 << rank
         #: whether the last ``legal_plays`` listed new melds (a hand of three cards or more)
         self.new_melds = False
+        #: bit r: ``ranks[r]`` lists a group (``legal_plays`` visits those only)
+        self.rank_bits = 0
 
     def update(self, counts: list[int], groups: bool, group_ranks: list[int], melds: list[Meld]) -> None:
         """Bring the segments up to this hand and these melds."""
@@ -876,20 +878,24 @@ class SeatPlays:
                 base_ranks = self.base_ranks
                 # the group ranks to remake (their order does not matter: each is a segment of its own)
                 remake = self.group_mask if wilds_changed else changed_ranks & self.group_mask
+                rank_bits = self.rank_bits & ~remake
                 while remake:
                     rank = remake.bit_length() - 1
                     remake ^= 1 << rank
                     if shrunk:
-                        ranks[rank] = base_ranks[rank].held(guarded)
-                        continue
-                    a = counts[rank - 1]
-                    b = counts[12 + rank]
-                    c = counts[25 + rank]
-                    d = counts[38 + rank]
-                    if a + b + c + d < need:
-                        ranks[rank] = EMPTY_SEGMENT
+                        segment = ranks[rank] = base_ranks[rank].held(guarded)
                     else:
-                        ranks[rank] = rank_segment(number, rank, hand[rank - 1:rank + 39:13], wild_counts)
+                        a = counts[rank - 1]
+                        b = counts[12 + rank]
+                        c = counts[25 + rank]
+                        d = counts[38 + rank]
+                        if a + b + c + d < need:
+                            ranks[rank] = EMPTY_SEGMENT
+                            continue
+                        segment = ranks[rank] = rank_segment(number, rank, hand[rank - 1:rank + 39:13], wild_counts)
+                    if segment.actions:
+                        rank_bits |= 1 << rank
+                self.rank_bits = rank_bits
                 if not shrunk:
                     base_ranks[:] = ranks
         # additions: remade for a meld that changed, or whose part of the hand (or the wilds) did
@@ -1030,13 +1036,17 @@ def legal_plays(state: PlayPosition, seat_plays: SeatPlays, out: list[Action], r
                     break
                 out.extend(segment.actions)
         if whole and groups:
-            # by rank in the group ranks' order: the others' segments stay empty
-            for segment in seat_plays.ranks:
-                if segment.actions:
-                    if segment.most > most:
-                        whole = False
-                        break
-                    out.extend(segment.actions)
+            # the ranks that list groups, in the group ranks' order (lowest first)
+            ranks = seat_plays.ranks
+            bits = seat_plays.rank_bits
+            while bits:
+                low = bits & -bits
+                bits ^= low
+                segment = ranks[low.bit_length() - 1]
+                if segment.most > most:
+                    whole = False
+                    break
+                out.extend(segment.actions)
     if whole:
         for segment in seat_plays.adds:
             if segment.actions:
