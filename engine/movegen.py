@@ -401,7 +401,7 @@ def _sequence_additions(rules_number: int, counts: _Counts, meld: Meld, avail: i
     nlo = (nat & -nat).bit_length() - 1
     nhi = nat.bit_length() - 1
     # the meld's own wild 2 may drop into its natural place and free the meld for a new wild
-    home = meld.wild == slot_card(suit, TWO) and not nat >> TWO & 1
+    home = meld.wild == 13 * suit + 1 and not nat >> TWO & 1  # slot_card(suit, TWO)
     if home:
         avail |= 1 << TWO
     first = 13 * suit  # slot x's card: first + x - 1, the high ace's first
@@ -412,12 +412,15 @@ def _sequence_additions(rules_number: int, counts: _Counts, meld: Meld, avail: i
     inner: list[int] = []
     inner_cards: list[int] = []
     inner_missing = 0
-    for x in range(nlo, nhi + 1):
-        if not nat >> x & 1:
-            inner.append(x)
-            inner_cards.append(first + x - 1 if x != HIGH_ACE else first)
-            if not avail >> x & 1:
-                inner_missing += 1
+    gaps = ((1 << (nhi + 1)) - (1 << nlo)) & ~nat  # the slots between the naturals, lowest first
+    while gaps:
+        bit = gaps & -gaps
+        gaps ^= bit
+        x = bit.bit_length() - 1
+        inner.append(x)
+        inner_cards.append(first + x - 1 if x != HIGH_ACE else first)
+        if not avail & bit:
+            inner_missing += 1
     # whether a slot of the run may stand empty of a natural: a wild held, or the meld's own wild
     # moving into it; without either, only runs of naturals held are additions
     most_missing = 1 if wilds or meld.wild >= 0 else 0
