@@ -857,7 +857,8 @@ class SeatPlays:
             self.hand_value = value
             if not shrunk:
                 self.base = guarded
-            wild_counts = wild_key(counts)
+            # wild_key(counts), written out (every call with a changed hand asks it)
+            wild_counts = counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
             any_wild = wild_counts != 0
             suits = self.suits
             remake = 0xF if wilds_changed else changed_suits  # the suits to remake, in any order

@@ -79,12 +79,14 @@ class View(Mapping[str, Any]):
         self._state = state
         self._seat = seat
         self._version = state.version
-        self._values: dict[str, Any] = {}
+        self._values: dict[str, Any] | None = None  # made at the first read: many views are never read
         self._keys = _KEYS[(2 if seat is not None else 0) + (1 if state.phase == "hand_over" else 0)]
 
     def __getitem__(self, key: str) -> Any:
         values = self._values
-        if key in values:
+        if values is None:
+            values = self._values = {}
+        elif key in values:
             return values[key]
         compute = _FIELDS.get(key) or (_OWN.get(key) if self._seat is not None else None) or (
             _OVER.get(key) if "went_out" in self._keys else None)
