@@ -4,7 +4,9 @@ import pytest
 
 from engine.actions import DRAW, TAKE_PILE, Discard
 from engine.cards import parse
-from engine.errors import IllegalActionError
+from engine.deal import deal_from_seed
+from engine.errors import IllegalActionError, StaleViewError
+from engine.rules import PRESETS
 from engine.state import HandState
 from tests.engine.builders import act, full_deal, position, to_action
 
@@ -160,3 +162,19 @@ def test_hand_over_refuses_everything() -> None:
     act(s, 0, do="discard", card="5H")
     assert s.is_terminal() and s.legal_actions() == []
     refuse(s, 1, "HAND_OVER", do="draw")
+
+
+def test_a_view_keeps_what_it_read_and_refuses_a_first_read_after_a_change() -> None:
+    """A view describes the state when taken: a field read then keeps its value, and a field first
+    read after the state changed raises StaleViewError, whether or not any field was read before."""
+    rules = PRESETS["fechado"]
+    state = HandState(rules, 2, deal_from_seed(rules, 2, "views"))
+    seat = state.to_act
+    read_once = state.view(seat)
+    never_read = state.view(seat)
+    stock = read_once["stock_count"]
+    state.apply(DRAW, seat)
+    assert read_once["stock_count"] == stock == state.view(seat)["stock_count"] + 1
+    for view in (read_once, never_read):
+        with pytest.raises(StaleViewError):
+            view["hand"]
