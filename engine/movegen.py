@@ -400,11 +400,12 @@ def _sequence_additions(rules_number: int, counts: _Counts, meld: Meld, avail: i
     nat = meld.mask
     nlo = (nat & -nat).bit_length() - 1
     nhi = nat.bit_length() - 1
-    # the meld's own wild 2 may drop into its natural place and free the meld for a new wild
-    home = meld.wild == 13 * suit + 1 and not nat >> TWO & 1  # slot_card(suit, TWO)
+    first = 13 * suit  # slot x's card: first + x - 1, the high ace's first
+    # the meld's own wild 2 (the card first + 1) may drop into its natural place and free the meld
+    # for a new wild
+    home = meld.wild == first + 1 and not nat >> TWO & 1
     if home:
         avail |= 1 << TWO
-    first = 13 * suit  # slot x's card: first + x - 1, the high ace's first
     # the final run spans [lo, hi] around the naturals; every slot of it that is not natural yet is
     # filled from the hand, except at most one: the wild's (and slot 2 when the meld's 2 goes home).
     # The slots to fill are listed low ones first (downwards), then inner and high ones (upwards),
@@ -857,8 +858,7 @@ class SeatPlays:
             self.hand_value = value
             if not shrunk:
                 self.base = guarded
-            # wild_key(counts), written out (every call with a changed hand asks it)
-            wild_counts = counts[JOKER] | counts[1] << 4 | counts[14] << 8 | counts[27] << 12 | counts[40] << 16
+            wild_counts = wild_key(counts)
             any_wild = wild_counts != 0
             suits = self.suits
             remake = 0xF if wilds_changed else changed_suits  # the suits to remake, in any order
