@@ -45,36 +45,32 @@ class Event:
         self._private = private
         self._secret = secret
 
-    def _make(self) -> None:
+    def _layers(self) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+        """The public and private layers, made now if not yet (from the facts, else empty)."""
         facts = self._facts
         if facts is not None:
             maker: Maker = facts[0]
             self._public, self._private = maker(facts)
             self._facts = None
-        if self._public is None:
-            self._public = {}
-        if self._private is None:
-            self._private = {}
+        public = self._public
+        if public is None:
+            public = self._public = {}
+        private = self._private
+        if private is None:
+            private = self._private = {}
+        return public, private
 
     @property
     def public(self) -> dict[str, Any]:
         """What every seat and every spectator sees."""
         public = self._public
-        if public is None:
-            self._make()
-            public = self._public
-            assert public is not None
-        return public
+        return public if public is not None else self._layers()[0]
 
     @property
     def private(self) -> dict[int, dict[str, Any]]:
         """By seat: what only that seat sees."""
         private = self._private
-        if private is None:
-            self._make()
-            private = self._private
-            assert private is not None
-        return private
+        return private if private is not None else self._layers()[1]
 
     @property
     def secret(self) -> dict[str, Any]:
